@@ -1,0 +1,1 @@
+"""Benchmarks run by ``testbed bench NAME``; each module exposes ``register(subparsers)``."""

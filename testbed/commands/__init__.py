@@ -1,0 +1,1 @@
+"""One module per ``testbed`` noun; each exposes ``register(subparsers)``."""

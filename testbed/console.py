@@ -1,0 +1,46 @@
+"""Output conventions shared by every command.
+
+* Human text goes to **stderr** (a rich Console), so that ``--json`` leaves exactly one JSON document on
+  stdout and nothing else.
+* Commands that need root call :func:`require_root` first: one clear line, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from rich.console import Console
+
+from testbed.errors import NotRootError
+
+#: Console for human-readable output (tables, progress): always stderr.
+console = Console(stderr=True, highlight=False)
+
+
+def print_json(document) -> None:
+    """Print one JSON document on stdout (the only thing a ``--json`` command writes there)."""
+    json.dump(document, sys.stdout, indent=2, sort_keys=False, default=_jsonable)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+def _jsonable(obj):
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if hasattr(obj, "__dict__"):
+        return vars(obj)
+    return str(obj)
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def require_root(what: str) -> None:
+    """Raise :class:`NotRootError` (exit 2) unless running as root."""
+    if not is_root():
+        raise NotRootError(what)
