@@ -4,6 +4,8 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST ?= $(PY) -m pytest
+# Emulation runs take a machine-wide lock; tests queue for it rather than fail when others run.
+export TESTBED_LOCK_WAIT ?= 900
 
 .PHONY: setup demo test unit integration lint clean help
 

@@ -53,7 +53,13 @@ stamp=.venv/.installed-from
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ "$(cat $stamp 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import testbed" 2>/dev/null; then
   say "installing the testbed into .venv"
-  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+  # pip warns about index locations this machine lacks (e.g. /opt/pypi-more); keep real errors visible.
+  log=$(mktemp)
+  if ! .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]' >"$log" 2>&1; then
+    grep -v -e 'pypi-more' -e '^WARNING: Location' "$log" >&2 || true; rm -f "$log"
+    say "pip install failed"; exit 1
+  fi
+  grep -v -e 'pypi-more' -e '^WARNING: Location' -e '^WARNING: Skipping' "$log" || true; rm -f "$log"
   echo "$want" > $stamp
 fi
 say "done: .venv/bin/testbed doctor tells what this machine can emulate"

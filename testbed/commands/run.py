@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 
 from testbed.errors import UsageError
 from testbed.scenario import SCENARIO_DIR, available
@@ -30,6 +31,7 @@ def _run(args) -> int:
     path = SCENARIO_DIR / f"{args.name}.py"
     spec = importlib.util.spec_from_file_location(f"scenarios.{args.name}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses (and pickling) look the module up by name
     spec.loader.exec_module(module)
     rest = list(args.rest) + (["--help"] if args.run_help else [])
     return int(module.main(rest) or 0)

@@ -13,9 +13,10 @@ Graph attributes (``G.graph``)::
 Node attributes::
 
     role   str      'host' for end hosts/NICs; switches: tor, leaf, spine, agg, core, rail, router,
-                    dci, switch
+                    dci, switch, nvswitch (a server's scale-up domain in rail-only)
     tier   int      0 hosts, 1 first switch tier (ToR/leaf/rail/router), 2, 3 ... upwards; dci highest
-    pod, group, campus, server, gpu   int, optional, where the kind has them
+    pod, group, campus, server, gpu, rail   int, optional, where the kind has them; coord tuple (torus,
+                    full-mesh)
     hosts:    ip (str), prefixlen (int), mac (str)          -- set by topo.addressing
     switches: dpid (int > 0, unique), p4 (str | None)       -- p4 program name when the spec says so
 
@@ -24,9 +25,14 @@ Edge attributes (real-world units, before time dilation)::
     rate_bps    float    line rate
     delay_s     float    one-way propagation delay
     distance_m  float    cable/fibre length (0 when not given)
-    tier        str      host | leaf-spine | agg-core | dci | intra-server | local | global | torus | mesh ...
+    tier        str      host | edge-agg | agg-core | leaf-spine | rail-spine | rail | local | global |
+                         torus | mesh | campus-dci | dci   (testbed.topo.generators.TIERS per kind)
     ports       dict     {node: port number}, 1-based, unique per node, deterministic
     link        LinkParams | None   extra emulation parameters (loss, jitter, queue, RED) from testbed.links
+    dim         int      torus/full-mesh links: the dimension the link runs along
+
+Every host has exactly one link, its NIC, tier 'host', on port 1. Generators live in
+:mod:`testbed.topo.generators`, specs in :mod:`testbed.topo.spec` (``load_spec`` -> ``build_graph``).
 """
 
 from __future__ import annotations

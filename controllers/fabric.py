@@ -1,0 +1,319 @@
+"""The fabric controller: an os-ken OpenFlow 1.3 app that is a thin shim over :class:`ControllerCore`.
+
+Run by the testbed as its own process, everything on loopback::
+
+    python -m controllers.fabric --graph G.json --of-port 6653 --api-port 8653 [--mode fast-failover]
+
+    OVS switches --OpenFlow 1.3 (127.0.0.1:of-port)--> FabricApp --> ControllerCore --> RoutingBrain
+    testbed / scenarios / benches --HTTP JSON (127.0.0.1:api-port)--> StatusAPI --^
+
+Each event handler takes the lock, calls one core method with the wall clock, and sends what it returns;
+exceptions are logged and counted (``handler_errors`` in ``/health``), never fatal. The HTTP API:
+
+    GET  /health                      liveness, switches connected, counters of bad input
+    GET  /topology                    switches, hosts, links (up, seen by LLDP), LLDP mismatches, port names
+    GET  /paths?src=H&dst=H           paths packets take now (walked through the installed tables)
+    GET  /ports[?fresh=1]             per-port counters (fresh: ask every switch and wait for replies)
+    GET  /events                      failover events with timestamps
+    GET  /routes[?switch=S]           the routes the brain holds
+    POST /fail/link?a=A&b=B           ports of link A-B administratively down (restore: /restore/link)
+    POST /fail/switch?s=S             every port of S down (restore: /restore/switch)
+    POST /mode?m=fast-failover        re-push every group in another mode (controller | fast-failover)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.ofproto import ofproto_v1_3
+
+from controllers import ofrules
+from controllers.core import ControllerCore
+from controllers.graphio import load_graph
+
+LOG = logging.getLogger("controllers.fabric")
+
+#: Filled by :func:`main` before os-ken instantiates the app (os-ken passes apps no arguments).
+SETTINGS: dict = {}
+
+
+class FabricApp(app_manager.OSKenApp):
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lock = threading.RLock()
+        self.core = ControllerCore(SETTINGS["graph"], mode=SETTINGS.get("mode", "controller"),
+                                   started=time.time(), aggregate=SETTINGS.get("aggregate", False))
+        self.pending_stats: set = set()
+        self.stats_done = threading.Condition(self.lock)
+        self.api = StatusAPI(self, SETTINGS.get("api_port", 0))
+        self._stop = threading.Event()
+
+    def start(self):
+        thread = super().start()
+        self.api.start()
+        interval = SETTINGS.get("lldp_interval", 10.0)
+        if interval > 0:
+            threading.Thread(target=self._lldp_loop, args=(interval,), daemon=True, name="lldp").start()
+        return thread
+
+    def stop(self):
+        self._stop.set()
+        self.api.stop()
+        super().stop()
+
+    def _lldp_loop(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self._guard("lldp", lambda: self.send(self.core.lldp_all()))
+
+    # ------------------------------------------------------------------ helpers
+    def send(self, pairs, batch: int = 32) -> int:
+        """Send ``(switch, message)`` pairs in order (rendering may be lazy); returns how many went out.
+
+        Consecutive messages to one switch are serialised into one buffer (up to ``batch``): os-ken hands
+        every send to a writer thread through a 16-slot queue, and on a busy machine that hand-off, not
+        the wire, is what made a 128-message failover take tens of milliseconds.
+        """
+        n = 0
+        chunk: list = []
+        chunk_dp = None
+        for sw, m in pairs:
+            dp = self.core.dps.get(sw)
+            if dp is None:
+                continue
+            if dp is not chunk_dp or len(chunk) >= batch:
+                if chunk:
+                    chunk_dp.send(b"".join(chunk))
+                chunk, chunk_dp = [], dp
+            dp.set_xid(m)
+            m.serialize()
+            chunk.append(bytes(m.buf))
+            n += 1
+        if chunk:
+            chunk_dp.send(b"".join(chunk))
+        self.core.stats["messages_sent"] += n
+        return n
+
+    def _guard(self, what: str, fn) -> None:
+        """Run ``fn`` under the lock; log and count any exception instead of dying."""
+        with self.lock:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - one bad event must not stop the controller
+                self.core.stats["handler_errors"] += 1
+                LOG.exception("error while handling %s (carrying on)", what)
+
+    # ------------------------------------------------------------------ OpenFlow events
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def on_features(self, ev):
+        dp = ev.msg.datapath
+
+        def handle():
+            msgs = self.core.connect(dp.id, dp)
+            if not msgs:
+                LOG.warning("unknown datapath %#x connected; not in the fabric graph, not programmed", dp.id)
+                return
+            for m in msgs:
+                dp.send_msg(m)
+            self.core.stats["messages_sent"] += len(msgs)
+            LOG.info("switch %s (dpid %#x) connected: %d messages", self.core.switch_of(dp.id), dp.id, len(msgs))
+        self._guard("switch features", handle)
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
+    def on_dead(self, ev):
+        dp = ev.datapath
+        if dp.id is not None:
+            self._guard("disconnect", lambda: self.core.disconnect(dp.id))
+
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
+    def on_port_desc(self, ev):
+        dp = ev.msg.datapath
+        self._guard("port desc", lambda: self.send(self.core.port_desc(dp.id, ev.msg.body, time.time())))
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def on_port_status(self, ev):
+        msg = ev.msg
+        d = msg.desc
+
+        def handle():
+            now = time.time()
+            name = d.name.decode(errors="replace") if isinstance(d.name, bytes) else str(d.name)
+            before = len(self.core.failovers)
+            pairs = self.core.port_status(msg.datapath.id, d.port_no, name, d.hw_addr, d.config, d.state, now,
+                                          msg.reason)
+            sent = self.send(pairs)
+            if len(self.core.failovers) > before:
+                ev_ = self.core.failovers[-1]
+                ev_.pushed, ev_.messages = time.time(), sent
+                LOG.info("%s %s-%s: %d destinations, %d messages, pushed in %.1f ms", ev_.kind, *ev_.link,
+                         ev_.destinations, sent, (ev_.pushed - now) * 1e3)
+        self._guard("port status", handle)
+
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def on_packet_in(self, ev):
+        msg = ev.msg
+
+        def handle():
+            in_port = msg.match.get("in_port") if msg.match is not None else None
+            if in_port is None:
+                self.core.stats["malformed"] += 1
+                return
+            self.send(self.core.packet_in(msg.datapath.id, in_port, bytes(msg.data or b"")))
+        self._guard("packet-in", handle)
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def on_port_stats(self, ev):
+        dp = ev.msg.datapath
+
+        def handle():
+            self.core.port_stats(dp.id, ev.msg.body, time.time())
+            self.pending_stats.discard(dp.id)
+            self.stats_done.notify_all()
+        self._guard("port stats", handle)
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def on_error(self, ev):
+        msg = ev.msg
+        with self.lock:
+            self.core.stats["errors"] += 1
+        LOG.warning("OpenFlow error from %#x: type %s code %s", msg.datapath.id or 0, msg.type, msg.code)
+
+    # ------------------------------------------------------------------ used by the API
+    def refresh_counters(self, timeout: float = 2.0) -> None:
+        """Ask every connected switch for port counters and wait (bounded) for the replies."""
+        with self.lock:
+            for dp in self.core.dps.values():
+                self.pending_stats.add(dp.id)
+                dp.send_msg(dp.ofproto_parser.OFPPortStatsRequest(dp, 0, dp.ofproto.OFPP_ANY))
+            self.stats_done.wait_for(lambda: not self.pending_stats, timeout=timeout)
+            self.pending_stats.clear()
+
+
+class StatusAPI:
+    """JSON over HTTP on 127.0.0.1 only (see the module docstring for the routes)."""
+
+    def __init__(self, app: FabricApp, port: int):
+        self.app = app
+        handler = type("Handler", (_Handler,), {"app": app})
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+
+    def start(self) -> None:
+        threading.Thread(target=self.server.serve_forever, daemon=True, name="status-api").start()
+        LOG.info("status API on http://127.0.0.1:%d", self.port)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    app: FabricApp = None  # set per server
+
+    def log_message(self, fmt, *args):  # quiet: the API is polled
+        LOG.debug("api: " + fmt, *args)
+
+    def _reply(self, code: int, doc) -> None:
+        body = json.dumps(doc, default=str).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _route(self, method: str) -> None:
+        url = urlparse(self.path)
+        q = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        app, core = self.app, self.app.core
+        try:
+            if method == "GET" and url.path == "/health":
+                with app.lock:
+                    return self._reply(200, core.health_doc(time.time()))
+            if method == "GET" and url.path == "/topology":
+                with app.lock:
+                    return self._reply(200, core.topology_doc())
+            if method == "GET" and url.path == "/paths":
+                with app.lock:
+                    return self._reply(200, core.paths_doc(q.get("src"), q.get("dst")))
+            if method == "GET" and url.path == "/ports":
+                if q.get("fresh") in ("1", "true", "yes"):
+                    app.refresh_counters()
+                with app.lock:
+                    return self._reply(200, core.ports_doc())
+            if method == "GET" and url.path == "/events":
+                with app.lock:
+                    return self._reply(200, core.events_doc())
+            if method == "GET" and url.path == "/routes":
+                with app.lock:
+                    return self._reply(200, core.routes_doc(q.get("switch")))
+            if method == "POST" and url.path in ("/fail/link", "/restore/link", "/fail/switch", "/restore/switch"):
+                down = url.path.startswith("/fail")
+                with app.lock:
+                    if url.path.endswith("link"):
+                        msgs = core.admin_link(q.get("a"), q.get("b"), down)
+                    else:
+                        msgs = core.admin_switch(q.get("s"), down)
+                    sent = app.send(msgs)
+                return self._reply(200, {"ok": True, "time": time.time(), "port_mods": sent})
+            if method == "POST" and url.path == "/mode":
+                with app.lock:
+                    sent = app.send(core.set_mode(q.get("m")))
+                return self._reply(200, {"ok": True, "mode": core.mode, "messages": sent})
+            return self._reply(404, {"error": f"no route {method} {url.path}"})
+        except KeyError as exc:
+            return self._reply(400, {"error": str(exc.args[0]) if exc.args else "bad request"})
+        except Exception as exc:  # noqa: BLE001 - report, keep serving
+            LOG.exception("api error on %s", self.path)
+            return self._reply(500, {"error": f"{type(exc).__name__}: {exc}"})
+
+    def do_GET(self):  # noqa: N802 - http.server naming
+        self._route("GET")
+
+    def do_POST(self):  # noqa: N802
+        self._route("POST")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m controllers.fabric", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--graph", required=True, help="fabric graph, node-link JSON (controllers.graphio)")
+    parser.add_argument("--of-port", type=int, default=6653, help="OpenFlow listen port on 127.0.0.1")
+    parser.add_argument("--api-port", type=int, default=8653, help="status API port on 127.0.0.1")
+    parser.add_argument("--mode", choices=ofrules.MODES, default="controller",
+                        help="controller: reroute on port events; fast-failover: groups repair locally too")
+    parser.add_argument("--lldp-interval", type=float, default=10.0, help="seconds between LLDP rounds (0: off)")
+    parser.add_argument("--aggregate", action="store_true",
+                        help="one route per ToR's block of hosts where the address plan allows (fewer flows)")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from os_ken import cfg
+
+    cfg.CONF(args=[], project="os_ken")
+    cfg.CONF.set_override("ofp_listen_host", "127.0.0.1")
+    cfg.CONF.set_override("ofp_tcp_listen_port", args.of_port)
+    # Under ``python -m`` this file is __main__; os-ken imports the app module by name, so fill *that*
+    # module's SETTINGS.
+    from controllers import fabric as app_module
+
+    app_module.SETTINGS.update(graph=load_graph(args.graph), mode=args.mode, api_port=args.api_port,
+                               lldp_interval=args.lldp_interval, aggregate=args.aggregate)
+    LOG.info("fabric controller: OpenFlow 127.0.0.1:%d, API 127.0.0.1:%d, mode %s", args.of_port,
+             args.api_port, args.mode)
+    app_manager.AppManager.run_apps(["os_ken.controller.ofp_handler", "controllers.fabric"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

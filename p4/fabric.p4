@@ -1,0 +1,333 @@
+/* fabric.p4 -- L3 fabric switch for scaleout-testbed (v1model, BMv2 simple_switch).
+ *
+ *   ingress:  parser_error? -> drop (malformed)      ARP request -> proxy reply from router_mac
+ *             ACK/CNP seen  -> learn sender QP        ipv4_lpm -> ECMP group -> hash(5-tuple) -> member
+ *             TTL check/decrement, MAC rewrite
+ *   egress:   RED on enq_qdepth (kmin, kmax, pmax per port from ecn_config)
+ *               mode ecn:      set CE on ECT packets
+ *               mode fast-cnp: clone the RoCEv2 data packet, turn the clone into a CNP to the SENDER's QP,
+ *                              send it back out the ingress port (mirror session id == ingress port)
+ *               mode both:     both; mode off: neither
+ *             non-ECT packets past kmax are dropped (counted)
+ *
+ * Why here and not at the receiver: the CNP starts at the congestion point, so the sender hears about
+ * congestion after (congestion point -> sender) instead of (congestion point -> receiver -> sender).
+ * See docs/p4.md for the tables, registers, counters and the ICRC field list.
+ */
+#include <core.p4>
+#include <v1model.p4>
+#include "include/fabric_headers.p4"
+
+const bit<32> DROP_MALFORMED = 0;
+const bit<32> DROP_NO_ROUTE = 1;
+const bit<32> DROP_TTL = 2;
+const bit<32> DROP_QUEUE = 3;
+const bit<32> DROP_NOT_IP = 4;
+const bit<32> SKIP_RATE_LIMITED = 0;
+const bit<32> SKIP_QP_UNKNOWN = 1;
+
+const bit<8> MODE_ECN = 1;
+const bit<8> MODE_FAST_CNP = 2;
+
+const bit<32> FLOW_SLOTS = 4096;
+const bit<32> PKT_INSTANCE_TYPE_EGRESS_CLONE = 2;
+/* Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + pad 16 + ICRC 4 */
+const bit<32> CNP_FRAME_BYTES = 74;
+
+/* Sender QP learned from the reverse stream, indexed by hash(sender ip, receiver ip); bit 24 = valid. */
+register<bit<32>>(FLOW_SLOTS) sender_qp;
+/* Time (us) of the last CNP generated per flow slot, for the rate limit. */
+register<bit<48>>(FLOW_SLOTS) cnp_last_us;
+
+/* Queue observed by packets entering the egress pipeline, per egress port (reset by the control plane):
+ * peak and sum of enq_qdepth (mean = qdepth_sum / qdepth_pkts), and the BMv2 time (us) of the first
+ * congestion signal (CE mark or fast CNP) the port caused: the start of a feedback-delay measurement. */
+register<bit<32>>(512) qdepth_peak;
+register<bit<64>>(512) qdepth_sum;
+register<bit<64>>(512) qdepth_pkts;
+register<bit<48>>(512) first_signal_us;
+
+/* Packets sent towards a port by ingress, and packets leaving that port's queue into egress: the
+ * difference (once queues drained) is what the traffic manager dropped at a full queue. */
+counter(512, CounterType.packets) to_port;
+counter(512, CounterType.packets) from_queue;
+counter(512, CounterType.packets) marks;
+counter(512, CounterType.packets) cnps;
+counter(8, CounterType.packets) drops;
+counter(2, CounterType.packets) cnp_skipped;
+
+control FabricIngress(inout headers_t hdr, inout metadata_t meta,
+                      inout standard_metadata_t standard_metadata) {
+    bit<48> router_mac = 0;
+
+    action drop(bit<32> reason) {
+        drops.count(reason);
+        mark_to_drop(standard_metadata);
+    }
+    action set_router_mac(bit<48> mac) {
+        router_mac = mac;
+    }
+    table switch_config {
+        actions = { set_router_mac; }
+        default_action = set_router_mac(48w0x020000000001);
+    }
+
+    action set_ecmp_group(bit<16> group, bit<16> count) {
+        meta.ecmp_group = group;
+        meta.ecmp_count = count;
+    }
+    action no_route() {
+        drop(DROP_NO_ROUTE);
+    }
+    table ipv4_lpm {
+        key = { hdr.ipv4.dst_addr: lpm; }
+        actions = { set_ecmp_group; no_route; }
+        default_action = no_route();
+        size = 4096;
+    }
+
+    action set_nhop(bit<9> port, bit<48> smac, bit<48> dmac) {
+        standard_metadata.egress_spec = port;
+        hdr.ethernet.src = smac;
+        hdr.ethernet.dst = dmac;
+    }
+    table ecmp_nhop {
+        key = { meta.ecmp_group: exact; meta.ecmp_index: exact; }
+        actions = { set_nhop; no_route; }
+        default_action = no_route();
+        size = 4096;
+    }
+
+    action arp_reply() {
+        hdr.ethernet.dst = hdr.ethernet.src;
+        hdr.ethernet.src = router_mac;
+        hdr.arp.op = 2;
+        bit<32> target = hdr.arp.tpa;
+        hdr.arp.tha = hdr.arp.sha;
+        hdr.arp.tpa = hdr.arp.spa;
+        hdr.arp.sha = router_mac;
+        hdr.arp.spa = target;
+        standard_metadata.egress_spec = standard_metadata.ingress_port;
+    }
+
+    apply {
+        if (standard_metadata.parser_error != error.NoError || standard_metadata.checksum_error == 1) {
+            drop(DROP_MALFORMED);
+            return;
+        }
+        switch_config.apply();
+        if (hdr.arp.isValid()) {
+            if (hdr.arp.op == 1 && hdr.arp.ptype == ETHERTYPE_IPV4 && hdr.arp.spa != hdr.arp.tpa) {
+                arp_reply();
+            } else {
+                drop(DROP_NOT_IP);
+            }
+            return;
+        }
+        if (!hdr.ipv4.isValid()) {
+            drop(DROP_NOT_IP);
+            return;
+        }
+        if (hdr.bth.isValid()) {
+            /* ACKs (0x11, 0x12), read responses (0x0d-0x10) and CNPs travel receiver -> sender and carry
+             * DestQP = the sender's QP: remember it under (sender ip, receiver ip). */
+            bit<8> op = hdr.bth.opcode;
+            if ((op >= 0x0d && op <= 0x12) || op == BTH_OPCODE_CNP) {
+                bit<32> slot;
+                hash(slot, HashAlgorithm.crc32, 32w0, { hdr.ipv4.dst_addr, hdr.ipv4.src_addr }, FLOW_SLOTS);
+                sender_qp.write(slot, 32w0x1000000 | (bit<32>) hdr.bth.dest_qp);
+            }
+        }
+        if (hdr.ipv4.ttl <= 1) {
+            drop(DROP_TTL);
+            return;
+        }
+        meta.orig_smac = hdr.ethernet.src;
+        if (ipv4_lpm.apply().hit) {
+            hash(meta.ecmp_index, HashAlgorithm.crc16, 16w0,
+                 { hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.ipv4.protocol, meta.l4_src, meta.l4_dst },
+                 meta.ecmp_count);
+            if (ecmp_nhop.apply().hit) {
+                hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+                to_port.count((bit<32>) standard_metadata.egress_spec);
+            }
+        }
+    }
+}
+
+control FabricEgress(inout headers_t hdr, inout metadata_t meta,
+                     inout standard_metadata_t standard_metadata) {
+    action set_ecn(bit<32> kmin, bit<32> kmax, bit<32> pmax_q16, bit<8> mode, bit<48> cnp_interval_us) {
+        meta.kmin = kmin;
+        meta.kmax = kmax;
+        meta.pmax_q16 = pmax_q16;
+        meta.mode = mode;
+        meta.cnp_interval_us = cnp_interval_us;
+    }
+    /* Per egress port; the default action (set by the control plane) covers every other port. */
+    table ecn_config {
+        key = { standard_metadata.egress_port: exact; }
+        actions = { set_ecn; }
+        default_action = set_ecn(0, 0, 0, 0, 0);
+        size = 512;
+    }
+
+    action set_sender_qp(bit<24> qp) {
+        meta.cnp_qp = qp;
+    }
+    /* Sender QPs configured by the control plane: (sender ip, receiver ip, receiver QP) -> sender QP. */
+    table qp_map {
+        key = { hdr.ipv4.src_addr: exact; hdr.ipv4.dst_addr: exact; hdr.bth.dest_qp: exact; }
+        actions = { set_sender_qp; NoAction; }
+        default_action = NoAction();
+        size = 4096;
+    }
+
+    /* Remember when this port first sent a congestion signal (CE mark or CNP) since the last reset. */
+    action note_signal(bit<32> port) {
+        bit<48> first;
+        first_signal_us.read(first, port);
+        first_signal_us.write(port, first == 0 ? standard_metadata.egress_global_timestamp : first);
+    }
+
+    action build_cnp() {
+        hdr.ethernet.dst = meta.orig_smac;
+        bit<32> sender = hdr.ipv4.src_addr;
+        hdr.ipv4.src_addr = hdr.ipv4.dst_addr;
+        hdr.ipv4.dst_addr = sender;
+        hdr.ipv4.ecn = 0;
+        hdr.ipv4.total_len = 60;
+        hdr.ipv4.identification = 0;
+        hdr.ipv4.flags = 2;
+        hdr.ipv4.frag_offset = 0;
+        hdr.ipv4.ttl = 64;
+        hdr.udp.dst_port = ROCEV2_UDP_PORT;
+        hdr.udp.length = 40;
+        hdr.udp.checksum = 0;
+        hdr.bth.opcode = BTH_OPCODE_CNP;
+        hdr.bth.se = 0;
+        hdr.bth.migreq = 0;
+        hdr.bth.pad_count = 0;
+        hdr.bth.tver = 0;
+        hdr.bth.pkey = 0xffff;
+        hdr.bth.fecn = 0;
+        hdr.bth.becn = 1;
+        hdr.bth.resv6 = 0;
+        hdr.bth.dest_qp = meta.cnp_qp;
+        hdr.bth.ack_req = 0;
+        hdr.bth.resv7 = 0;
+        hdr.bth.psn = 0;
+        hdr.cnp_pad.setValid();
+        hdr.cnp_pad.zero = 0;
+        hdr.icrc.setValid();
+        truncate(CNP_FRAME_BYTES);
+    }
+
+    /* ICRC over the CNP (IBA vol. 1 annex A17.3.3): 8 bytes of ones, then IPv4 with DSCP/ECN, TTL and
+     * checksum as ones, UDP with checksum as ones, BTH with its FECN/BECN/resv6 byte as ones, then the
+     * 16 pad bytes. BMv2's crc32 equals zlib.crc32; the ICRC goes on the wire little-endian. */
+    action compute_icrc() {
+        bit<32> crc;
+        hash(crc, HashAlgorithm.crc32, 32w0,
+             { 64w0xffffffffffffffff,
+               hdr.ipv4.version, hdr.ipv4.ihl, 8w0xff, hdr.ipv4.total_len, hdr.ipv4.identification,
+               hdr.ipv4.flags, hdr.ipv4.frag_offset, 8w0xff, hdr.ipv4.protocol, 16w0xffff,
+               hdr.ipv4.src_addr, hdr.ipv4.dst_addr,
+               hdr.udp.src_port, hdr.udp.dst_port, hdr.udp.length, 16w0xffff,
+               hdr.bth.opcode, hdr.bth.se, hdr.bth.migreq, hdr.bth.pad_count, hdr.bth.tver, hdr.bth.pkey,
+               8w0xff, hdr.bth.dest_qp, hdr.bth.ack_req, hdr.bth.resv7, hdr.bth.psn,
+               hdr.cnp_pad.zero },
+             64w0x100000000);
+        hdr.icrc.crc = crc[7:0] ++ crc[15:8] ++ crc[23:16] ++ crc[31:24];
+    }
+
+    apply {
+        if (standard_metadata.instance_type == PKT_INSTANCE_TYPE_EGRESS_CLONE) {
+            build_cnp();
+            compute_icrc();
+            return;
+        }
+        if (!hdr.ipv4.isValid()) {
+            return;
+        }
+        bit<32> port = (bit<32>) standard_metadata.egress_port;
+        bit<32> q = (bit<32>) standard_metadata.enq_qdepth;
+        from_queue.count(port);
+        bit<32> peak;
+        qdepth_peak.read(peak, port);
+        if (q > peak) {
+            qdepth_peak.write(port, q);
+        }
+        bit<64> acc;
+        qdepth_sum.read(acc, port);
+        qdepth_sum.write(port, acc + (bit<64>) q);
+        qdepth_pkts.read(acc, port);
+        qdepth_pkts.write(port, acc + 1);
+        ecn_config.apply();
+        if (meta.mode == 0) {
+            return;
+        }
+        /* RED: 0 at or below kmin, pmax * (q - kmin) / (kmax - kmin) between, 1 at kmax and above.
+         * Without division: mark when r * (kmax - kmin) < pmax_q16 * (q - kmin), r uniform in [0, 2^16). */
+        bool congested = false;
+        if (q >= meta.kmax) {
+            congested = true;
+        } else if (q > meta.kmin) {
+            bit<16> r;
+            random(r, 0, 0xffff);
+            bit<64> lhs = ((bit<64>) r) * ((bit<64>) (meta.kmax - meta.kmin));
+            bit<64> rhs = ((bit<64>) meta.pmax_q16) * ((bit<64>) (q - meta.kmin));
+            congested = lhs < rhs;
+        }
+        if (!congested) {
+            return;
+        }
+        if (hdr.ipv4.ecn == 0) {
+            if (q >= meta.kmax) {
+                drops.count(DROP_QUEUE);
+                mark_to_drop(standard_metadata);
+            }
+            return;
+        }
+        if ((meta.mode & MODE_ECN) != 0 && hdr.ipv4.ecn != 3) {
+            hdr.ipv4.ecn = 3;
+            marks.count(port);
+            note_signal(port);
+        }
+        if ((meta.mode & MODE_FAST_CNP) == 0 || !hdr.bth.isValid()) {
+            return;
+        }
+        bit<8> op = hdr.bth.opcode;
+        bool data = op <= 0x0b || (op >= 0x20 && op <= 0x2b) || op == 0x64 || op == 0x65;
+        if (!data) {
+            return;
+        }
+        bit<32> slot;
+        hash(slot, HashAlgorithm.crc32, 32w0, { hdr.ipv4.src_addr, hdr.ipv4.dst_addr }, FLOW_SLOTS);
+        bool known = qp_map.apply().hit;
+        if (!known) {
+            bit<32> learned;
+            sender_qp.read(learned, slot);
+            known = learned[24:24] == 1;
+            meta.cnp_qp = learned[23:0];
+        }
+        if (!known) {
+            cnp_skipped.count(SKIP_QP_UNKNOWN);
+            return;
+        }
+        bit<48> now = standard_metadata.egress_global_timestamp;
+        bit<48> last;
+        cnp_last_us.read(last, slot);
+        if (last != 0 && now - last < meta.cnp_interval_us) {
+            cnp_skipped.count(SKIP_RATE_LIMITED);
+            return;
+        }
+        cnp_last_us.write(slot, now);
+        cnps.count(port);
+        note_signal(port);
+        clone_preserving_field_list(CloneType.E2E, (bit<32>) standard_metadata.ingress_port, 1);
+    }
+}
+
+V1Switch(FabricParser(), FabricVerifyChecksum(), FabricIngress(), FabricEgress(),
+         FabricComputeChecksum(), FabricDeparser()) main;

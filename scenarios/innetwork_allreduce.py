@@ -1,0 +1,265 @@
+"""In-network aggregation (SwitchML/ATP on BMv2) against a host ring allreduce, on the same replica.
+
+    leaf:         h0 .. h(n-1) workers, h(n) parameter server        leaf-spine:      spine (aggregates)
+                           \\   |   /                                                 /        \\
+                         s0 (BMv2, aggregation.p4)                             leaf 0 (BMv2)  leaf 1 (BMv2)
+                                                                                n/2 workers    n/2 workers + PS
+
+    switch mode: every worker streams its tensor in 1 KB packets (256 x int32) to the aggregator's
+                 address; the switch sums them in its slot pool and multicasts each result: ~1x the
+                 tensor crosses each worker link each way.
+    ring mode:   bandwidth-optimal ring over TCP between the same hosts: 2 (n-1)/n x the tensor.
+
+What it shows: completion time, goodput, wire bytes per worker link (both directions), correctness
+(int32: bit-exact against numpy; float32: within the documented quantization bound), per workers /
+tensor size / loss / concurrent jobs, and the in-network vs ring time and bytes ratios. Links are real
+100G links time-dilated so that all workers together offer the switch ``switch_budget`` (spec; 16 Mbit/s:
+4 workers get 4 Mbit/s links, 8 get 2 Mbit/s), which BMv2 sustains, so links are the bottleneck;
+a row whose links ran below half their rate is flagged ``bmv2_saturated`` (the switch, not the link,
+limited it). Loss is injected at the workers' send path (seeded; the ring runs lossless: no
+kernel netem here, so speed-ups at loss > 0 are against a lossless ring). Two jobs share the switch in
+disjoint slot partitions (ATP-style) and are compared with two rings run back to back.
+
+    sudo testbed run innetwork_allreduce --quick      # leaf, 4 and 8 workers, 1 MB (~2 min)
+    sudo testbed run innetwork_allreduce              # spec matrix (scenarios/specs/allreduce.yaml)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+if __name__ == "__main__" and __package__ is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import yaml  # noqa: E402
+
+from testbed.console import console, require_root  # noqa: E402
+from testbed.errors import SpecError  # noqa: E402
+from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # noqa: E402
+from testbed.units import parse_rate  # noqa: E402
+
+NAME = "innetwork_allreduce"
+SPEC = REPO_ROOT / "scenarios" / "specs" / "allreduce.yaml"
+AXES = ("topologies", "workers", "sizes_mb", "loss_pct", "jobs")
+KEYS = {"name", "switch_budget", "window", "dtype", "quick", *AXES}
+#: a row whose worker links carried less than this fraction of their rate was limited by BMv2
+SATURATION_UTILISATION = 0.5
+
+
+# -- pure: the spec and the matrix ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Spec:
+    switch_budget_bps: float
+    window: int
+    dtype: str
+    topologies: tuple
+    workers: tuple
+    sizes_mb: tuple
+    loss_pct: tuple
+    jobs: tuple
+
+
+def load_spec(doc: dict, quick: bool) -> Spec:
+    """Validate the YAML document (unknown keys and bad values name the field)."""
+    if not isinstance(doc, dict):
+        raise SpecError("spec", "must be a mapping")
+    for key in doc:
+        if key not in KEYS:
+            raise SpecError(key, f"unknown key; allowed: {', '.join(sorted(KEYS))}")
+    axes = {a: doc.get(a) for a in AXES}
+    if quick:
+        q = doc.get("quick") or {}
+        for key in q:
+            if key not in AXES:
+                raise SpecError(f"quick.{key}", f"unknown key; allowed: {', '.join(AXES)}")
+        axes.update(q)
+    for a, v in axes.items():
+        if not isinstance(v, list) or not v:
+            raise SpecError(a, f"must be a non-empty list, got {v!r}")
+    for t in axes["topologies"]:
+        if t not in ("leaf", "leaf-spine"):
+            raise SpecError("topologies", f"{t!r} is not one of: leaf, leaf-spine")
+    for w in axes["workers"]:
+        if not isinstance(w, int) or not 2 <= w <= 16:
+            raise SpecError("workers", f"must be integers in 2..16, got {w!r}")
+    for s in axes["sizes_mb"]:
+        if not isinstance(s, (int, float)) or not 0 < s <= 64:
+            raise SpecError("sizes_mb", f"must be in (0, 64] MB, got {s!r}")
+    for p in axes["loss_pct"]:
+        if not isinstance(p, (int, float)) or not 0 <= p < 50:
+            raise SpecError("loss_pct", f"must be in [0, 50), got {p!r}")
+    for j in axes["jobs"]:
+        if j not in (1, 2):
+            raise SpecError("jobs", f"must be 1 or 2, got {j!r}")
+    dtype = doc.get("dtype", "int32")
+    if dtype not in ("int32", "float32"):
+        raise SpecError("dtype", f"must be int32 or float32, got {dtype!r}")
+    window = doc.get("window", 16)
+    if not isinstance(window, int) or not 1 <= window <= 512:
+        raise SpecError("window", f"must be an integer in 1..512, got {window!r}")
+    return Spec(switch_budget_bps=parse_rate(doc.get("switch_budget", "16Mbit"), "switch_budget"), window=window,
+                dtype=dtype,
+                **{a: tuple(axes[a]) for a in AXES})
+
+
+def trials(spec: Spec) -> list[tuple]:
+    """(topology, workers, size_mb, mode, loss_pct, jobs), one factor at a time around (loss 0, 1 job).
+
+    Per (topology, workers, size): the ring, the switch at every loss with one job, and the switch with
+    two concurrent jobs without loss.
+    """
+    out = []
+    for topo in spec.topologies:
+        for n in spec.workers:
+            if topo == "leaf-spine" and n % 2:
+                continue
+            for size in spec.sizes_mb:
+                out.append((topo, n, size, "ring", 0, 1))
+                out += [(topo, n, size, "switch", loss, 1) for loss in spec.loss_pct]
+                out += [(topo, n, size, "switch", 0, j) for j in spec.jobs if j > 1]
+    return out
+
+
+def link_rate(spec: Spec, workers: int) -> float:
+    """Per-host link rate: the workers together offer the switch its budget (links stay the bottleneck)."""
+    return spec.switch_budget_bps / workers
+
+
+def elements(size_mb: float) -> int:
+    return int(size_mb * 1e6) // 4
+
+
+def summarise(rows: list[dict]) -> dict:
+    """speedup_vs_ring / bytes_ratio_vs_ring per switch row (key topo/workers/size/loss/jobs)."""
+    ring = {(r["topology"], r["workers"], r["size_mb"]): r for r in rows if r["mode"] == "ring"}
+    speed, ratio = {}, {}
+    for r in rows:
+        base = ring.get((r["topology"], r["workers"], r["size_mb"]))
+        if r["mode"] != "switch" or base is None:
+            continue
+        key = f"{r['topology']}/{r['workers']}w/{r['size_mb']}MB/loss{r['loss_pct']}/jobs{r['jobs']}"
+        speed[key] = round(base["time_s"] * r["jobs"] / r["time_s"], 3)
+        ratio[key] = round(r["bytes_per_worker_link"] / base["bytes_per_worker_link"], 3)
+    return {"speedup_vs_ring": speed, "bytes_ratio_vs_ring": ratio}
+
+
+def row(topo: str, size_mb: float, loss: float, jobs: int, results: list, link_rate_bps: float) -> dict:
+    """One output row from the RunResults of a trial (several for concurrent jobs)."""
+    r0 = results[0]
+    t = max(r.time_s for r in results)
+    tensor = r0.elements * 4
+    up = sum(r.bytes_per_worker_link["up"] for r in results[:1])      # link counters cover all jobs
+    down = sum(r.bytes_per_worker_link["down"] for r in results[:1])
+    per_link = max(up, down) / jobs
+    utilisation = max(up, down) * 8 / t / link_rate_bps
+    return {"topology": topo, "workers": r0.workers, "size_mb": size_mb, "loss_pct": loss, "jobs": jobs,
+            "mode": r0.mode, "time_s": round(t, 4), "exact": all(r.exact for r in results),
+            "correct": all(r.correct for r in results), "max_abs_error": max(r.max_abs_error for r in results),
+            "bytes_per_worker_link": int(per_link), "bytes_up": int(up), "bytes_down": int(down),
+            "bytes_per_link_over_tensor": round(per_link / tensor, 3),
+            "goodput_mbps": round(tensor * 8 * jobs / t / 1e6, 3), "link_utilisation": round(utilisation, 3),
+            "bmv2_saturated": r0.mode == "switch" and utilisation < SATURATION_UTILISATION,
+            "retransmits": sum(r.retransmits for r in results), "injected_drops": sum(r.injected_drops for r in results),
+            "rtt_median_s": r0.rtt_median_s, "link_rate_bps": link_rate_bps,
+            "dilation": round(100e9 / link_rate_bps, 1), "start_spread_s": round(max(r.start_spread_s for r in results), 4)}
+
+
+# -- output -----------------------------------------------------------------------------------------------
+def table(rows: list[dict], summary: dict) -> None:
+    from rich.table import Table
+
+    t = Table(title="in-network allreduce vs ring")
+    for col in ("topo", "n", "MB", "loss%", "jobs", "mode", "time s", "goodput Mb/s", "bytes/link/tensor",
+                "util", "ok", "speedup"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        key = f"{r['topology']}/{r['workers']}w/{r['size_mb']}MB/loss{r['loss_pct']}/jobs{r['jobs']}"
+        sp = summary["speedup_vs_ring"].get(key)
+        t.add_row(r["topology"], str(r["workers"]), f"{r['size_mb']:g}", f"{r['loss_pct']:g}", str(r["jobs"]),
+                  r["mode"], f"{r['time_s']:.2f}", f"{r['goodput_mbps']:.2f}", f"{r['bytes_per_link_over_tensor']:.2f}",
+                  f"{r['link_utilisation']:.2f}" + (" SAT" if r["bmv2_saturated"] else ""),
+                  ("exact" if r["exact"] else "ok") if r["correct"] else "WRONG", f"{sp:.2f}x" if sp else "")
+    console.print(t)
+
+
+def plots(rows: list[dict], summary: dict, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(summary["speedup_vs_ring"])
+    if not keys:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(max(8, len(keys) * 0.9), 4.5))
+    axes[0].bar(range(len(keys)), [summary["speedup_vs_ring"][k] for k in keys], color="tab:blue")
+    axes[0].axhline(1.0, color="grey", lw=0.8)
+    axes[0].axhline(1.5, color="tab:green", lw=0.8, ls="--", label="goal 1.5x")
+    axes[0].set_ylabel("ring time / switch time")
+    axes[0].legend()
+    axes[1].bar(range(len(keys)), [summary["bytes_ratio_vs_ring"][k] for k in keys], color="tab:orange")
+    axes[1].set_ylabel("bytes per worker link: switch / ring")
+    for ax in axes:
+        ax.set_xticks(range(len(keys)))
+        ax.set_xticklabels(keys, rotation=60, ha="right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "speedup.png", dpi=110)
+    plt.close(fig)
+
+
+# -- the run ------------------------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    parser = scenario_parser(__doc__, prog=f"testbed run {NAME}")
+    parser.add_argument("--spec", default=str(SPEC), help="matrix spec (YAML)")
+    args = parser.parse_args(argv)
+    require_root(f"testbed run {NAME}")
+    from testbed.agg.runner import AggTestbed, JobRun
+
+    try:
+        doc = yaml.safe_load(Path(args.spec).read_text())
+    except OSError as exc:
+        raise SpecError("--spec", f"cannot read {args.spec}: {exc.strerror}") from None
+    spec = load_spec(doc, args.quick)
+    plan = trials(spec)
+    with Results(NAME, args, config={"spec": asdict(spec), "trials": plan}) as res:
+        rows = []
+        t0 = time.monotonic()
+        groups = {}
+        for t in plan:
+            groups.setdefault((t[0], t[1]), []).append(t)
+        for (topo, n), group in groups.items():
+            need_jobs = max(t[5] for t in group)
+            rate = link_rate(spec, n)
+            with AggTestbed(n, topo, link_rate_bps=rate, out_dir=res.dir / f"{topo}-{n}",
+                            window=spec.window, jobs=need_jobs) as tb:
+                for _, _, size, mode, loss, jobs in group:
+                    console.print(f"[{time.monotonic() - t0:.0f}s] {topo} n={n} {size:g} MB {mode} loss {loss:g}% "
+                                  f"jobs {jobs}")
+                    if mode == "ring":
+                        results = [tb.run_ring(JobRun(1, spec.dtype, elements(size)))]
+                    else:
+                        results = tb.run_switch([JobRun(j, spec.dtype, elements(size), loss=loss / 100)
+                                                 for j in range(1, jobs + 1)])
+                    rows.append(row(topo, size, loss, jobs, results, rate))
+                    res.write_json("rows.json", rows)
+        summary = summarise(rows)
+        table(rows, summary)
+        plots(rows, summary, res.dir)
+        doc = {"rows": rows, **summary, "switch_budget_bps": spec.switch_budget_bps,
+               "window": spec.window, "dtype": spec.dtype,
+               "notes": ["loss injected at the workers' send path (seeded); ring runs lossless",
+                         "jobs=2: both jobs concurrently on the switch vs two rings back to back",
+                         "bytes_per_worker_link: wire bytes (headers included), max of up/down, per job"]}
+        res.write_json("metrics.json", doc)
+        res.finish(doc)
+        bad = [r for r in rows if not r["correct"]]
+        if bad:
+            console.print(f"[red]{len(bad)} rows returned wrong results[/red]")
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,268 @@
+"""``testbed bench build [SPEC]``: how long a replica takes to build and tear down, and what it costs.
+
+With SPEC it builds that fabric, one after the other under one run lock:
+
+    replica   testbed.emu.Replica (offloads off, static ARP, rate shaping per --links, readiness polled)
+    plain     Mininet building the identical graph through a Topo with no extras (same OVS switch class,
+              datapath and fail mode; no shaping, no offload changes, no ARP, no readiness wait)
+
+and reports nodes, links, build seconds, teardown seconds and peak memory (RSS of this process and its
+node shells plus ovs-vswitchd, above the baseline, sampled every 50 ms) for each, and replica/plain ratios.
+Looped fabrics (fat-tree, torus, ...) are built with OVS in ``secure`` fail mode pointing at a port
+nobody listens on, so no switch forwards (no broadcast storm) and no controller time is counted;
+loop-free ones use ``standalone`` as a replica would.
+
+Without SPEC it runs the emulation core's sweep: loop-free spine-leaf fabrics of growing size, each
+built as a Replica, pinged from the first host to all others (flow setup), iperf3 across it unshaped (what
+the OVS userspace datapath forwards), torn down.
+
+``--json`` keys: with SPEC: spec, nodes, switches, hosts, links, replica{build_s, teardown_s,
+peak_memory_mb}, plain{...}, build_ratio, teardown_ratio, memory_ratio, runs; without: cases[{switches,
+hosts, links, build_s, ping_s, teardown_s, tcp_bps}].
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+
+import networkx as nx
+
+from testbed.console import console, print_json, require_root
+from testbed.errors import UsageError
+from testbed.poll import poll
+from testbed.topo.graph import hosts, switches
+
+LINK_MODES = ("htb", "spec", "none")
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("build", help="replica build/teardown time and memory vs plain Mininet",
+                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("spec", metavar="SPEC", nargs="?",
+                        help="spec file or shipped example (e.g. fat-tree-k8); omit for the spine-leaf sweep")
+    parser.add_argument("--links", choices=LINK_MODES, default="htb",
+                        help="replica link emulation: htb = rate shaping only (default), spec = the full "
+                             "link layer (delay lines where the spec has delays), none")
+    parser.add_argument("--repeat", type=int, default=1, help="builds of each kind; medians are reported")
+    parser.add_argument("--no-plain", action="store_true", help="skip the plain Mininet comparison")
+    parser.add_argument("--quick", action="store_true", help="sweep: two small fabrics only")
+    parser.add_argument("--out", metavar="DIR", help="folder for replica logs (default: none)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    parser.set_defaults(func=_main)
+
+
+# ------------------------------------------------------------------------------------------ pure
+def is_looped(G: nx.Graph) -> bool:
+    """True when the switch graph has a cycle (OVS standalone learning would storm)."""
+    S = G.subgraph(switches(G))
+    return S.number_of_edges() >= S.number_of_nodes() - nx.number_connected_components(S) + 1
+
+
+def ratios(replica: dict, plain: dict | None) -> dict:
+    """replica / plain for build, teardown and memory (None where plain is missing or zero)."""
+    names = {"build_s": "build_ratio", "teardown_s": "teardown_ratio", "peak_memory_mb": "memory_ratio"}
+    return {name: (round(replica[key] / plain[key], 3) if plain and plain.get(key) else None)
+            for key, name in names.items()}
+
+
+def median_run(runs: list[dict]) -> dict:
+    return {key: round(statistics.median(r[key] for r in runs), 3) for key in runs[0]}
+
+
+def sizes(quick: bool) -> list[tuple[int, int]]:
+    """Sweep cases: (leaves, hosts_per_leaf) of one-spine spine-leaf fabrics."""
+    return [(2, 1), (8, 2)] if quick else [(2, 1), (8, 2), (16, 4), (32, 2)]
+
+
+# ------------------------------------------------------------------------------------------ glue
+class _MemorySampler:
+    """Peak RSS (MB) of this process tree plus ovs-vswitchd above a baseline, sampled in a thread."""
+
+    def __init__(self, interval: float = 0.05):
+        import psutil
+
+        self._psutil = psutil
+        self.interval = interval
+        self._stop = threading.Event()
+        self.baseline = self._sample()
+        self.peak = self.baseline
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self) -> float:
+        ps = self._psutil
+        me = ps.Process()
+        total = 0
+        for proc in [me, *me.children(recursive=True)] + [p for p in ps.process_iter(["name"])
+                                                          if p.info["name"] == "ovs-vswitchd"]:
+            try:
+                total += proc.memory_info().rss
+            except (ps.NoSuchProcess, ps.AccessDenied):
+                continue
+        return total / 1e6
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):  # a sampling period, not a wait for a condition
+            self.peak = max(self.peak, self._sample())
+
+    def __enter__(self) -> "_MemorySampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._sample())
+
+    @property
+    def peak_mb(self) -> float:
+        return round(self.peak - self.baseline, 1)
+
+
+def _controller(G: nx.Graph):
+    """A dead controller address for looped fabrics (secure mode, no forwarding), else None."""
+    if not is_looped(G):
+        return None
+    from testbed.emu.alloc import tcp_port_free
+
+    port = next(p for p in range(16653, 17653) if tcp_port_free(p))
+    return ("127.0.0.1", port)
+
+
+def _build_replica(G: nx.Graph, run, links: str, out_dir) -> dict:
+    from testbed.emu import Replica, htb_shaper
+
+    hooks: dict = {}
+    if links == "htb":
+        hooks = {"link_shaper": htb_shaper}
+    elif links == "spec":
+        from testbed.links.emulation import LinkEmulation
+
+        hooks = LinkEmulation(G.graph["dilation"], out_dir=out_dir).replica_hooks()
+    rep = Replica(G, dilation=G.graph["dilation"], controller=_controller(G), run=run, name="bench-build",
+                  out_dir=out_dir, wait_connected=0, **hooks)
+    with _MemorySampler() as mem:
+        t0 = time.perf_counter()
+        rep.__enter__()
+        t1 = time.perf_counter()
+        rep.__exit__(None, None, None)
+        t2 = time.perf_counter()
+    return {"build_s": round(t1 - t0, 3), "teardown_s": round(t2 - t1, 3), "peak_memory_mb": mem.peak_mb}
+
+
+def _build_plain(G: nx.Graph, run) -> dict:
+    """Plain Mininet: a Topo of the same nodes, ports and addresses, default Mininet start and stop."""
+    from functools import partial
+
+    from mininet import log
+    from mininet.net import Mininet
+    from mininet.node import OVSSwitch, RemoteController
+    from mininet.topo import Topo
+
+    from testbed.emu.plan import interfaces, plan
+
+    log.setLogLevel("error")
+    p = plan(G)
+    topo = Topo()
+    for h in p.hosts:
+        topo.addHost(h.name, ip=f"{h.ip}/{h.prefixlen}", mac=h.mac)
+    for sw in p.switches:
+        topo.addSwitch(sw.name, dpid=f"{sw.dpid:016x}")
+    for link in p.links:
+        topo.addLink(p.names[link.u], p.names[link.v], port1=link.port_u, port2=link.port_v)
+    controller = _controller(G)
+    switch = partial(OVSSwitch, datapath="user", protocols="OpenFlow13",
+                     failMode="secure" if controller else "standalone")
+    run.record_bridges([sw.name for sw in p.switches])
+    run.record_links(interfaces(p) + [sw.name for sw in p.switches])
+    ctl = partial(RemoteController, ip=controller[0], port=controller[1]) if controller else None
+    with _MemorySampler() as mem:
+        t0 = time.perf_counter()
+        net = Mininet(topo=topo, switch=switch, controller=ctl, autoSetMacs=False, waitConnected=False)
+        try:
+            net.start()
+            t1 = time.perf_counter()
+        finally:
+            net.stop()
+        t2 = time.perf_counter()
+    return {"build_s": round(t1 - t0, 3), "teardown_s": round(t2 - t1, 3), "peak_memory_mb": mem.peak_mb}
+
+
+def _spec_bench(args) -> dict:
+    from testbed.emu import RunRegistry
+    from testbed.topo.spec import build_graph, load_spec, resolve_spec
+
+    if args.repeat < 1:
+        raise UsageError(f"--repeat must be >= 1, got {args.repeat}")
+    G = build_graph(load_spec(resolve_spec(args.spec)))
+    doc = {"spec": G.graph["name"], "kind": G.graph["kind"], "nodes": G.number_of_nodes(),
+           "switches": len(switches(G)), "hosts": len(hosts(G)), "links": G.number_of_edges(),
+           "looped": is_looped(G), "links_mode": args.links, "scale": G.graph["scale"], "repeat": args.repeat}
+    replica_runs, plain_runs = [], []
+    with RunRegistry("bench-build") as run:
+        for i in range(args.repeat):
+            if not args.no_plain:
+                console.print(f"[dim]plain Mininet build {i + 1}/{args.repeat}[/dim]")
+                plain_runs.append(_build_plain(G, run))
+            console.print(f"[dim]replica build {i + 1}/{args.repeat}[/dim]")
+            replica_runs.append(_build_replica(G, run, args.links, args.out))
+    doc["replica"] = median_run(replica_runs)
+    doc["plain"] = median_run(plain_runs) if plain_runs else None
+    doc.update(ratios(doc["replica"], doc["plain"]))
+    doc["runs"] = {"replica": replica_runs, "plain": plain_runs}
+    if not args.json:
+        r, p = doc["replica"], doc["plain"] or {}
+        console.print(f"{doc['spec']}: {doc['nodes']} nodes ({doc['switches']} switches), {doc['links']} links, "
+                      f"links={args.links}")
+        for key, label in (("build_s", "build s"), ("teardown_s", "teardown s"), ("peak_memory_mb", "peak MB")):
+            console.print(f"  {label:12s} replica {r[key]:>8g}   plain {p.get(key, float('nan')):>8g}")
+        console.print(f"  ratios: build {doc['build_ratio']}, teardown {doc['teardown_ratio']}, "
+                      f"memory {doc['memory_ratio']}")
+    return doc
+
+
+def _iperf(rep, src, dst) -> float:
+    server = rep.popen(dst, ["iperf3", "-s", "-1"], stdout=-3, stderr=-3)
+    poll(lambda: ":5201" in rep.host(dst).cmd("ss -ltn"), timeout=10, what="iperf3 server")
+    out = rep.host(src).cmd("iperf3", "-c", rep.ip(dst), "-t", "3", "-J")
+    server.wait(timeout=30)
+    return json.loads(out[out.index("{"):])["end"]["sum_received"]["bits_per_second"]
+
+
+def _sweep(args) -> dict:
+    from testbed.emu import Replica
+    from testbed.topo import generators
+
+    cases = []
+    for leaves, per_leaf in sizes(args.quick):
+        G = generators.spine_leaf(leaves, 1, per_leaf)
+        hs = hosts(G)
+        t0 = time.monotonic()
+        rep = Replica(G, name="bench-build")
+        with rep:
+            t1 = time.monotonic()
+            for h in hs[1:]:
+                rep.host(hs[0]).cmd("ping", "-c1", "-W2", rep.ip(h))
+            t2 = time.monotonic()
+            tcp = _iperf(rep, hs[0], hs[-1])
+            t3 = time.monotonic()
+        t4 = time.monotonic()
+        case = {"switches": leaves + 1, "hosts": len(hs), "links": G.number_of_edges(),
+                "build_s": round(t1 - t0, 2), "ping_s": round(t2 - t1, 2), "teardown_s": round(t4 - t3, 2),
+                "tcp_bps": tcp}
+        cases.append(case)
+        console.print(f"{case['switches']:3d} switches {case['hosts']:3d} hosts: build {case['build_s']:.1f} s, "
+                      f"pings {case['ping_s']:.1f} s, teardown {case['teardown_s']:.1f} s, "
+                      f"TCP {tcp / 1e6:.0f} Mb/s")
+    return {"cases": cases}
+
+
+def _main(args) -> int:
+    require_root("testbed bench build")
+    doc = _spec_bench(args) if args.spec else _sweep(args)
+    if args.json:
+        print_json(doc)
+    return 0

@@ -1,0 +1,51 @@
+"""``testbed clean [--json] [--dry-run] [--force]``: remove what crashed runs left behind, and only that.
+
+Unlike ``mn -c`` (which deletes every bridge and kills every controller on the machine), this removes
+exactly the objects recorded in the run registry (``/run/scaleout-testbed/runs``) of runs whose process
+is gone: their processes (checked by start time), OVS bridges (by uuid), interfaces (by ifindex) and
+namespaces.  Live runs are left alone unless ``--force``.
+"""
+
+from __future__ import annotations
+
+from testbed.console import console, print_json, require_root
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("clean", help="remove the recorded leftovers of dead testbed runs",
+                            description=__doc__)
+    parser.add_argument("--json", action="store_true", help="print one JSON report on stdout")
+    parser.add_argument("--dry-run", action="store_true", help="only list what would be removed")
+    parser.add_argument("--force", action="store_true", help="also remove the objects of runs still alive")
+    parser.set_defaults(func=_clean)
+
+
+def _clean(args) -> int:
+    require_root("testbed clean")
+    from testbed.emu.registry import clean_runs, release_lock, try_lock
+
+    # While another run holds the lock, objects recorded by name only might be that run's: keep them.
+    lock = try_lock()
+    try:
+        reports = clean_runs(only_dead=not args.force, dry_run=args.dry_run, require_identity=lock is None)
+    finally:
+        release_lock(lock)
+    failed = any(r["failed"] for r in reports)
+    if args.json:
+        print_json({"dry_run": args.dry_run, "runs": reports})
+    verb = "would remove" if args.dry_run else "removed"
+    if not reports:
+        console.print("nothing to clean: no recorded runs")
+    for r in reports:
+        if r["skipped"]:
+            console.print(f"{r['run_id']}: still running, left alone (--force to remove its objects)")
+            continue
+        console.print(f"{r['run_id']}: {verb} {len(r['removed'])} objects, {len(r['gone'])} already gone"
+                      + (f", [red]{len(r['failed'])} failed[/red]" if r["failed"] else ""))
+        for desc in r["removed"]:
+            console.print(f"  {verb} {desc}")
+        for desc in r["kept"]:
+            console.print(f"  [yellow]kept {desc}[/yellow]")
+        for desc in r["failed"]:
+            console.print(f"  [red]failed: {desc}[/red]")
+    return 1 if failed else 0

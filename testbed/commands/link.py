@@ -1,0 +1,125 @@
+"""``testbed link``: what a link would become, and what a running delay line has done.
+
+    testbed link plan --rate 400G --distance 30km --loss 0.1% --red 100KB,400KB,20% --scale 1000 [--json]
+        real and emulated parameters, the backend (htb | kernel | userspace) and the exact commands
+        (tc argv lists, or the delay line's command line): nothing is run, no root needed.
+    testbed link stats FILE [--json]
+        counters of a delay line (its stats JSON: drops by cause, CE marks, lateness, kernel drops).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from testbed.console import console, print_json
+from testbed.dilation import Dilation
+from testbed.errors import SpecError, UsageError
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("link", help="link emulation: plan a link, read delay-line counters",
+                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=type(parser))
+    verbs.required = True
+    plan = verbs.add_parser("plan", help="show the emulated link and its commands (dry run)")
+    for flag, example in (("rate", "400G"), ("delay", "50ms"), ("distance", "30km"), ("jitter", "1ms"),
+                          ("loss", "1%"), ("queue", "1000 (packets), 64p or 10MB")):
+        plan.add_argument(f"--{flag}", metavar="V", help=f"e.g. {example}")
+    plan.add_argument("--red", metavar="KMIN,KMAX,PMAX", help="e.g. 100KB,400KB,20%% or 20p,60p,0.1")
+    plan.add_argument("--no-ecn", action="store_true", help="RED drops instead of marking ECT packets")
+    plan.add_argument("--scale", type=float, default=1.0, help="time-dilation factor (default 1)")
+    plan.add_argument("--backend", choices=("auto", "kernel", "userspace"), default=None,
+                      help="override the backend choice (default $TESTBED_LINK_BACKEND or auto)")
+    plan.add_argument("--netem", action="store_true", help="plan as if the kernel had netem and red")
+    plan.add_argument("--json", action="store_true")
+    plan.set_defaults(func=run_plan)
+    stats = verbs.add_parser("stats", help="counters of a delay line (its stats JSON file)")
+    stats.add_argument("file")
+    stats.add_argument("--json", action="store_true")
+    stats.set_defaults(func=run_stats)
+
+
+def spec_from_args(args) -> dict:
+    """The ``link:`` block the flags describe (so validation is the spec's own)."""
+    block = {k: getattr(args, k) for k in ("rate", "delay", "distance", "jitter", "loss", "queue")
+             if getattr(args, k) is not None}
+    if block.get("queue", "").isdigit():
+        block["queue"] = int(block["queue"])
+    if args.red:
+        parts = [p.strip() for p in args.red.split(",")]
+        if len(parts) != 3:
+            raise SpecError("--red", f"expected KMIN,KMAX,PMAX such as 100KB,400KB,20%, got {args.red!r}")
+        kmin, kmax, pmax = (int(p) if p.isdigit() else p for p in parts)
+        block["red"] = {"kmin": kmin, "kmax": kmax, "pmax": pmax, "ecn": not args.no_ecn}
+    return block
+
+
+def plan_document(block: dict, scale: float, backend: str | None, netem: bool) -> dict:
+    """Pure: the plan of one link as a JSON-able document."""
+    from testbed.links import tc
+    from testbed.links.delayline import build_argv
+    from testbed.links.emulation import decide
+    from testbed.links.model import LinkParams
+
+    real = LinkParams.from_spec(block, "link")
+    caps = {"netem": netem, "red": netem}
+    decision = decide({"link": real}, Dilation(scale), caps, backend)
+    doc = {"real": real.describe(), "scale": scale, "emulated": decision.params.describe(),
+           "backend": decision.backend, "ignored_delay_s": decision.ignored_delay_s,
+           "emulated_params": decision.params.to_dict()}
+    if decision.backend in ("htb", "kernel"):
+        doc["commands"] = tc.link_cmds("IFACE", decision.params)
+    elif decision.backend == "userspace":
+        doc["commands"] = [build_argv("IFACE_U", "IFACE_V", decision.params, "STATS.json", python="python3")]
+    else:
+        doc["commands"] = []
+    return doc
+
+
+def run_plan(args) -> int:
+    doc = plan_document(spec_from_args(args), args.scale, args.backend, args.netem)
+    if args.json:
+        print_json(doc)
+        return 0
+    console.print(f"real:      {doc['real']}")
+    console.print(f"emulated:  {doc['emulated']}  (scale {doc['scale']:g})")
+    console.print(f"backend:   {doc['backend']}")
+    if doc["ignored_delay_s"]:
+        console.print(f"[yellow]delay {doc['ignored_delay_s'] * 1e6:.1f} us (emulated) is below the delay line's "
+                      "own latency and is not emulated[/yellow]")
+    for argv in doc["commands"]:
+        console.print("  " + " ".join(argv), markup=False, soft_wrap=True)
+    return 0
+
+
+def run_stats(args) -> int:
+    path = Path(args.file)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such stats file") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not a delay-line stats file ({exc})") from None
+    if "directions" not in doc:
+        raise UsageError(f"{path}: not a delay-line stats file (no 'directions')")
+    if args.json:
+        print_json({k: v for k, v in doc.items()})
+        return 0
+    from rich.table import Table
+
+    t = Table(title=f"delay line {doc['interfaces']['a']} <-> {doc['interfaces']['b']} "
+                    f"(up {doc['uptime_s']:g} s, realtime {doc.get('realtime')})")
+    keys = ("rx_packets", "tx_packets", "drop_tail", "drop_red", "drop_loss", "ce_marked", "max_queue_packets",
+            "emulator_late", "max_lateness_s", "tx_errors")
+    t.add_column("counter")
+    for name in doc["directions"]:
+        t.add_column(name, justify="right")
+    for k in keys:
+        t.add_row(k, *(f"{d.get(k, 0):.6g}" if isinstance(d.get(k), float) else str(d.get(k, 0))
+                       for d in doc["directions"].values()))
+    console.print(t)
+    console.print(f"kernel receive drops (line too slow): {doc['rx_kernel_drops']}; "
+                  f"late beyond {doc['late_tolerance_s'] * 1e6:g} us: {doc['emulator_late']}")
+    return 0

@@ -1,0 +1,130 @@
+"""``testbed rdma server|write-bw|send-bw|write-lat``: perftest-like tests over soft RDMA (RoCEv2 in
+user space, UDP port 4791), runnable inside replica hosts (``mnexec -a PID`` / ``ip netns exec``).
+
+    testbed rdma server [--once]                       # on the target host
+    testbed rdma write-bw HOST --size 64KB --iters 1000 [--verify] [--json]
+    testbed rdma write-bw HOST --size 1MB --duration 10s --dcqcn --line-rate 100G --scale 1000
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from testbed.console import console, print_json
+from testbed.dilation import Dilation
+from testbed.errors import SpecError, UsageError
+from testbed.units import parse_duration, parse_rate, parse_size
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("rdma", help="soft-RDMA perftest: server, write-bw, send-bw, write-lat",
+                            description=__doc__)
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=type(parser))
+    verbs.required = True
+    server = verbs.add_parser("server", help="answer perftest clients (like ib_write_bw without a host)")
+    server.add_argument("--bind", default="0.0.0.0", help="address for the TCP exchange (default all)")
+    _ports(server)
+    server.add_argument("--once", action="store_true", help="exit after one client")
+    server.add_argument("--json", action="store_true", help="print the served results as JSON")
+    server.set_defaults(func=_server)
+    for name, test in (("write-bw", "write_bw"), ("send-bw", "send_bw"), ("write-lat", "write_lat")):
+        p = verbs.add_parser(name, help=f"{test.replace('_', ' ')} test against a server",
+                             description=__doc__)
+        p.add_argument("host", metavar="HOST", help="address of the host running 'testbed rdma server'")
+        p.add_argument("--size", default="64KB" if test != "write_lat" else "2B", help="message size")
+        group = p.add_mutually_exclusive_group()
+        group.add_argument("--iters", type=int, help="messages to send (default 1000)")
+        group.add_argument("--duration", help="run for this long instead (e.g. 10s)")
+        p.add_argument("--mtu", type=int, default=1024, help="IB path MTU: 256..4096 (default 1024)")
+        p.add_argument("--window", type=int, default=128, help="unacknowledged packets in flight")
+        p.add_argument("--tx-depth", type=int, default=16, help="work requests in flight")
+        p.add_argument("--timeout", default="50ms", help="local ACK timeout (dilated with --scale)")
+        p.add_argument("--retry", type=int, default=7, help="retry limit before the QP errors out")
+        p.add_argument("--reorder", type=int, default=32,
+                       help="early packets the responder holds before NAKing a gap (0: strict IB)")
+        p.add_argument("--dcqcn", action="store_true", help="rate-limit with DCQCN (ECN -> CNP)")
+        p.add_argument("--line-rate", default="100G", help="real-fabric line rate for DCQCN (default 100G)")
+        p.add_argument("--scale", type=float, default=1.0, help="replica time-dilation factor")
+        p.add_argument("--loss", default="0", help="drop this share of datagrams at both ends (e.g. 1%%)")
+        p.add_argument("--verify", action="store_true", help="check the target region byte by byte")
+        p.add_argument("--series", metavar="FILE", help="write the QP's rate/alpha/CNP series (.json/.csv)")
+        p.add_argument("--wait", default="0s", help="keep trying to reach a starting server this long")
+        p.add_argument("--bind", metavar="ADDR", help="local address to use (multi-homed hosts)")
+        _ports(p)
+        p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+        p.set_defaults(func=_client, test=test)
+
+
+def _ports(p) -> None:
+    from testbed.rdma.oob import DEFAULT_PORT
+    from testbed.roce.opcodes import ROCE_UDP_PORT
+
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP exchange port (default {DEFAULT_PORT})")
+    p.add_argument("--roce-port", type=int, default=ROCE_UDP_PORT,
+                   help=f"UDP port of the RoCE endpoint (default {ROCE_UDP_PORT})")
+
+
+def parse_share(value: str, field: str) -> float:
+    """``1%`` or ``0.01`` -> 0.01, within [0, 1)."""
+    text = str(value).strip()
+    try:
+        share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise SpecError(field, f"expected a share such as 1% or 0.01, got {value!r}") from None
+    if not 0 <= share < 1:
+        raise SpecError(field, f"must be in [0, 1), got {value!r}")
+    return share
+
+
+def _server(args) -> int:
+    from testbed.rdma.perf import serve
+
+    results = serve(args.bind, args.port, args.roce_port, once=args.once)
+    if args.json:
+        print_json(results)
+    return 0
+
+
+def _client(args) -> int:
+    from testbed.rdma.dcqcn import DcqcnParams
+    from testbed.rdma.perf import report_text, run_client
+    from testbed.rdma.qp import QpConfig
+    from testbed.rdma.verbs import RdmaError
+
+    size = int(parse_size(args.size, "--size"))
+    duration = parse_duration(args.duration, "--duration") if args.duration else None
+    if args.iters is not None and args.iters < 1:
+        raise SpecError("--iters", f"must be >= 1, got {args.iters}")
+    dilation = Dilation(args.scale)
+    dcqcn = DcqcnParams(line_rate=parse_rate(args.line_rate, "--line-rate")).dilated(dilation) if args.dcqcn \
+        else None
+    try:
+        cfg = QpConfig(mtu=args.mtu, window=args.window, timeout=dilation.time(parse_duration(args.timeout, "--timeout")),
+                       retry_limit=args.retry, dcqcn=dcqcn, loss=parse_share(args.loss, "--loss"),
+                       reorder=args.reorder)
+    except RdmaError as exc:
+        raise UsageError(str(exc)) from exc
+    result = run_client(args.host, args.test, size, iters=args.iters, duration=duration, port=args.port,
+                        roce_port=args.roce_port, config=cfg, verify=args.verify, tx_depth=args.tx_depth,
+                        series_every=1e-3 * args.scale if args.series else None,
+                        connect_wait=parse_duration(args.wait, "--wait"), source=args.bind)
+    if args.series:
+        _write_series(Path(args.series), result)
+    if args.json:
+        print_json(result)
+    else:
+        console.print(report_text(result), markup=False)
+    return 0 if result.get("verified", True) else 1
+
+
+def _write_series(path: Path, result: dict) -> None:
+    series = result.get("series")
+    if series is None:
+        return
+    if path.suffix == ".csv":
+        cols = series["columns"]
+        lines = [",".join(cols)] + [",".join("" if v is None else str(v) for v in row) for row in series["rows"]]
+        path.write_text("\n".join(lines) + "\n")
+    else:
+        path.write_text(json.dumps(series))

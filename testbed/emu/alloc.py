@@ -1,0 +1,60 @@
+"""One allocator per run for the numbers switches need: Thrift ports and BMv2 device ids.
+
+Numbers are handed out in order from a base and skip TCP ports something on this machine already
+listens on (another run, another tool), so two switches never share a port. The caller makes one
+:class:`Allocator` per run and passes it to whatever creates switches (FAUCET's ``serve_ports``; never
+class-level counters).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Callable
+
+
+def tcp_port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when nothing listens on ``host:port`` (we can bind it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class Allocator:
+    """Thrift ports (from ``thrift_base``) and device ids (from 1) for one run.
+
+    Args:
+        thrift_base: first Thrift port tried (BMv2's default is 9090).
+        port_free: predicate used to skip ports in use (injectable for tests).
+    """
+
+    def __init__(self, thrift_base: int = 9090, port_free: Callable[[int], bool] = tcp_port_free):
+        if not 1024 <= thrift_base <= 65000:
+            raise ValueError(f"thrift_base must be in 1024..65000, got {thrift_base}")
+        self._next_port = thrift_base
+        self._next_device = 1
+        self._port_free = port_free
+        self.given: dict[str, dict] = {}
+
+    def thrift_port(self) -> int:
+        port = self._next_port
+        while not self._port_free(port):
+            port += 1
+            if port > 65535:
+                raise RuntimeError("no free TCP port for a Thrift server")
+        self._next_port = port + 1
+        return port
+
+    def device_id(self) -> int:
+        dev = self._next_device
+        self._next_device += 1
+        return dev
+
+    def switch(self, name: str) -> dict:
+        """Numbers for switch ``name``: ``{"thrift_port", "device_id"}`` (same answer if asked again)."""
+        if name not in self.given:
+            self.given[name] = {"thrift_port": self.thrift_port(), "device_id": self.device_id()}
+        return self.given[name]

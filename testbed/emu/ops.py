@@ -1,0 +1,134 @@
+"""Small root actions, as argv builders (pure, unit-tested) plus one runner.
+
+Everything the emulation core does to the kernel or to Open vSwitch goes through :func:`run` with an
+argv list built here, so that the exact commands are visible in tests and in error messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+from testbed.errors import EmulationError
+
+#: Linux IFNAMSIZ - 1.
+IFNAME_MAX = 15
+_IFNAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def check_ifname(name: str) -> str:
+    """Raise unless ``name`` is a valid Linux interface name (<= 15 chars, no '/', ':' or spaces)."""
+    if not (0 < len(name) <= IFNAME_MAX and _IFNAME_RE.match(name)):
+        raise EmulationError(f"interface name {name!r} is invalid: 1-{IFNAME_MAX} characters of "
+                             "letters, digits, '_', '.', '-'")
+    return name
+
+
+def in_netns(argv: list[str], netns: str | None) -> list[str]:
+    """Prefix an ``ip`` command with ``-n NETNS`` (or any command with ``ip netns exec``)."""
+    if not netns:
+        return list(argv)
+    if argv[:1] == ["ip"]:
+        return ["ip", "-n", netns] + list(argv[1:])
+    return ["ip", "netns", "exec", netns] + list(argv)
+
+
+def netns_exec_argv(argv: list[str], netns: str | None) -> list[str]:
+    return ["ip", "netns", "exec", netns] + list(argv) if netns else list(argv)
+
+
+def veth_argv(a: str, b: str, ns_a: str | None = None, ns_b: str | None = None, up: bool = True,
+              mtu: int | None = None) -> list[list[str]]:
+    """Commands creating veth ``a``--``b`` with each end in its namespace (created in place)."""
+    create = ["ip", "link", "add", a]
+    if ns_a:
+        create += ["netns", ns_a]
+    create += ["type", "veth", "peer", "name", b]
+    if ns_b:
+        create += ["netns", ns_b]
+    cmds = [create]
+    for name, ns in ((a, ns_a), (b, ns_b)):
+        if mtu:
+            cmds.append(in_netns(["ip", "link", "set", name, "mtu", str(mtu)], ns))
+        if up:
+            cmds.append(in_netns(["ip", "link", "set", name, "up"], ns))
+    return cmds
+
+
+def offload_off_argv(intf: str, netns: str | None = None) -> list[str]:
+    """ethtool turning off TX checksum offload, TSO, GSO and GRO (needed by userspace forwarders)."""
+    return netns_exec_argv(["ethtool", "-K", intf, "tx", "off", "tso", "off", "gso", "off", "gro", "off"],
+                           netns)
+
+
+def neigh_batch(entries) -> str:
+    """``ip -batch`` text installing permanent neighbour entries: ``entries`` = [(ip, mac, dev)]."""
+    return "".join(f"neigh replace {ip} lladdr {mac} dev {dev} nud permanent\n" for ip, mac, dev in entries)
+
+
+def htb_argv(intf: str, rate_bps: float, netns: str | None = None, burst_bytes: int | None = None
+             ) -> list[list[str]]:
+    """tc commands shaping ``intf`` egress to ``rate_bps`` with one HTB class (the plain baseline).
+
+    Raises:
+        EmulationError: for a rate below 8 kbit/s (tc cannot express it).
+    """
+    if not rate_bps or rate_bps < 8000:
+        raise EmulationError(f"{intf}: rate {rate_bps!r} b/s is below tc's 8 kbit/s minimum")
+    rate = f"{int(rate_bps)}bit"
+    burst = burst_bytes or max(3000, int(rate_bps / 8 / 250))  # ~4 ms worth, at least two MTUs
+    tc = ["tc"] if not netns else ["ip", "netns", "exec", netns, "tc"]
+    return [
+        tc + ["qdisc", "replace", "dev", intf, "root", "handle", "1:", "htb", "default", "1"],
+        tc + ["class", "replace", "dev", intf, "parent", "1:", "classid", "1:1", "htb", "rate", rate,
+              "ceil", rate, "burst", str(burst), "cburst", str(burst)],
+    ]
+
+
+def run(argv: list[str], *, what: str, check: bool = True, ok_codes=(0,), input: str | None = None,
+        timeout: float = 30.0) -> subprocess.CompletedProcess:
+    """Run ``argv``; raise EmulationError naming ``what`` and the command's stderr on failure."""
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=timeout)
+    except FileNotFoundError:
+        raise EmulationError(f"cannot {what}: {argv[0]} is not installed") from None
+    except subprocess.TimeoutExpired:
+        raise EmulationError(f"cannot {what}: `{' '.join(argv)}` took more than {timeout:g}s") from None
+    if check and res.returncode not in ok_codes:
+        err = (res.stderr or res.stdout).strip().splitlines()
+        raise EmulationError(f"cannot {what}: `{' '.join(argv)}` failed: {err[-1] if err else res.returncode}")
+    return res
+
+
+def link_index(name: str, netns: str | None = None) -> int | None:
+    """ifindex of interface ``name`` (in ``netns``), or None when absent."""
+    if netns is None:
+        try:
+            return int(open(f"/sys/class/net/{name}/ifindex").read())
+        except (OSError, ValueError):
+            return None
+    res = subprocess.run(["ip", "-n", netns, "-j", "link", "show", "dev", name], capture_output=True,
+                         text=True)
+    if res.returncode != 0:
+        return None
+    try:
+        return int(json.loads(res.stdout)[0]["ifindex"])
+    except (ValueError, LookupError):
+        return None
+
+
+def netns_exists(name: str) -> bool:
+    return os.path.exists(f"/run/netns/{name}")
+
+
+def bridge_uuid(name: str) -> str | None:
+    """ovsdb uuid of bridge ``name``, or None when it does not exist (or OVS is not running)."""
+    try:
+        res = subprocess.run(["ovs-vsctl", "--timeout=5", "--if-exists", "get", "Bridge", name, "_uuid"],
+                             capture_output=True, text=True, timeout=10)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    out = res.stdout.strip()
+    return out if res.returncode == 0 and out else None

@@ -1,0 +1,88 @@
+"""The delay line as a Mininet node (root glue): a two-port "switch" that is one emulated link.
+
+::
+
+    u --veth-- [dl3-eth1]  DelayLineNode dl3  [dl3-eth2] --veth-- v
+                      python -m testbed.links.delayline (SCHED_FIFO, AF_PACKET)
+
+:class:`~testbed.emu.replica.Replica` inserts it on an edge when the link-node factory of
+:mod:`testbed.links.emulation` says so, and gives it ``self.run`` (the run registry) before ``start``.
+``start()`` turns offloads off, launches the process, records it and polls its stats file until it says
+ready; ``stop()`` ends it and keeps its final stats (counters + queue-depth series) in ``stats_path``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from mininet.node import Switch
+
+from testbed.emu import ops
+from testbed.errors import EmulationError
+from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S, build_argv, read_stats
+from testbed.links.model import LinkParams
+from testbed.links.wire import _repo_path, stop_delayline, wait_ready
+
+
+class DelayLineNode(Switch):
+    """Mininet node running one userspace delay line between its ports 1 and 2.
+
+    Args:
+        name: node name (``dl<i>``).
+        link: the *emulated* (already time-dilated) :class:`LinkParams`.
+        out_dir: folder for ``<name>-delayline.json`` (stats) and ``.log``.
+        seed: random seed of the loss/RED/jitter draws (None: from the OS).
+        late_tolerance_s: lateness counted as ``emulator_late``.
+    """
+
+    def __init__(self, name: str, link: LinkParams | None = None, out_dir: str | os.PathLike | None = None,
+                 seed: int | None = None, late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S, **params):
+        if link is None:
+            raise EmulationError(f"link node {name}: no link parameters given")
+        self.link = link
+        self.out_dir = Path(out_dir) if out_dir else Path(tempfile.gettempdir()) / f"testbed-links-{os.getpid()}"
+        self.seed = seed
+        self.late_tolerance_s = late_tolerance_s
+        self.stats_path = self.out_dir / f"{name}-delayline.json"
+        self.log_path = self.out_dir / f"{name}-delayline.log"
+        self.proc = None
+        self.final_stats: dict | None = None
+        super().__init__(name, **params)
+
+    def port_names(self) -> tuple[str, str]:
+        """(interface towards u, interface towards v)."""
+        try:
+            return self.intfs[1].name, self.intfs[2].name
+        except KeyError:
+            raise EmulationError(f"link node {self.name} needs ports 1 and 2, has {sorted(self.intfs)}") from None
+
+    def start(self, controllers) -> None:
+        a, b = self.port_names()
+        for intf in (a, b):
+            ops.run(ops.offload_off_argv(intf), what=f"disable offloads on {intf}", check=False)
+            ops.run(["sysctl", "-qw", f"net.ipv6.conf.{intf}.disable_ipv6=1"], what=f"disable IPv6 on {intf}",
+                    check=False)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.stats_path.unlink(missing_ok=True)
+        argv = build_argv(a, b, self.link, self.stats_path, seed=self.seed, late_tolerance_s=self.late_tolerance_s)
+        run = getattr(self, "run", None)
+        if run is None:
+            raise EmulationError(f"link node {self.name}: no run registry (start it through Replica)")
+        self.proc = run.spawn(argv, log=self.log_path, env={**os.environ, "PYTHONPATH": _repo_path()})
+        wait_ready(self.proc, self.stats_path, self.log_path, what=f"delay line {self.name} ({a}<->{b})")
+
+    def stats(self) -> dict | None:
+        """Latest counters (rewritten every second; the final ones after :meth:`stop`)."""
+        return self.final_stats or read_stats(self.stats_path)
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
+        if self.proc is not None:
+            self.final_stats = stop_delayline(self.proc, self.stats_path, self.log_path)
+            self.proc = None
+        super().stop(deleteIntfs)
+
+    def connected(self) -> bool:
+        """Mininet asks switches whether they reached a controller; a link has none to reach."""
+        return True

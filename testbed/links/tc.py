@@ -1,0 +1,187 @@
+"""tc command builders for the kernel backend (pure; Mininet's ``bwCmds`` manner, but returning argv lists).
+
+Two shapes, both on the egress of one interface:
+
+* rate only (no delay line needed, works on every kernel with HTB)::
+
+      root htb 5:  --  class 5:1 rate R ceil R
+
+* the full link, where the kernel has ``sch_netem`` (and ``sch_red`` for marking)::
+
+      root netem 10: delay D [J] loss ... limit N     propagation delay and wire loss
+        '-- tbf 20: rate R burst B limit L            the bottleneck (serialisation)
+              '-- red 30: min max probability ecn     the egress queue with RED/ECN (else tbf's bfifo)
+
+  A constant delay before or after a FIFO gives the same departures shifted by D, so delaying first and
+  queueing second models "queue, then wire" exactly (jitter aside).
+
+:func:`choose_backend` picks ``kernel`` or ``userspace`` (the delay line) from the capability probe.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from testbed.errors import CapabilityError, SpecError, UsageError
+from testbed.links.model import BYTES, LinkParams, LossModel, RedParams
+
+#: Average packet size assumed when converting packet thresholds to tc's byte thresholds.
+AVPKT = 1514
+#: Environment override of the backend choice: auto | kernel | userspace.
+BACKEND_ENV = "TESTBED_LINK_BACKEND"
+BACKENDS = ("auto", "kernel", "userspace")
+#: tc cannot express rates below 8 kbit/s.
+MIN_RATE_BPS = 8000
+
+
+def _tc(netns: str | None) -> list[str]:
+    return ["ip", "netns", "exec", netns, "tc"] if netns else ["tc"]
+
+
+def _rate(bps: float, field: str = "link.rate") -> str:
+    if not bps or bps < MIN_RATE_BPS:
+        raise SpecError(field, f"emulated rate {bps!r} bit/s is below tc's minimum of 8 kbit/s; "
+                               "use a smaller time-dilation scale")
+    return f"{int(round(bps))}bit"
+
+
+def _us(seconds: float) -> str:
+    return f"{int(round(seconds * 1e6))}us"
+
+
+def _pct(p: float) -> str:
+    return f"{p * 100:.6g}%"
+
+
+def burst_bytes(rate_bps: float) -> int:
+    """Token-bucket depth: ~1 ms at the rate, at least two full frames (so a frame always fits)."""
+    return max(2 * AVPKT, int(rate_bps / 8 / 1000))
+
+
+def htb_cmds(dev: str, rate_bps: float, netns: str | None = None) -> list[list[str]]:
+    """Rate only: HTB root with one class at ``rate_bps`` (ceil = rate, so no borrowing)."""
+    rate = _rate(rate_bps)
+    burst = str(burst_bytes(rate_bps))
+    tc = _tc(netns)
+    return [tc + ["qdisc", "replace", "dev", dev, "root", "handle", "5:", "htb", "default", "1"],
+            tc + ["class", "replace", "dev", dev, "parent", "5:", "classid", "5:1", "htb", "rate", rate,
+                  "ceil", rate, "burst", burst, "cburst", burst]]
+
+
+def tbf_cmd(dev: str, rate_bps: float, limit_bytes: float, parent: str | None = None, handle: str = "20:",
+            netns: str | None = None) -> list[str]:
+    """TBF at ``rate_bps`` with a queue of ``limit_bytes`` (at the root, or under ``parent``)."""
+    where = ["parent", parent] if parent else ["root"]
+    return _tc(netns) + ["qdisc", "replace", "dev", dev, *where, "handle", handle, "tbf", "rate", _rate(rate_bps),
+                         "burst", str(burst_bytes(rate_bps)), "limit", str(int(limit_bytes))]
+
+
+def loss_args(loss: LossModel | None) -> list[str]:
+    """netem ``loss`` arguments: ``random P%`` or ``gemodel p r 1-h 1-k`` (percentages)."""
+    if loss is None or not loss.active:
+        return []
+    if loss.kind == "random":
+        return ["loss", "random", _pct(loss.rate)]
+    return ["loss", "gemodel", _pct(loss.p), _pct(loss.r), _pct(loss.loss_bad), _pct(loss.loss_good)]
+
+
+def netem_cmd(dev: str, params: LinkParams, parent: str | None = None, handle: str = "10:",
+              netns: str | None = None) -> list[str]:
+    """netem with the delay, jitter, loss and packet limit of (emulated) ``params``."""
+    where = ["parent", parent] if parent else ["root"]
+    argv = _tc(netns) + ["qdisc", "replace", "dev", dev, *where, "handle", handle, "netem"]
+    delay = params.one_way_delay_s
+    if delay or params.jitter_s:
+        argv += ["delay", _us(delay)]
+        if params.jitter_s:
+            argv.append(_us(params.jitter_s))
+    argv += loss_args(params.loss)
+    argv += ["limit", str(packet_limit(params))]
+    return argv
+
+
+def packet_limit(params: LinkParams) -> int:
+    """Queue limit in packets (a byte limit is divided by a full frame, rounded up)."""
+    limit, unit = params.queue_limit
+    return int(math.ceil(limit / AVPKT)) if unit == BYTES else int(limit)
+
+
+def byte_limit(params: LinkParams) -> int:
+    """Queue limit in bytes (a packet limit times a full frame)."""
+    limit, unit = params.queue_limit
+    return int(limit) if unit == BYTES else int(limit) * AVPKT
+
+
+def red_cmd(dev: str, red: RedParams, rate_bps: float, limit_bytes: float, parent: str, handle: str = "30:",
+            netns: str | None = None) -> list[str]:
+    """RED with ECN marking (``ecn``) or early drop; thresholds in bytes (packets times 1514).
+
+    Linux RED averages the queue (EWMA); ``burst`` is set to tc's recommended ``(2*min + max) / (3*avpkt)``
+    (at least 1), which keeps the average close to the instantaneous queue DCQCN switches use.
+    """
+    scale = 1 if red.unit == BYTES else AVPKT
+    kmin, kmax = int(red.kmin * scale), int(red.kmax * scale)
+    if kmax <= kmin:
+        kmax = kmin + 1  # tc needs max > min; a step curve
+    burst = max(1, int((2 * kmin + kmax) / (3 * AVPKT)))
+    limit = max(int(limit_bytes), kmax + AVPKT)
+    argv = _tc(netns) + ["qdisc", "replace", "dev", dev, "parent", parent, "handle", handle, "red",
+                         "limit", str(limit), "min", str(kmin), "max", str(kmax), "avpkt", str(AVPKT),
+                         "burst", str(burst), "bandwidth", _rate(rate_bps), "probability", f"{red.pmax:.6g}"]
+    if red.ecn:
+        argv.append("ecn")
+    return argv
+
+
+def link_cmds(dev: str, params: LinkParams, netns: str | None = None) -> list[list[str]]:
+    """Commands emulating (emulated, already scaled) ``params`` on ``dev``'s egress with the kernel.
+
+    Raises:
+        SpecError: RED without a rate (no queue can form), or a rate below tc's minimum.
+    """
+    if params.red is not None and not params.rate_bps:
+        raise SpecError("link.red", "RED marking needs a rate (a queue only forms at a bottleneck)")
+    if not params.needs_delay_line:
+        return htb_cmds(dev, params.rate_bps, netns) if params.rate_bps else []
+    cmds = [netem_cmd(dev, params, netns=netns)]
+    if params.rate_bps:
+        cmds.append(tbf_cmd(dev, params.rate_bps, byte_limit(params), parent="10:1", netns=netns))
+        if params.red is not None:
+            cmds.append(red_cmd(dev, params.red, params.rate_bps, byte_limit(params), parent="20:1", netns=netns))
+    return cmds
+
+
+def clear_cmd(dev: str, netns: str | None = None) -> list[str]:
+    """Remove the root qdisc (exit 2 when there is none: callers accept that)."""
+    return _tc(netns) + ["qdisc", "del", "dev", dev, "root"]
+
+
+def choose_backend(params: LinkParams, capabilities: dict | None, override: str | None = None) -> str:
+    """``htb``, ``kernel`` or ``userspace`` for one (emulated) link.
+
+    Args:
+        params: the link.
+        capabilities: ``testbed.doctor.capabilities()`` (keys ``netem``, ``red``: bool); None = unknown.
+        override: ``auto`` | ``kernel`` | ``userspace`` (default: ``$TESTBED_LINK_BACKEND`` or auto).
+
+    Raises:
+        UsageError: an unknown override.
+        CapabilityError: ``kernel`` forced where the kernel lacks netem (or red for a marking link).
+    """
+    choice = (override or os.environ.get(BACKEND_ENV) or "auto").lower()
+    if choice not in BACKENDS:
+        raise UsageError(f"{BACKEND_ENV}/--link-backend: unknown backend {choice!r}; allowed: {', '.join(BACKENDS)}")
+    if not params.needs_delay_line:
+        return "htb"
+    caps = capabilities or {}
+    kernel_ok = bool(caps.get("netem")) and (params.red is None or bool(caps.get("red")))
+    if choice == "kernel":
+        if not kernel_ok:
+            missing = "sch_netem" if not caps.get("netem") else "sch_red"
+            raise CapabilityError(f"link backend 'kernel' needs {missing}, which this kernel lacks; "
+                                  "use the userspace delay line (TESTBED_LINK_BACKEND=userspace)")
+        return "kernel"
+    if choice == "userspace":
+        return "userspace"
+    return "kernel" if kernel_ok else "userspace"

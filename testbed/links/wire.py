@@ -1,0 +1,206 @@
+"""Two namespaces joined by one emulated link: the bench's and the integration tests' fixture (root glue).
+
+::
+
+    netns {p}A                root namespace                    netns {p}B
+    [{p}a0 10.77.0.1] --veth-- [{p}da]  delay line  [{p}db] --veth-- [{p}b0 10.77.0.2]
+
+Every namespace, veth and the delay-line process is recorded in the caller's
+:class:`~testbed.emu.registry.RunRegistry` before it exists, so leaving the registry's ``with`` block
+removes them even after an error. Names carry a per-process prefix (``lk`` + 4 digits) so that they
+never clash with anyone else's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from testbed.emu import ops
+from testbed.emu.registry import RunRegistry
+from testbed.errors import EmulationError
+from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S, build_argv, read_stats
+from testbed.links.model import LinkParams
+from testbed.poll import poll
+
+IP_A, IP_B = "10.77.0.1", "10.77.0.2"
+MAC_A, MAC_B = "02:77:00:00:00:01", "02:77:00:00:00:02"
+
+
+def name_prefix(tag: str = "") -> str:
+    """``lk`` + 4 digits of our pid (+ a 1-char tag): unique on this machine while we run."""
+    return f"lk{os.getpid() % 10000:04d}{tag[:1]}"
+
+
+class Wire:
+    """Host A -- delay line -- host B. Create with :func:`open_wire`."""
+
+    def __init__(self, run: RunRegistry, prefix: str, workdir: Path):
+        self.run = run
+        self.prefix = prefix
+        self.ns_a, self.ns_b = f"{prefix}A", f"{prefix}B"
+        self.if_a, self.if_b = f"{prefix}a0", f"{prefix}b0"
+        self.dl_a, self.dl_b = f"{prefix}da", f"{prefix}db"
+        self.ip_a, self.ip_b = IP_A, IP_B
+        self.workdir = Path(workdir)
+        self.stats_path = self.workdir / f"{prefix}-delayline.json"
+        self.log_path = self.workdir / f"{prefix}-delayline.log"
+        self.proc: subprocess.Popen | None = None
+
+    def build(self) -> None:
+        run = self.run
+        run.add_netns(self.ns_a)
+        run.add_netns(self.ns_b)
+        run.add_veth(self.if_a, self.dl_a, ns_a=self.ns_a)
+        run.add_veth(self.dl_b, self.if_b, ns_b=self.ns_b)
+        for intf in (self.dl_a, self.dl_b):
+            ops.run(["sysctl", "-qw", f"net.ipv6.conf.{intf}.disable_ipv6=1"], what=f"disable IPv6 on {intf}",
+                    check=False)
+        for ns, intf, ip, mac, peer_ip, peer_mac in ((self.ns_a, self.if_a, IP_A, MAC_A, IP_B, MAC_B),
+                                                     (self.ns_b, self.if_b, IP_B, MAC_B, IP_A, MAC_A)):
+            for argv in (["ip", "link", "set", intf, "address", mac],
+                         ["ip", "addr", "add", f"{ip}/24", "dev", intf],
+                         ["ip", "neigh", "replace", peer_ip, "lladdr", peer_mac, "dev", intf, "nud", "permanent"]):
+                ops.run(ops.in_netns(argv, ns), what=f"configure {intf} in {ns}")
+            ops.run(ops.netns_exec_argv(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"], ns),
+                    what=f"disable IPv6 in {ns}", check=False)
+
+    def start(self, params: LinkParams, *, seed: int | None = None,
+              late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S, spin_s: float | None = None) -> dict:
+        """Start the delay line with the *emulated* ``params``; returns its first stats document."""
+        if self.proc is not None:
+            raise EmulationError(f"delay line on {self.dl_a}/{self.dl_b} already running")
+        self.stats_path.unlink(missing_ok=True)
+        argv = build_argv(self.dl_a, self.dl_b, params, self.stats_path, seed=seed,
+                          late_tolerance_s=late_tolerance_s, stats_interval_s=0.5,
+                          **({} if spin_s is None else {"spin_s": spin_s}))
+        self.proc = self.run.spawn(argv, log=self.log_path, env={**os.environ, "PYTHONPATH": _repo_path()})
+        return wait_ready(self.proc, self.stats_path, self.log_path, what=f"delay line {self.prefix}")
+
+    def stop(self) -> dict:
+        """Stop the delay line; returns its final stats (with the queue-depth series)."""
+        return stop_delayline(self.proc, self.stats_path, self.log_path) if self.proc else {}
+
+    def restart(self, params: LinkParams, **kwargs) -> dict:
+        """Stop the delay line and start a fresh one (zeroed counters) with new ``params``."""
+        self.stop()
+        self.proc = None
+        return self.start(params, **kwargs)
+
+    def stats(self) -> dict | None:
+        return read_stats(self.stats_path)
+
+    def probe(self, count: int, pps: float, size: int = 1472, tos: int = 0, port: int = 5201,
+              idle: float = 1.0, timeout: float = 60.0) -> tuple[dict, dict]:
+        """Send ``count`` UDP probes A -> B (see :mod:`testbed.links.probe`); returns (sender, receiver) docs."""
+        ready = self.workdir / f"{self.prefix}-probe.ready"
+        out = self.workdir / f"{self.prefix}-probe.json"
+        for f in (ready, out):
+            f.unlink(missing_ok=True)
+        py = [sys.executable, "-m", "testbed.links.probe"]
+        env = {**os.environ, "PYTHONPATH": _repo_path()}
+        recv = subprocess.Popen(self.exec_argv("b", py + ["recv", "--port", str(port), "--ready", str(ready),
+                                                          "--out", str(out), "--count", str(count),
+                                                          "--idle", str(idle), "--timeout", str(timeout)]),
+                                env=env)
+        try:
+            poll(ready.exists, timeout=10, interval=0.02, what="probe receiver to bind")
+            sent = subprocess.run(self.exec_argv("a", py + ["send", "--dst", self.ip_b, "--port", str(port),
+                                                            "--count", str(count), "--pps", str(pps),
+                                                            "--size", str(size), "--tos", str(tos)]),
+                                  env=env, capture_output=True, text=True, timeout=timeout, check=True)
+            recv.wait(timeout=timeout + 10)
+        finally:
+            if recv.poll() is None:
+                recv.kill()
+                recv.wait()
+        if recv.returncode != 0 or not out.exists():
+            raise EmulationError(f"probe receiver failed with status {recv.returncode}")
+        return json.loads(sent.stdout), json.loads(out.read_text())
+
+    @contextmanager
+    def capture(self, side: str, port: int, name: str):
+        """tcpdump (nanosecond kernel timestamps) of UDP ``port`` on host ``side``'s interface; yields the path.
+
+        Waits until tcpdump says it is listening; stops it with SIGINT (so it flushes) on exit.
+        """
+        path = self.workdir / f"{self.prefix}-{name}.pcap"
+        log = self.workdir / f"{self.prefix}-{name}.tcpdump.log"
+        log.unlink(missing_ok=True)
+        intf = self.if_a if side == "a" else self.if_b
+        proc = self.run.spawn(self.exec_argv(side, tcpdump_argv(intf, path, port)), log=log)
+        try:
+            poll(lambda: proc.poll() is None and "listening on" in log.read_text(), timeout=10, interval=0.02,
+                 what=f"tcpdump on {intf}")
+            yield path
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+    def exec_argv(self, side: str, argv: list[str]) -> list[str]:
+        """``argv`` wrapped to run in host ``a`` or ``b``."""
+        return ops.netns_exec_argv(argv, self.ns_a if side == "a" else self.ns_b)
+
+
+def tcpdump_argv(intf: str, path: Path, port: int) -> list[str]:
+    """tcpdump writing UDP ``port`` frames of ``intf`` (first 96 bytes) with nanosecond timestamps."""
+    return ["tcpdump", "-i", intf, "-n", "-s", "96", "-B", "32768", "--immediate-mode", "--time-stamp-precision", "nano",
+            "-w", str(path), "udp", "port", str(port)]
+
+
+def _repo_path() -> str:
+    """Directory containing the ``testbed`` package, so ``python -m testbed...`` works as root."""
+    return str(Path(__file__).resolve().parent.parent.parent)
+
+
+def wait_ready(proc: subprocess.Popen, stats_path: Path, log_path: Path, what: str, timeout: float = 15.0) -> dict:
+    """Poll until the delay line wrote ``ready`` to its stats file; raise naming its log if it died."""
+
+    def ready():
+        if proc.poll() is not None:
+            raise EmulationError(f"{what} exited with status {proc.returncode}; see {log_path}")
+        doc = read_stats(stats_path)
+        return doc if doc and doc.get("ready") else None
+
+    try:
+        return poll(ready, timeout=timeout, interval=0.02, what=f"{what} to bind its interfaces")
+    except TimeoutError as exc:
+        if proc.poll() is not None:
+            raise EmulationError(f"{what} exited with status {proc.returncode}; see {log_path}") from None
+        raise EmulationError(f"{exc}; see {log_path}") from None
+
+
+def stop_delayline(proc: subprocess.Popen, stats_path: Path, log_path: Path, timeout: float = 10.0) -> dict:
+    """SIGTERM the delay line, wait for it to write its final stats and exit; return those stats."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+            raise EmulationError(f"delay line pid {proc.pid} ignored SIGTERM; see {log_path}") from None
+    if proc.returncode not in (0, -signal.SIGTERM):
+        raise EmulationError(f"delay line exited with status {proc.returncode}; see {log_path}")
+    return read_stats(stats_path) or {}
+
+
+def open_wire(run: RunRegistry, workdir: Path, params: LinkParams | None = None, tag: str = "", **start_kwargs
+              ) -> Wire:
+    """Build host A -- link -- host B inside ``run``; start the delay line when ``params`` is given."""
+    wire = Wire(run, name_prefix(tag), workdir)
+    wire.workdir.mkdir(parents=True, exist_ok=True)
+    wire.build()
+    if params is not None:
+        wire.start(params, **start_kwargs)
+    return wire

@@ -1,0 +1,232 @@
+"""Pure builders of fabric.p4 table entries (no switch, no root): routes -> entries, ECN/fast-CNP config.
+
+    RoutingBrain Route(prefix, group, ports, dest) --route_entries--> ipv4_lpm   prefix -> set_ecmp_group(g, n)
+                                                                      ecmp_nhop  (g, i)  -> set_nhop(port_i, smac, dmac)
+    EcnConfig(kmin, kmax, pmax, mode, cnp_interval) --ecn_entries--> ecn_config (default or per port)
+    ports --mirror_sessions--> clone session p sends out of port p (fast CNPs leave by the ingress port)
+
+Every entry is a :class:`TableEntry` whose :meth:`TableEntry.render` is the ``simple_switch_CLI`` line,
+so a program can be dumped, diffed and replayed by hand; :meth:`testbed.p4rt.client.SwitchClient.apply`
+programs a list of them over Thrift.
+
+The destination MAC written on every hop is the destination host's own MAC: hosts use static ARP (or
+fabric.p4's proxy ARP), switches never check MACs, so one rewrite serves every hop including the last.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from testbed.errors import SpecError
+
+#: fabric.p4 egress modes (bit 0 = ECN marking, bit 1 = fast CNP).
+MODES = {"off": 0, "ecn": 1, "fast-cnp": 2, "both": 3}
+#: pmax is carried as a Q16 fraction (65536 = probability 1).
+PMAX_ONE = 1 << 16
+#: BMv2 enq_qdepth is 19 bits.
+MAX_QDEPTH = (1 << 19) - 1
+#: Counter indexes of fabric.p4 (``drops`` and ``cnp_skipped``).
+DROP_REASONS = {"malformed": 0, "no_route": 1, "ttl": 2, "queue": 3, "not_ip": 4}
+CNP_SKIP_REASONS = {"rate_limited": 0, "qp_unknown": 1}
+
+_MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """One table entry (or, with ``default``, a table's default action) in CLI syntax."""
+
+    table: str
+    action: str
+    match: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    priority: int = 0
+    default: bool = False
+
+    def render(self) -> str:
+        """The ``simple_switch_CLI`` command for this entry."""
+        if self.default:
+            return " ".join(["table_set_default", self.table, self.action, *self.params])
+        line = ["table_add", self.table, self.action, *self.match, "=>", *self.params]
+        if self.priority:
+            line.append(str(self.priority))
+        return " ".join(line)
+
+
+@dataclass(frozen=True)
+class EcnConfig:
+    """RED marking and fast-CNP settings of one egress port (or, as default, of all ports).
+
+    Args:
+        kmin_pkts, kmax_pkts: RED thresholds on the egress queue, in packets (BMv2 counts packets).
+        pmax: marking probability reached at kmax (0..1); at and above kmax every ECT packet is marked.
+        mode: off | ecn | fast-cnp | both.
+        cnp_interval_s: at most one switch CNP per flow per interval (emulated time, seconds).
+    """
+
+    kmin_pkts: int
+    kmax_pkts: int
+    pmax: float = 1.0
+    mode: str = "ecn"
+    cnp_interval_s: float = 50e-6
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise SpecError("ecn.mode", f"{self.mode!r} is not one of: {', '.join(MODES)}")
+        for name in ("kmin_pkts", "kmax_pkts"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_QDEPTH:
+                raise SpecError(f"ecn.{name}", f"must be an integer number of packets in 0..{MAX_QDEPTH}, "
+                                               f"got {v!r}")
+        if self.kmax_pkts <= self.kmin_pkts:
+            raise SpecError("ecn.kmax_pkts", f"must be greater than kmin_pkts ({self.kmin_pkts}), "
+                                             f"got {self.kmax_pkts}")
+        if not 0.0 <= self.pmax <= 1.0:
+            raise SpecError("ecn.pmax", f"must be a probability in 0..1, got {self.pmax!r}")
+        if not 0.0 <= self.cnp_interval_s < 3600:
+            raise SpecError("ecn.cnp_interval_s", f"must be in 0..3600 s, got {self.cnp_interval_s!r}")
+
+    @classmethod
+    def from_bytes(cls, kmin_bytes: float, kmax_bytes: float, mtu: int = 1500, **kw) -> "EcnConfig":
+        """Thresholds given in bytes (as DCQCN papers give them) rounded to packets of ``mtu`` bytes."""
+        kmin = max(0, round(kmin_bytes / mtu))
+        kmax = max(kmin + 1, round(kmax_bytes / mtu))
+        return cls(kmin_pkts=kmin, kmax_pkts=kmax, **kw)
+
+    def params(self) -> tuple[str, ...]:
+        return (str(self.kmin_pkts), str(self.kmax_pkts), str(round(self.pmax * PMAX_ONE)),
+                str(MODES[self.mode]), str(round(self.cnp_interval_s * 1e6)))
+
+
+def check_mac(mac: str, field: str) -> str:
+    if not isinstance(mac, str) or not _MAC.match(mac):
+        raise SpecError(field, f"expected a MAC address like 02:00:00:00:00:01, got {mac!r}")
+    return mac.lower()
+
+
+def router_mac(dpid: int) -> str:
+    """The switch's own MAC (source of rewritten frames, proxy-ARP answers): ``02:fe:`` + 32-bit dpid."""
+    if not isinstance(dpid, int) or not 0 < dpid < 1 << 32:
+        raise SpecError("dpid", f"must be an integer in 1..2^32-1, got {dpid!r}")
+    return "02:fe:" + ":".join(f"{(dpid >> s) & 0xFF:02x}" for s in (24, 16, 8, 0))
+
+
+def switch_config_entries(mac: str) -> list[TableEntry]:
+    return [TableEntry("switch_config", "set_router_mac", params=(check_mac(mac, "router_mac"),), default=True)]
+
+
+def route_entries(prefix: str, group: int, ports: Iterable[int], smac: str, dmac: str) -> list[TableEntry]:
+    """Entries forwarding ``prefix`` over the ECMP group ``group`` whose members are ``ports``.
+
+    Members are indexed in sorted port order, so the same routes always give the same entries.
+
+    Raises:
+        SpecError: bad prefix, empty or out-of-range ports, bad group id or MAC.
+    """
+    try:
+        net = ipaddress.IPv4Network(prefix, strict=True)
+    except ValueError as exc:
+        raise SpecError("route.prefix", f"{prefix!r} is not an IPv4 prefix: {exc}") from None
+    members = sorted(set(ports))
+    if not members:
+        raise SpecError(f"route.{prefix}.ports", "an ECMP group needs at least one port")
+    for p in members:
+        if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < 512:
+            raise SpecError(f"route.{prefix}.ports", f"port {p!r} is not in 0..511")
+    if isinstance(group, bool) or not isinstance(group, int) or not 0 <= group < 1 << 16:
+        raise SpecError(f"route.{prefix}.group", f"must be an integer in 0..65535, got {group!r}")
+    smac, dmac = check_mac(smac, "route.smac"), check_mac(dmac, "route.dmac")
+    out = [TableEntry("ipv4_lpm", "set_ecmp_group", match=(f"{net.network_address}/{net.prefixlen}",),
+                      params=(str(group), str(len(members))))]
+    out += [TableEntry("ecmp_nhop", "set_nhop", match=(str(group), str(i)), params=(str(p), smac, dmac))
+            for i, p in enumerate(members)]
+    return out
+
+
+def routes_to_entries(routes: Iterable, dest_macs: Mapping[str, str], smac: str) -> list[TableEntry]:
+    """Entries for routing-brain routes of one switch (objects with ``prefix``, ``group``, ``ports``,
+    ``dest``; see :class:`testbed.routing.brain.Route`).
+
+    Args:
+        routes: the switch's routes.
+        dest_macs: {destination host: its MAC}.
+        smac: the switch's router MAC.
+
+    Raises:
+        SpecError: a route's destination has no MAC.
+    """
+    out: list[TableEntry] = []
+    for r in sorted(routes, key=lambda r: (r.group, r.prefix)):
+        if r.dest not in dest_macs:
+            raise SpecError(f"route.{r.prefix}.dest", f"no MAC known for destination host {r.dest!r}")
+        out += route_entries(r.prefix, r.group, r.ports, smac, dest_macs[r.dest])
+    return out
+
+
+def ecn_entries(cfg: EcnConfig, port: int | None = None) -> list[TableEntry]:
+    """The ``ecn_config`` entry of one egress ``port``, or (port None) the default for all ports."""
+    if port is None:
+        return [TableEntry("ecn_config", "set_ecn", params=cfg.params(), default=True)]
+    return [TableEntry("ecn_config", "set_ecn", match=(str(port),), params=cfg.params())]
+
+
+def qp_map_entry(sender_ip: str, receiver_ip: str, receiver_qp: int, sender_qp: int) -> TableEntry:
+    """Control-plane mapping used by fast CNP when the switch never sees the flow's ACKs."""
+    for name, qp in (("receiver_qp", receiver_qp), ("sender_qp", sender_qp)):
+        if isinstance(qp, bool) or not isinstance(qp, int) or not 0 <= qp < 1 << 24:
+            raise SpecError(f"qp_map.{name}", f"a QP number is 24 bits, got {qp!r}")
+    for name, ip in (("sender_ip", sender_ip), ("receiver_ip", receiver_ip)):
+        try:
+            ipaddress.IPv4Address(ip)
+        except ValueError:
+            raise SpecError(f"qp_map.{name}", f"{ip!r} is not an IPv4 address") from None
+    return TableEntry("qp_map", "set_sender_qp", match=(sender_ip, receiver_ip, str(receiver_qp)),
+                      params=(str(sender_qp),))
+
+
+def mirror_sessions(ports: Iterable[int]) -> list[tuple[int, int]]:
+    """(session, port) pairs: fabric.p4 clones a CNP with session id == the data packet's ingress port."""
+    return [(p, p) for p in sorted(set(ports))]
+
+
+@dataclass(frozen=True)
+class FabricProgram:
+    """Everything one fabric.p4 switch is programmed with."""
+
+    entries: tuple[TableEntry, ...]
+    mirrors: tuple[tuple[int, int], ...]
+
+    def render(self) -> str:
+        """The whole program as ``simple_switch_CLI`` input."""
+        lines = [e.render() for e in self.entries]
+        lines += [f"mirroring_add {s} {p}" for s, p in self.mirrors]
+        return "\n".join(lines) + "\n"
+
+
+def fabric_program(G, switch, routes: Iterable, ecn: EcnConfig | None = None,
+                   port_ecn: Mapping[int, EcnConfig] | None = None) -> FabricProgram:
+    """Program of ``switch`` in fabric graph ``G`` from its routing-brain routes.
+
+    Args:
+        G: fabric graph (hosts carry ``mac``; switches ``dpid``).
+        switch: the switch node.
+        routes: its routes (``RoutingBrain.tables()[switch].values()``).
+        ecn: default ECN/fast-CNP config for every port (None: mode off).
+        port_ecn: per-port overrides.
+    """
+    attrs = G.nodes[switch]
+    if "dpid" not in attrs:
+        raise SpecError(f"switches.{switch}.dpid", "switch has no dpid (run topo addressing first)")
+    smac = router_mac(attrs["dpid"])
+    dest_macs = {n: d["mac"] for n, d in G.nodes(data=True) if d.get("role") == "host" and "mac" in d}
+    entries = switch_config_entries(smac)
+    entries += routes_to_entries(routes, dest_macs, smac)
+    if ecn is not None:
+        entries += ecn_entries(ecn)
+    for port, cfg in sorted((port_ecn or {}).items()):
+        entries += ecn_entries(cfg, port)
+    ports = [G.edges[switch, nbr]["ports"][switch] for nbr in G.neighbors(switch)]
+    return FabricProgram(entries=tuple(entries), mirrors=tuple(mirror_sessions(ports)))

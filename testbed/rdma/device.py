@@ -1,0 +1,202 @@
+"""The soft RoCE "NIC": one UDP socket on port 4791 in this network namespace, a QP table, and the
+progress loop that moves datagrams between the socket and the queue pairs.
+
+The kernel adds IP and UDP; the datagram is BTH .. ICRC. The socket is unconnected with path-MTU
+discovery on, so IPv4 packets leave with DF set and IP ID 0, which the ICRC covers (see
+:mod:`testbed.rdma.wire`). Every datagram carries ECT(0) (``IP_TOS``); ``IP_RECVTOS`` hands the
+received ECN bits to the QPs, so CE marks drive DCQCN's notification point::
+
+    progress(): recv (non-blocking, up to a batch) -> ICRC + source check -> qp.on_datagram
+                timers -> qp.pump (window, DCQCN pacing) -> sendmsg(parts) (scatter, no copy)
+                nothing to do -> select() until the next deadline (never a fixed sleep)
+
+Single-threaded on purpose: the application thread drives the "NIC" (as rdma_rxe's tasklets do), so
+there are no locks and no GIL ping-pong on the data path.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import random
+import select
+import socket
+import struct
+import time
+from typing import Callable
+
+from testbed.rdma import wire
+from testbed.rdma.qp import QpConfig, QueuePair, Remote
+from testbed.rdma.verbs import CompletionQueue, ProtectionDomain, RdmaError
+from testbed.roce.opcodes import ROCE_UDP_PORT
+
+IP_MTU_DISCOVER = getattr(socket, "IP_MTU_DISCOVER", 10)
+IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
+IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
+IPV6_RECVTCLASS = getattr(socket, "IPV6_RECVTCLASS", 66)
+IPV6_TCLASS = getattr(socket, "IPV6_TCLASS", 67)
+ECT0 = 0x02
+
+
+def source_ip_for(peer: str) -> str:
+    """The local address the kernel would use to reach ``peer`` (a UDP 'connect' sends nothing)."""
+    family = socket.AF_INET6 if ipaddress.ip_address(peer).version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect((peer, 9))
+        return s.getsockname()[0]
+
+
+def _set_buffers(sock: socket.socket, size: int) -> None:
+    """Large socket buffers, so a receiver descheduled for a few ms on a busy machine loses nothing.
+
+    ``net.core.rmem_max`` caps SO_RCVBUF (about 200 KB by default, ~90 datagrams of 1 KB); root may go
+    past it with the FORCE variants.
+    """
+    for force, plain in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, force, size)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, plain, size)
+
+
+class Device:
+    """A soft RoCEv2 port bound to ``ip``:``port`` (port 0 picks a free one, for tests)."""
+
+    def __init__(self, ip: str, port: int = ROCE_UDP_PORT, seed: int | None = None):
+        addr = ipaddress.ip_address(ip)
+        self.ipv6 = addr.version == 6
+        self.ip = str(addr)
+        family = socket.AF_INET6 if self.ipv6 else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            if self.ipv6:
+                self.sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, ECT0)
+                self.sock.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVTCLASS, 1)
+            else:
+                self.sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+                self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
+                self.sock.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
+            _set_buffers(self.sock, 4 << 20)
+            self.sock.bind((self.ip, port))
+        except OSError as exc:
+            self.sock.close()
+            raise RdmaError(f"cannot open RoCE port {ip}:{port}: {exc.strerror}") from exc
+        self.sock.setblocking(False)
+        self.port = self.sock.getsockname()[1]
+        self._rng = random.Random(seed)
+        self.qps: dict[int, QueuePair] = {}
+        self._rxbuf = bytearray(65536)
+        self._rxview = memoryview(self._rxbuf)
+        self._blocked = False
+        self.stats = {"rx": 0, "rx_malformed": 0, "rx_icrc_bad": 0, "rx_unknown_qp": 0, "tx_enobufs": 0}
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- objects ----------------------------------------------------------------------------------
+    def alloc_pd(self, seed: int | None = None) -> ProtectionDomain:
+        return ProtectionDomain(seed if seed is not None else self._rng.getrandbits(32))
+
+    def create_qp(self, pd: ProtectionDomain, cq: CompletionQueue, config: QpConfig | None = None,
+                  recv_cq: CompletionQueue | None = None) -> QueuePair:
+        while True:
+            qpn = self._rng.randrange(2, 1 << 24)
+            if qpn not in self.qps:
+                break
+        qp = QueuePair(qpn, pd, cq, config or QpConfig(), self._sender(qpn), recv_cq)
+        self.qps[qpn] = qp
+        return qp
+
+    def connect(self, qp: QueuePair, remote: Remote, my_psn: int) -> None:
+        qp.connect(remote, wire.Path(self.ip, self.port, remote.ip, remote.port), my_psn, time.monotonic())
+
+    def destroy_qp(self, qp: QueuePair) -> None:
+        self.qps.pop(qp.qpn, None)
+
+    def _sender(self, qpn: int) -> Callable[[list, bool], bool]:
+        sock = self.sock
+
+        def out(parts: list, ect: bool) -> bool:
+            qp = self.qps[qpn]
+            try:
+                sock.sendmsg(parts, (), 0, (qp.path.remote_ip, qp.path.remote_port))
+            except BlockingIOError:
+                self._blocked = True
+                return False
+            except OSError as exc:
+                if exc.errno == errno.ENOBUFS:
+                    self.stats["tx_enobufs"] += 1
+                    return True  # dropped by the stack: the same as loss on the path
+                if exc.errno == errno.EMSGSIZE:
+                    raise RdmaError(f"datagram of {sum(len(p) for p in parts)} B exceeds the path MTU; "
+                                    "use a smaller --mtu") from exc
+                raise
+            return True
+
+        return out
+
+    # -- progress ---------------------------------------------------------------------------------
+    def progress(self, timeout: float = 0.0, budget: int = 32) -> int:
+        """One round of receive, timers and transmit; waits up to ``timeout`` when there was nothing."""
+        now = time.monotonic()
+        did = self._drain(now, 256)
+        for qp in self.qps.values():
+            qp.on_timer(now)
+            did += qp.pump(now, budget)
+        if did or timeout <= 0:
+            return did
+        deadlines = [d for d in (qp.next_deadline() for qp in self.qps.values()) if d is not None]
+        wait = min([timeout] + [max(0.0, d - now) for d in deadlines])
+        writers = [self.sock] if self._blocked else []
+        self._blocked = False
+        select.select([self.sock], writers, [], wait)
+        return 0
+
+    def run_until(self, done: Callable[[], bool], timeout: float, what: str) -> None:
+        """Drive progress until ``done()``; raises TimeoutError naming ``what``."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+            self.progress(timeout=0.01)
+
+    def _drain(self, now: float, limit: int) -> int:
+        sock, buf, view, qps = self.sock, self._rxbuf, self._rxview, self.qps
+        level, tos_opt = (socket.IPPROTO_IPV6, IPV6_TCLASS) if self.ipv6 else (socket.IPPROTO_IP, socket.IP_TOS)
+        got = 0
+        for _ in range(limit):
+            try:
+                n, anc, _flags, addr = sock.recvmsg_into((buf,), 64)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                continue  # e.g. an ICMP error queued on the socket
+            got += 1
+            self.stats["rx"] += 1
+            ce = False
+            for lvl, typ, data in anc:
+                if lvl == level and typ == tos_opt and data:
+                    ce = (data[0] if not self.ipv6 else int.from_bytes(data[:4], "little")) & 3 == 3
+            if n < 16:
+                self.stats["rx_malformed"] += 1
+                continue
+            qp = qps.get(int.from_bytes(buf[5:8], "big"))
+            if qp is None or qp.path is None:
+                self.stats["rx_unknown_qp"] += 1
+                continue
+            if addr[0] != qp.path.remote_ip or not qp.path.rx_icrc_ok(view, n, addr[1]):
+                self.stats["rx_icrc_bad"] += 1
+                continue
+            try:
+                qp.on_datagram(view, n, ce, now)
+            except (ValueError, IndexError, struct.error) as exc:  # passed the ICRC but lies inside
+                self.stats["rx_malformed"] += 1
+                qp.stats.malformed_rx += 1
+                del exc
+        return got

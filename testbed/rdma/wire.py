@@ -1,0 +1,125 @@
+"""Bytes of the soft-RDMA data path: BTH and extended headers packed with ``struct``, ICRC with a
+per-path prefix cache. No Scapy here: this runs once per packet.
+
+A datagram handed to the kernel is the UDP payload of a RoCEv2 packet::
+
+    BTH (12) | [RETH (16)] | [ImmDt (4)] | [AETH (4)] | payload + pad | ICRC (4)
+
+The ICRC covers the IP and UDP headers the kernel will add (IBA Annex A17.4.5), so a :class:`Path`
+knows both addresses and ports and rebuilds those headers exactly as sent: IPv4 with DF and ID 0
+(unconnected UDP socket with path-MTU discovery on) or IPv6.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+from testbed.roce import icrc as _icrc
+
+BTH = struct.Struct("!BBHII")
+RETH = struct.Struct("!QII")
+U32 = struct.Struct("!I")
+AETH = struct.Struct("!I")
+PSN_MASK = 0xFFFFFF
+PSN_MOD = 1 << 24
+ICRC_LEN = 4
+#: IB path MTUs (IBA §9.? PMTU enum 1..5) that carry the payload of one packet.
+IB_MTUS = (256, 512, 1024, 2048, 4096)
+
+
+def ib_mtu_for(ip_mtu: int, ipv6: bool = False) -> int:
+    """Largest IB MTU whose packets (IP + UDP + BTH + RETH + ImmDt + ICRC) fit an IP MTU."""
+    overhead = (40 if ipv6 else 20) + 8 + 12 + 16 + 4 + 4
+    fits = [m for m in IB_MTUS if m + overhead <= ip_mtu]
+    if not fits:
+        raise ValueError(f"IP MTU {ip_mtu} is too small for RoCEv2 (needs {256 + overhead})")
+    return fits[-1]
+
+
+def bth(opcode: int, dqpn: int, psn: int, ackreq: bool = False, padcount: int = 0,
+        solicited: bool = False, becn: bool = False, pkey: int = 0xFFFF) -> bytes:
+    return BTH.pack(opcode, (solicited << 7) | (padcount << 4), pkey, (becn << 30) | dqpn,
+                    (ackreq << 31) | (psn & PSN_MASK))
+
+
+@dataclass(frozen=True)
+class Header:
+    """A parsed BTH (plus the fields of the first extended headers the data path uses)."""
+
+    opcode: int
+    padcount: int
+    dqpn: int
+    becn: bool
+    ackreq: bool
+    psn: int
+
+
+def parse_bth(buf) -> Header:
+    opcode, flags, _pkey, qpw, psnw = BTH.unpack_from(buf, 0)
+    return Header(opcode, (flags >> 4) & 3, qpw & 0xFFFFFF, bool(qpw >> 30 & 1), bool(psnw >> 31), psnw & PSN_MASK)
+
+
+def psn_diff(a: int, b: int) -> int:
+    """Signed distance a - b on the 24-bit PSN circle, in [-2^23, 2^23)."""
+    d = (a - b) & PSN_MASK
+    return d - PSN_MOD if d >= PSN_MOD // 2 else d
+
+
+@dataclass
+class Path:
+    """Where one QP's packets go: local and remote IP/port; the ICRC prefix per datagram length."""
+
+    local_ip: str
+    local_port: int
+    remote_ip: str
+    remote_port: int
+    _prefix: dict = field(default_factory=dict, repr=False)
+    _rx_prefix: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        self._lip = ipaddress.ip_address(self.local_ip)
+        self._rip = ipaddress.ip_address(self.remote_ip)
+        if self._lip.version != self._rip.version:
+            raise ValueError(f"mixed IP versions on a path: {self.local_ip} -> {self.remote_ip}")
+
+    def _headers(self, src, dst, sport, dport, udp_len):
+        if src.version == 4:
+            ip = _icrc.ipv4_header(src.packed, dst.packed, 20 + udp_len)
+        else:
+            ip = _icrc.ipv6_header(src.packed, dst.packed, udp_len)
+        return _icrc.prefix_crc(ip, _icrc.udp_header(sport, dport, udp_len))
+
+    def tx_icrc(self, parts, length: int | None = None) -> bytes:
+        """ICRC bytes for a datagram we send, made of ``parts`` (BTH first; ``length`` = their total)."""
+        length = (sum(len(p) for p in parts) if length is None else length) + ICRC_LEN
+        prefix = self._prefix.get(length)
+        if prefix is None:
+            prefix = self._prefix[length] = self._headers(self._lip, self._rip, self.local_port,
+                                                          self.remote_port, 8 + length)
+        return _crc_parts(prefix, parts).to_bytes(4, "little")
+
+    def rx_icrc_ok(self, buf, n: int, src_port: int) -> bool:
+        """Check the ICRC of a received datagram ``buf[:n]`` from the remote end of this path."""
+        key = (n, src_port)
+        prefix = self._rx_prefix.get(key)
+        if prefix is None:
+            if len(self._rx_prefix) > 4096:
+                self._rx_prefix.clear()
+            prefix = self._rx_prefix[key] = self._headers(self._rip, self._lip, src_port,
+                                                          self.local_port, 8 + n)
+        crc = zlib.crc32(buf[5:n - ICRC_LEN], zlib.crc32(_FF, zlib.crc32(buf[:4], prefix)))
+        return crc.to_bytes(4, "little") == buf[n - ICRC_LEN:n]
+
+
+_FF = b"\xff"
+
+
+def _crc_parts(prefix: int, parts) -> int:
+    first = parts[0]
+    crc = zlib.crc32(first[5:], zlib.crc32(_FF, zlib.crc32(first[:4], prefix)))
+    for p in parts[1:]:
+        crc = zlib.crc32(p, crc)
+    return crc

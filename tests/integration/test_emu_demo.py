@@ -1,0 +1,30 @@
+"""`testbed run demo --quick`: the README's demo works end to end (spine-leaf, controller, ping, iperf3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_demo_quick(tmp_path):
+    env = dict(os.environ, TESTBED_LOCK_WAIT=os.environ.get("TESTBED_LOCK_WAIT", "900"))
+    res = subprocess.run([sys.executable, "-m", "testbed.cli", "run", "demo", "--quick", "--json",
+                          "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=1200,
+                         env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads(res.stdout)
+    assert summary["pairs"] == 12 and summary["pairs_reachable"] == 12
+    # TCP over the shaped path gets a fair share of the dilated line rate, and never more than it.
+    assert 0.2 < summary["iperf_fraction_of_line_rate"] < 1.1
+    for name in ("config.json", "metrics.json", "summary.json", "controller.log"):
+        assert (tmp_path / name).exists(), name
+    assert json.loads((tmp_path / "metrics.json").read_text())["iperf"]["src"] == "h0"

@@ -1,0 +1,374 @@
+"""Packet tests of p4/fabric.p4 on a live BMv2 (PTF style: send with Scapy, expect exact packets).
+
+    test side            switch (simple_switch_fast, fabric.p4)
+    p4fab-t1 ----- p4fab-s1  port 1: senders      10.0.1.0/24
+    p4fab-t2 ----- p4fab-s2  port 2: \\ ECMP       10.0.2.0/24
+    p4fab-t3 ----- p4fab-s3  port 3: /
+    p4fab-t4 ----- p4fab-s4  port 4: slow, mode ecn       (kmin 3, kmax 6, pmax 0)   10.0.4.0/24
+    p4fab-t5 ----- p4fab-s5  port 5: slow, mode fast-cnp  (kmin 0, kmax 1, no rate limit)   10.0.5.0/24
+    p4fab-t6 ----- p4fab-s6  port 6: slow, mode fast-cnp  (kmin 0, kmax 1, 1 CNP per 30 s)  10.0.6.0/24
+
+Slow ports drain 20 packets/s, so a burst builds a queue whose depth at enqueue is at most the packet's
+index in the burst: the first ``kmax`` packets can never be marked, later ones can. "Nothing else came"
+is checked with a barrier packet sent after the others (the switch handles a port's packets in order).
+Every test uses its own addresses, and counters and registers are reset, so tests are independent.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+
+import pytest
+
+from testbed.poll import poll
+
+pytestmark = [pytest.mark.root, pytest.mark.bmv2]
+
+N_PORTS = 6
+SLOW_PPS = 20
+ROUTER_MAC = "02:fe:00:00:00:01"
+SENDER_MAC = "02:0a:00:01:00:01"
+DMAC = {1: SENDER_MAC, 2: "02:0a:00:02:00:01", 4: "02:0a:00:04:00:01", 5: "02:0a:00:05:00:01",
+        6: "02:0a:00:06:00:01"}
+
+
+class Wire:
+    """Scapy sockets and sniffers on the test side of every port; keeps what the switch sent."""
+
+    def __init__(self, ifaces: dict):
+        from scapy.all import AsyncSniffer, conf
+
+        self.got = {p: [] for p in ifaces}
+        self.lock = threading.Lock()
+        self.socks = {p: conf.L2socket(iface=i) for p, i in ifaces.items()}
+        self.sniffers = []
+        started = []
+        for p, i in ifaces.items():
+            s = AsyncSniffer(iface=i, store=False, lfilter=lambda pkt: pkt.src == ROUTER_MAC,
+                             prn=lambda pkt, p=p: self._add(p, pkt), started_callback=lambda: started.append(1))
+            s.start()
+            self.sniffers.append(s)
+        poll(lambda: len(started) == len(ifaces), timeout=10, what="sniffers to start")
+
+    def _add(self, port, pkt):
+        with self.lock:
+            self.got[port].append(pkt)
+
+    def clear(self):
+        with self.lock:
+            for v in self.got.values():
+                v.clear()
+
+    def send(self, port, pkts):
+        for pkt in pkts if isinstance(pkts, list) else [pkts]:
+            self.socks[port].send(pkt)
+
+    def wait(self, port, n, timeout=15.0, what=None) -> list:
+        poll(lambda: len(self.got[port]) >= n, timeout=timeout, interval=0.02,
+             what=what or f"{n} packets on port {port}")
+        with self.lock:
+            return list(self.got[port])
+
+    def close(self):
+        for s in self.sniffers:
+            s.stop(join=True)
+        for s in self.socks.values():
+            s.close()
+
+
+@pytest.fixture(scope="module")
+def fabric(tmp_path_factory):
+    from testbed.emu.alloc import Allocator
+    from testbed.emu.registry import RunRegistry
+    from testbed.p4rt import entries as E
+    from testbed.p4rt.compile import compile_p4
+    from testbed.p4rt.switch import Bmv2Config, Bmv2Process
+    from testbed.scenario import REPO_ROOT
+
+    json_path = compile_p4(REPO_ROOT / "p4" / "fabric.p4")
+    out = tmp_path_factory.mktemp("p4fab")
+    with RunRegistry("p4-fabric-test") as run:
+        ports = {}
+        for i in range(1, N_PORTS + 1):
+            run.add_veth(f"p4fab-s{i}", f"p4fab-t{i}")
+            for name in (f"p4fab-s{i}", f"p4fab-t{i}"):
+                subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{name}.disable_ipv6=1"], check=False)
+            ports[i] = f"p4fab-s{i}"
+        cfg = Bmv2Config(name="p4fab", json_path=json_path, ports=ports, log_dir=out,
+                         **Allocator(29090).switch("p4fab"))
+        sw = Bmv2Process(cfg).start(run)
+        sw.wait_ready()
+        client = sw.client()
+        prog = E.switch_config_entries(ROUTER_MAC)
+        prog += E.route_entries("10.0.1.0/24", 1, [1], ROUTER_MAC, DMAC[1])
+        prog += E.route_entries("10.0.2.0/24", 2, [2, 3], ROUTER_MAC, DMAC[2])
+        for p in (4, 5, 6):
+            prog += E.route_entries(f"10.0.{p}.0/24", p, [p], ROUTER_MAC, DMAC[p])
+        prog += E.ecn_entries(E.EcnConfig(3, 6, pmax=0.0, mode="ecn"), port=4)
+        prog += E.ecn_entries(E.EcnConfig(0, 1, mode="fast-cnp", cnp_interval_s=0.0), port=5)
+        prog += E.ecn_entries(E.EcnConfig(0, 1, mode="fast-cnp", cnp_interval_s=30.0), port=6)
+        client.apply(prog)
+        for session, port in E.mirror_sessions(ports):
+            client.mirroring_add(session, port)
+        for p in (4, 5, 6):
+            client.set_queue_rate(SLOW_PPS, port=p)
+        wire = Wire({p: f"p4fab-t{p}" for p in ports})
+        try:
+            yield client, wire, sw
+        finally:
+            wire.close()
+            client.close()
+            sw.stop()
+
+
+@pytest.fixture
+def sw(fabric):
+    client, wire, proc = fabric
+    proc.check_alive()
+    for name in ("marks", "cnps", "drops", "cnp_skipped"):
+        client.counter_reset(name)
+    for name in ("sender_qp", "cnp_last_us"):
+        client.register_reset(name)
+    wire.clear()
+    return client, wire
+
+
+def _udp(dst, sport=1000, src="10.0.1.1", ttl=64, tos=0, payload=b"x" * 64, ident=1):
+    from scapy.all import IP, UDP, Ether, Raw
+
+    return Ether(src=SENDER_MAC, dst=ROUTER_MAC) / IP(src=src, dst=dst, ttl=ttl, tos=tos, id=ident) / \
+        UDP(sport=sport, dport=7000) / Raw(payload)
+
+
+def _roce(dst, src="10.0.1.1", qp=0x456, psn=0, opcode=0x04, ecn=2, sport=0xC000, ident=1):
+    from scapy.all import IP, UDP, Ether, Raw
+
+    from testbed.roce.layers import BTH
+
+    return Ether(src=SENDER_MAC, dst=ROUTER_MAC) / IP(src=src, dst=dst, tos=ecn, id=ident) / \
+        UDP(sport=sport, dport=4791) / BTH(opcode=opcode, dqpn=qp, psn=psn) / Raw(b"d" * 256)
+
+
+def _ack(src, dst, sender_qp, port_mac):
+    from scapy.all import IP, UDP, Ether
+
+    from testbed.roce.layers import ack
+
+    return Ether(src=port_mac, dst=ROUTER_MAC) / IP(src=src, dst=dst) / UDP(sport=0xC001, dport=4791) / \
+        ack(sender_qp, psn=0, msn=1)
+
+
+def test_forwarding_rewrites_macs_and_ttl_exactly(sw):
+    client, wire = sw
+    pkt = _udp("10.0.4.7", ttl=9)
+    wire.send(1, pkt)
+    got = wire.wait(4, 1)
+    expected = pkt.copy()
+    expected.src, expected.dst = ROUTER_MAC, DMAC[4]
+    expected["IP"].ttl = 8
+    del expected["IP"].chksum
+    assert bytes(got[0]) == bytes(expected)
+
+
+def test_ecmp_spreads_flows_over_members_and_keeps_a_flow_on_one(sw):
+    client, wire = sw
+    flows = 64
+    wire.send(1, [_udp("10.0.2.9", sport=20000 + i) for i in range(flows)])
+    poll(lambda: len(wire.got[2]) + len(wire.got[3]) >= flows, timeout=15, what="all ECMP packets")
+    per = {p: {pkt["UDP"].sport for pkt in wire.got[p]} for p in (2, 3)}
+    assert len(per[2]) + len(per[3]) == flows and not per[2] & per[3]
+    assert min(len(per[2]), len(per[3])) >= flows // 5  # crc16 of the 5-tuple spreads roughly evenly
+    wire.clear()
+    sport = sorted(per[2])[0]
+    wire.send(1, [_udp("10.0.2.9", sport=sport, ident=i) for i in range(10)])
+    assert len(wire.wait(2, 10)) == 10
+
+
+def test_arp_request_is_answered_by_the_switch(sw):
+    from scapy.all import ARP, Ether
+
+    client, wire = sw
+    wire.send(1, Ether(src=SENDER_MAC, dst="ff:ff:ff:ff:ff:ff") /
+              ARP(op=1, hwsrc=SENDER_MAC, psrc="10.0.1.1", pdst="10.0.2.9"))
+    reply = wire.wait(1, 1)[0]
+    assert reply[ARP].op == 2 and reply[ARP].hwsrc == ROUTER_MAC and reply[ARP].psrc == "10.0.2.9"
+    assert reply[ARP].pdst == "10.0.1.1" and reply.dst == SENDER_MAC
+
+
+def _burst(wire, port, n, **kw):
+    wire.send(1, [_roce(f"10.0.{port}.9", ident=i, psn=i, **kw) for i in range(n)])
+    return sorted(wire.wait(port, n, what=f"{n} packets through slow port {port}"), key=lambda p: p["IP"].id)
+
+
+def test_marking_under_and_over_the_thresholds(sw):
+    client, wire = sw
+    # under kmin: an idle queue never marks
+    wire.send(1, _roce("10.0.4.9", ident=0))
+    assert wire.wait(4, 1)[0]["IP"].tos & 3 == 2
+    wire.clear()
+    # a burst: packet i sees a queue of at most i, so the first kmax (6) are never marked; later ones are
+    n = 24
+    got = _burst(wire, 4, n)
+    ce = [p["IP"].tos & 3 == 3 for p in got]
+    assert not any(ce[:6])
+    assert sum(ce) >= 6 and ce[-1]
+    assert client.counter_read("marks", 4).packets == sum(ce)
+    # marking keeps the packet valid: ICRC covers no ECN bit
+    from testbed.roce.layers import icrc_valid
+
+    assert all(icrc_valid(p) for p in got)
+
+
+def test_non_ect_packets_past_kmax_are_dropped_and_counted(sw):
+    client, wire = sw
+    n = 24
+    wire.send(1, [_roce("10.0.4.9", ident=i, ecn=0) for i in range(n)])
+    poll(lambda: client.counter_read("drops", 3).packets + len(wire.got[4]) >= n, timeout=15,
+         what="burst of non-ECT packets to be forwarded or dropped")
+    barrier = _roce("10.0.4.9", ident=999, ecn=2)
+    wire.send(1, barrier)
+    poll(lambda: any(p["IP"].id == 999 for p in wire.got[4]), timeout=15, what="barrier packet")
+    forwarded = [p for p in wire.got[4] if p["IP"].id != 999]
+    drops = client.counter_read("drops", 3).packets
+    assert drops >= 1 and drops + len(forwarded) == n
+    assert all(p["IP"].tos & 3 == 0 for p in forwarded)
+    assert client.counter_read("marks", 4).packets == 0
+
+
+def _expected_cnp(data, sender_qp):
+    from scapy.all import IP, UDP, Ether
+
+    from testbed.roce.layers import cnp
+
+    return Ether(src=ROUTER_MAC, dst=data.src) / \
+        IP(src=data["IP"].dst, dst=data["IP"].src, tos=data["IP"].tos & 0xFC, id=0, flags="DF", ttl=64) / \
+        UDP(sport=data["UDP"].sport, dport=4791, chksum=0) / cnp(sender_qp)
+
+
+def test_fast_cnp_learned_from_acks_is_a_valid_cnp_to_the_sender_qp(sw, tmp_path):
+    from scapy.all import wrpcap
+
+    from testbed.roce.check import check_capture, passed
+    from testbed.roce.layers import BTH, icrc_valid
+
+    client, wire = sw
+    # no ACK seen yet: the switch does not know the sender's QP, so no CNP
+    got = _burst(wire, 5, 6, src="10.0.1.5")
+    assert client.counter_read("cnp_skipped", 1).packets >= 1
+    assert client.counter_read("cnps", 5).packets == 0
+    # the receiver's ACK (receiver -> sender, DestQP = sender QP 0x1234) teaches it
+    wire.send(5, _ack("10.0.5.9", "10.0.1.5", 0x1234, DMAC[5]))
+    wire.wait(1, 1, what="the ACK forwarded to the sender")
+    wire.clear()
+    data = _roce("10.0.5.9", src="10.0.1.5")
+    got = _burst(wire, 5, 6, src="10.0.1.5")
+    assert all(p["IP"].tos & 3 == 2 for p in got)  # fast-cnp mode does not mark
+    generated = client.counter_read("cnps", 5).packets
+    assert generated >= 1  # packets 2.. of the burst met a queue
+    cnps = [p for p in wire.wait(1, generated, what="the CNPs back to the sender") if BTH in p]
+    assert len(cnps) == generated and all(p[BTH].opcode == 0x81 for p in cnps)
+    for c in cnps:
+        assert len(bytes(c)) == 74 and icrc_valid(c)
+        assert bytes(c) == bytes(_expected_cnp(data, 0x1234)), c.show(dump=True)
+    # what `testbed roce check` says about them
+    wrpcap(str(tmp_path / "cnps.pcap"), cnps)
+    report = check_capture(tmp_path / "cnps.pcap", cnp_interval=0.0)
+    assert passed(report), report
+
+
+def test_control_plane_qp_map_takes_precedence(sw):
+    from testbed.p4rt import entries as E
+    from testbed.roce.layers import BTH
+
+    client, wire = sw
+    client.apply([E.qp_map_entry("10.0.1.6", "10.0.5.9", 0x456, 0xABC)])
+    wire.send(5, _ack("10.0.5.9", "10.0.1.6", 0x777, DMAC[5]))  # learned value loses to the table
+    wire.wait(1, 1)
+    wire.clear()
+    _burst(wire, 5, 5, src="10.0.1.6")
+    cnps = wire.wait(1, 1, what="a CNP")
+    assert len(cnps) == client.counter_read("cnps", 5).packets
+    assert {c[BTH].dqpn for c in cnps} == {0xABC}
+
+
+def test_cnp_rate_limit_one_per_interval_per_flow(sw):
+    from testbed.p4rt import entries as E
+    from testbed.roce.layers import BTH
+
+    client, wire = sw
+    client.apply([E.qp_map_entry("10.0.1.7", "10.0.6.9", 0x456, 0x99),
+                  E.qp_map_entry("10.0.1.8", "10.0.6.9", 0x456, 0x98)])
+    n = 8
+    _burst(wire, 6, n, src="10.0.1.7")
+    barrier = _udp("10.0.1.1", ident=4242)
+    wire.send(6, barrier)
+    wire.wait(1, 2, what="one CNP and the barrier")
+    cnps = [p for p in wire.got[1] if BTH in p]
+    assert len(cnps) == 1 and cnps[0][BTH].dqpn == 0x99
+    assert client.counter_read("cnps", 6).packets == 1
+    assert client.counter_read("cnp_skipped", 0).packets >= 1  # later congested packets of the flow
+    # another flow has its own budget
+    wire.clear()
+    _burst(wire, 6, 6, src="10.0.1.8")
+    assert [p[BTH].dqpn for p in wire.wait(1, 1) if BTH in p] == [0x98]
+
+
+def test_malformed_truncated_and_unroutable_packets_are_dropped_and_counted(sw):
+    from scapy.all import IP, UDP, Ether, Raw
+
+    client, wire = sw
+    eth = Ether(src=SENDER_MAC, dst=ROUTER_MAC)
+    good = bytes(_udp("10.0.2.9", ident=5))
+    bad = [
+        bytes(eth)[:12] + b"\x08\x00" + bytes(IP(dst="10.0.2.9"))[:10],               # truncated IPv4
+        bytes(eth / IP(dst="10.0.2.9", ihl=6, options=[]) / UDP() / Raw(b"x" * 8)),  # IHL 6 unsupported
+        bytes(eth / IP(dst="10.0.2.9", version=5) / UDP() / Raw(b"x" * 8)),          # not IPv4
+        bytes(eth / IP(dst="10.0.2.9", chksum=0x1234) / UDP() / Raw(b"x" * 8)),      # bad checksum
+        bytes(eth / IP(dst="10.0.2.9") / UDP(sport=1, dport=4791) / Raw(b"\x04" * 5)),  # truncated BTH
+    ]
+    wire.send(1, [Ether(b) for b in bad])
+    wire.send(1, [_udp("10.7.7.7"), _udp("10.0.2.9", ttl=1)])
+    wire.send(1, Ether(good))
+    poll(lambda: len(wire.got[2]) + len(wire.got[3]) >= 1, timeout=15, what="the barrier packet")
+    arrived = wire.got[2] + wire.got[3]
+    assert [p["IP"].id for p in arrived] == [5]
+    counts = [client.counter_read("drops", i).packets for i in range(3)]
+    assert counts == [len(bad), 1, 1]  # malformed, no route, ttl
+
+
+def test_queue_registers_and_tail_drop_accounting(sw):
+    client, wire = sw
+    for name in ("to_port", "from_queue"):
+        client.counter_reset(name)
+    for name in ("qdepth_peak", "qdepth_sum", "qdepth_pkts", "first_signal_us"):
+        client.register_reset(name)
+    client.set_queue_depth(5, port=4)
+    barriers = []
+
+    def barrier_seen() -> bool:
+        # a barrier meeting a full queue is dropped too: send another until one comes through
+        if any(p["IP"].id >= 1000 for p in wire.got[4]):
+            return True
+        barriers.append(_roce("10.0.4.9", ident=1000 + len(barriers)))
+        wire.send(1, barriers[-1])
+        return False
+
+    try:
+        n = 20
+        wire.send(1, [_roce("10.0.4.9", ident=i, psn=i) for i in range(n)])
+        poll(barrier_seen, timeout=30, interval=0.3, what="a barrier packet behind the burst")
+    finally:
+        client.set_queue_depth(64, port=4)
+    poll(lambda: client.counter_read("to_port", 4).packets == n + len(barriers), timeout=5, what="counters")
+    got = list(wire.got[4])
+    data = [p for p in got if p["IP"].id < 1000]
+    tail_drops = client.counter_read("to_port", 4).packets - client.counter_read("from_queue", 4).packets
+    assert client.counter_read("from_queue", 4).packets >= len(got)
+    assert n - len(data) >= 1  # 20 packets cannot fit a 5-packet queue draining 20/s
+    assert tail_drops >= n - len(data)
+    peak = client.register_read("qdepth_peak", 4)
+    assert 1 <= peak <= 5  # a queue built up, and never beyond its 5 slots
+    pkts = client.register_read("qdepth_pkts", 4)
+    assert pkts >= len(got) and client.register_read("qdepth_sum", 4) <= peak * pkts
+    assert client.register_read("first_signal_us", 4) == 0  # never reached kmax (6): never congested

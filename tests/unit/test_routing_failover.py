@@ -1,0 +1,94 @@
+"""Pure parts of the failover bench and the fabric_failover scenario (no root)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scenarios import fabric_failover as scen
+from testbed.bench import failover as bench
+from testbed.errors import UsageError
+from testbed.routing.brain import RoutingBrain, route_dict
+from tests.unit.test_routing_brain import fat_tree
+
+
+def test_max_over_mean():
+    assert bench.max_over_mean([10, 10, 10, 10]) == 1.0
+    assert bench.max_over_mean([30, 10, 10, 10]) == pytest.approx(2.0)
+    assert bench.max_over_mean([0, 0]) == float("inf")
+
+
+def test_pod_pairs_and_flow_links_and_cut_candidate():
+    G = fat_tree(4)
+    a, b = bench.pod_pairs(G)
+    assert a == ["h0", "h1", "h2", "h3"] and b == ["h12", "h13", "h14", "h15"]
+    # counters: the stream h0 -> h15 went t0 -> a1 -> cr3 -> a7 -> t7
+    hops = [("t0", "a1"), ("a1", "cr3"), ("cr3", "a7"), ("a7", "t7")]
+    before = {}
+    after = {}
+    for u, v in hops + [("t0", "h0")]:
+        p = str(G.edges[u, v]["ports"][u])
+        before.setdefault(u, {})[p] = {"tx_bytes": 1000, "neighbour": v}
+        after.setdefault(u, {})[p] = {"tx_bytes": 1000 + 50000, "neighbour": v}
+    after["a0"] = {"3": {"tx_bytes": 10, "neighbour": "cr0"}}
+    links = bench.flow_links(G, before, after, 20000)
+    assert sorted(links) == sorted(hops)  # host links and quiet ports are left out
+    brain = RoutingBrain(G)
+    brain.compute_all()
+    routes = [route_dict(r) for r in brain.routes.values()]
+    prefix = f"{G.nodes['h15']['ip']}/32"
+    assert bench.cut_candidate(G, links, routes, prefix) == ("a1", "cr3")  # highest switch with ECMP
+    assert bench.cut_candidate(G, [("cr3", "a7")], routes, prefix) is None  # a core has one way down
+
+
+def test_pod_pairs_needs_pods():
+    G = fat_tree(4)
+    for h in G:
+        G.nodes[h].pop("pod", None)
+    with pytest.raises(UsageError, match="pods"):
+        bench.pod_pairs(G)
+
+
+def test_summarize_keys():
+    runs = [{"outage_ms": v} for v in (10, 20, 30, 40)]
+    doc = bench.summarize(runs, [{"outage_ms": 2}, {"outage_ms": 4}], {"max_over_mean": 1.2})
+    assert doc["controller_outage_ms_median"] == 25 and doc["controller_outage_ms_p95"] == pytest.approx(38.5)
+    assert doc["fast_failover_outage_ms_median"] == 3 and doc["ecmp_max_over_mean"] == 1.2
+    assert doc["repetitions"] == 2
+
+
+def test_scenario_flow_analysis():
+    ip_of = {"h0": "10.0.0.1", "h1": "10.0.0.2", "h2": "10.0.0.3"}
+    send_docs = {h: {"dsts": [ip for o, ip in ip_of.items() if o != h], "interval": 0.1,
+                     "send_times": [100 + 0.1 * i for i in range(10)]} for h in ip_of}
+    recv_docs = {h: {"arrivals": []} for h in ip_of}
+    for src in ip_of:
+        for dst in ip_of:
+            if src == dst:
+                continue
+            for i in range(10):
+                if (src, dst) == ("h0", "h2") and 3 <= i < 6:
+                    continue  # lost while the link was down
+                recv_docs[dst]["arrivals"].append([ip_of[src], i, 100 + 0.1 * i + 0.001])
+    flows = scen.flow_table(send_docs, recv_docs, ip_of)
+    assert len(flows) == 6
+    out = scen.flow_outages(flows, (100.25, 100.65))
+    assert out[("h0", "h2")]["lost_in_window"] == 3 and out[("h0", "h2")]["outage_ms"] == pytest.approx(300)
+    assert sum(o["lost"] for o in out.values()) == 3
+    edges, series = scen.throughput_series(flows, 100.0, 101.0, 100, bin_s=0.5)
+    assert edges == [0.0, 0.5]
+    assert series[("h0", "h1")] == [pytest.approx(5 * 800 / 0.5 / 1e6)] * 2
+    assert series[("h0", "h2")][0] < series[("h0", "h1")][0]
+
+
+def test_scenario_path_changes_from_the_brain():
+    G = fat_tree(4)
+    hs = ["h0", "h4", "h15"]
+    before = scen.brain_paths(G, hs, None)
+    during = scen.brain_paths(G, hs, ("a0", "cr0"))
+    assert len(before[("h0", "h15")]) == 4 and len(during[("h0", "h15")]) == 3
+    changes = scen.path_changes(before, during, before)
+    assert ("h0", "h15") in changes["changed_on_failure"]
+    assert len(changes["same_as_before_after_restore"]) == 6
+    assert scen._pick_link(G, None) == ("a0", "cr0")
+    with pytest.raises(Exception, match="--link"):
+        scen._pick_link(G, "h0,h9")

@@ -1,0 +1,76 @@
+"""tc argv builders (kernel backend) and the backend choice, without root."""
+
+import pytest
+
+from testbed.errors import CapabilityError, SpecError, UsageError
+from testbed.links import tc
+from testbed.links.model import LinkParams, LossModel, RedParams
+
+
+def test_rate_only_is_htb():
+    cmds = tc.htb_cmds("s1-eth1", 100e6)
+    assert cmds[0] == ["tc", "qdisc", "replace", "dev", "s1-eth1", "root", "handle", "5:", "htb", "default", "1"]
+    assert cmds[1][:9] == ["tc", "class", "replace", "dev", "s1-eth1", "parent", "5:", "classid", "5:1"]
+    assert cmds[1][cmds[1].index("rate") + 1] == "100000000bit" == cmds[1][cmds[1].index("ceil") + 1]
+    assert tc.link_cmds("x", LinkParams(rate_bps=100e6)) == cmds[:0] + tc.htb_cmds("x", 100e6)
+
+
+def test_netns_prefix():
+    assert tc.htb_cmds("e0", 1e6, netns="lkA")[0][:5] == ["ip", "netns", "exec", "lkA", "tc"]
+
+
+def test_full_link_is_netem_then_tbf_then_red():
+    p = LinkParams(rate_bps=10e6, delay_s=0.05, jitter_s=0.001, loss=LossModel(rate=0.01), limit=100,
+                   red=RedParams(kmin=20, kmax=60, pmax=0.2, unit="packets"))
+    netem, tbf, red = tc.link_cmds("d0", p)
+    assert netem == ["tc", "qdisc", "replace", "dev", "d0", "root", "handle", "10:", "netem",
+                     "delay", "50000us", "1000us", "loss", "random", "1%", "limit", "100"]
+    assert tbf[tbf.index("parent") + 1] == "10:1" and "tbf" in tbf
+    assert tbf[tbf.index("rate") + 1] == "10000000bit" and tbf[tbf.index("limit") + 1] == str(100 * 1514)
+    assert red[red.index("parent") + 1] == "20:1"
+    assert red[red.index("min") + 1] == str(20 * 1514) and red[red.index("max") + 1] == str(60 * 1514)
+    assert red[red.index("probability") + 1] == "0.2" and red[-1] == "ecn"
+
+
+def test_gemodel_loss_and_byte_limit():
+    p = LinkParams(delay_s=0.001, loss=LossModel(kind="gilbert-elliott", p=0.01, r=0.25), limit=15140,
+                   limit_unit="bytes")
+    (netem,) = tc.link_cmds("d0", p)
+    assert netem[netem.index("loss"):] == ["loss", "gemodel", "1%", "25%", "100%", "0%", "limit", "10"]
+
+
+def test_red_without_ecn_and_without_rate():
+    red = RedParams(kmin=30000, kmax=90000, pmax=1.0, ecn=False)
+    cmd = tc.red_cmd("d0", red, 1e6, 150000, parent="20:1")
+    assert "ecn" not in cmd and cmd[cmd.index("burst") + 1] == "33"
+    with pytest.raises(SpecError) as err:
+        tc.link_cmds("d0", LinkParams(delay_s=0.01, red=red))
+    assert err.value.field == "link.red"
+
+
+def test_rate_below_tc_minimum_is_rejected():
+    with pytest.raises(SpecError, match="8 kbit/s"):
+        tc.htb_cmds("d0", 1000)
+
+
+@pytest.mark.parametrize("caps,override,expected", [
+    ({"netem": True, "red": True}, None, "kernel"),
+    ({"netem": False}, None, "userspace"),
+    ({"netem": True, "red": False}, None, "userspace"),  # marking link needs sch_red
+    ({"netem": True, "red": True}, "userspace", "userspace"),
+    (None, None, "userspace"),
+])
+def test_backend_choice(caps, override, expected):
+    p = LinkParams(rate_bps=1e6, delay_s=0.01, red=RedParams(1000, 5000, 0.1))
+    assert tc.choose_backend(p, caps, override) == expected
+
+
+def test_backend_choice_errors_and_env(monkeypatch):
+    p = LinkParams(delay_s=0.01)
+    assert tc.choose_backend(LinkParams(rate_bps=1e6), {}, "kernel") == "htb"
+    with pytest.raises(CapabilityError, match="sch_netem"):
+        tc.choose_backend(p, {"netem": False}, "kernel")
+    with pytest.raises(UsageError, match="allowed"):
+        tc.choose_backend(p, {}, "magic")
+    monkeypatch.setenv(tc.BACKEND_ENV, "userspace")
+    assert tc.choose_backend(p, {"netem": True}) == "userspace"

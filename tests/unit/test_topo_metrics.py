@@ -1,0 +1,146 @@
+"""Metrics, addressing, drawing layout and ``testbed topo`` on every shipped spec."""
+
+import json
+
+import pytest
+
+from testbed import cli
+from testbed.topo import generators as gen
+from testbed.topo import metrics
+from testbed.topo.addressing import assign, plan
+from testbed.topo.draw import layout
+from testbed.topo.graph import hosts
+from testbed.topo.spec import build_graph, load_spec, parse_spec, shipped_specs
+
+
+def _spec(kind, params, links=None, **extra):
+    return build_graph(parse_spec({"name": "t", "kind": kind, "params": params, "links": links or {}, **extra}))
+
+
+def test_fat_tree_k4_has_full_bisection_at_equal_speeds():
+    G = _spec("fat-tree", {"k": 4}, {"default": {"rate": "100G"}})
+    b = metrics.bisection(G)
+    assert b["bisection_gbps"] == pytest.approx(b["full_bisection_gbps"]) == pytest.approx(8 * 100)
+    assert b["bisection_ratio"] == pytest.approx(1.0)
+
+
+def test_fat_tree_bisection_follows_thin_core():
+    G = _spec("fat-tree", {"k": 4}, {"default": {"rate": "100G"}, "agg-core": {"rate": "25G"}})
+    assert metrics.bisection(G)["bisection_ratio"] == pytest.approx(0.25)
+
+
+def test_spine_leaf_reports_its_oversubscription():
+    G = _spec("spine-leaf", {"leaves": 4, "spines": 2, "hosts_per_leaf": 8},
+              {"host": {"rate": "100G"}, "leaf-spine": {"rate": "100G"}})
+    over = metrics.oversubscription(G)
+    assert over["oversubscription"] == pytest.approx(4.0)
+    assert over["oversubscription_by_role"] == {"leaf": pytest.approx(4.0)}
+    assert metrics.bisection(G)["bisection_ratio"] == pytest.approx(0.25)
+
+
+def test_oversubscription_param_derives_uplink_rate():
+    G = _spec("spine-leaf", {"leaves": 2, "spines": 2, "hosts_per_leaf": 6, "oversubscription": 3},
+              {"host": {"rate": "100G"}})
+    assert metrics.oversubscription(G)["oversubscription"] == pytest.approx(3.0)
+    assert {d["rate_bps"] for _, _, d in G.edges(data=True) if d["tier"] == "leaf-spine"} == {100e9}
+
+
+def test_flat_kinds_have_no_oversubscription():
+    assert metrics.oversubscription(gen.torus((3, 3)))["oversubscription"] is None
+
+
+@pytest.mark.parametrize("G,diameter,ecmp_max", [
+    (gen.fat_tree(4), 6, 4), (gen.fat_tree(8), 6, 16), (gen.spine_leaf(3, 2, 2), 4, 2),
+    (gen.big_switch(4), 2, 1), (gen.dragonfly(4, 2, 2), 5, None), (gen.torus((5, 5)), 6, None),
+])
+def test_paths(G, diameter, ecmp_max):
+    p = metrics.paths(G)
+    assert p["diameter"] == diameter
+    if ecmp_max is not None:
+        assert p["ecmp"]["max"] == ecmp_max
+    assert 2 <= p["avg_hops"] <= diameter
+
+
+def test_fat_tree_k4_average_hops():
+    # from one host: 1 host at 2 hops, 2 at 4 (same pod), 12 at 6 (other pods) -> (2 + 8 + 72) / 15
+    assert metrics.paths(gen.fat_tree(4))["avg_hops"] == pytest.approx(82 / 15, abs=1e-3)
+
+
+def test_cabling_copper_versus_optics_and_cost_override():
+    G = _spec("fat-tree", {"k": 4}, {"host": {"distance": "2m"}, "edge-agg": {"distance": "20m"},
+                                     "agg-core": {"distance": "20km"}})
+    c = metrics.cabling(G)
+    assert c["cabling"]["host"]["copper_cables"] == 16 and c["cabling"]["host"]["optical_modules"] == 0
+    assert c["cabling"]["edge-agg"]["optical_modules"] == 32
+    assert c["cabling"]["agg-core"]["coherent_modules"] == 32
+    assert c["ports_used"] == 80
+    dearer = metrics.cabling(G, {"optical_module": metrics.COST_TABLE["optical_module"] + 100})
+    assert dearer["cost_usd"] == pytest.approx(c["cost_usd"] + 32 * 100)
+    assert c["cost_per_host_port_usd"] == pytest.approx(c["cost_usd"] / 16)
+
+
+def test_dilation_table_divides_rates_and_stretches_delays():
+    G = _spec("big-switch", {"hosts": 2}, {"host": {"rate": "400G", "distance": "100m"}}, scale=1000,
+              buffer="3MB")
+    rows = {r["tier"]: r for r in metrics.dilation_table(G)}
+    assert rows["host"]["emulated_rate_bps"] == pytest.approx(400e6)
+    assert rows["host"]["emulated_delay_s"] == pytest.approx(500e-9 * 1000)
+    assert rows["buffer (per port)"]["buffer_packets"] == 2000
+
+
+def test_addresses_follow_the_plan_and_are_unique():
+    G = gen.fat_tree(4)
+    ips = [G.nodes[h]["ip"] for h in hosts(G)]
+    macs = [G.nodes[h]["mac"] for h in hosts(G)]
+    assert len(set(ips)) == len(ips) == 16 and len(set(macs)) == 16
+    assert ips[:3] == ["10.0.0.1", "10.0.0.2", "10.0.1.1"]
+    R = gen.rail_optimized(3, 4, 1)
+    h = next(h for h in hosts(R) if R.nodes[h]["server"] == 2 and R.nodes[h]["gpu"] == 3)
+    assert R.nodes[h]["ip"] == "10.0.2.4" and R.nodes[h]["prefixlen"] == 8
+    C = gen.cross_campus([lambda b: gen.big_switch(2, b), lambda b: gen.big_switch(2, b)])
+    assert [C.nodes[h]["ip"] for h in hosts(C)] == ["10.0.0.1", "10.0.0.2", "10.1.0.1", "10.1.0.2"]
+    assert C.nodes[hosts(C)[2]]["mac"] == "02:0a:00:01:00:01"
+
+
+def test_addressing_refuses_overflow():
+    from testbed.errors import SpecError
+
+    G = gen.big_switch(300)  # a big switch spans two /24-like blocks
+    assert [G.nodes[h]["ip"] for h in hosts(G)][253:255] == ["10.0.0.254", "10.0.1.1"]
+    with pytest.raises(SpecError) as err:
+        gen.spine_leaf(257, 1, 1)
+    assert err.value.field == "addressing"
+    assert len(plan(gen.spine_leaf(256, 1, 1))) == 256
+
+
+def test_layout_puts_tiers_in_rows():
+    G = gen.cross_campus([lambda b: gen.fat_tree(4, b), lambda b: gen.fat_tree(4, b)])
+    assign(G)
+    pos = layout(G)
+    assert all(pos[n][1] == d["tier"] for n, d in G.nodes(data=True))
+    campus0 = [pos[n][0] for n, d in G.nodes(data=True) if d.get("campus") == 0 and d["role"] != "dci"]
+    assert max(campus0) < 0.5
+
+
+@pytest.mark.parametrize("name", sorted(shipped_specs()))
+def test_topo_show_on_every_shipped_spec(name, capsys):
+    assert cli.main(["topo", "show", name, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    G = build_graph(load_spec(shipped_specs()[name]))
+    assert (doc["switches"], doc["hosts"], doc["links"]) == (len(G) - len(hosts(G)), len(hosts(G)),
+                                                             G.number_of_edges())
+    assert doc["diameter"] >= 2 and doc["bisection_gbps"] > 0
+    assert doc["scale"] == G.graph["scale"] and doc["mapping"]
+
+
+def test_topo_show_human_and_draw(tmp_path, capsys):
+    assert cli.main(["topo", "show", "fat-tree-k4"]) == 0
+    assert "bisection" in capsys.readouterr().err
+    out = tmp_path / "ft.png"
+    assert cli.main(["topo", "draw", "fat-tree-k4", "--out", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_topo_show_unknown_spec_exits_2(capsys):
+    assert cli.main(["topo", "show", "no-such-fabric"]) == 2
+    assert "fat-tree-k4" in capsys.readouterr().err
