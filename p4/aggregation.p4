@@ -1,6 +1,6 @@
 /* aggregation.p4 -- in-network aggregation for BMv2 (v1model): SwitchML's slot pool, ATP's PS fallback.
  *
- *   worker w --UDP 48864 [agg hdr | AGG_ELEMS x int32]--> switch (dst = aggregator IP)
+ *   worker w --UDP :48864+1+job -> :48864 [agg hdr | AGG_ELEMS x int32]--> switch (dst = aggregator IP)
  *                                                          |
  *      job_table[job] -> base, size, limit, members, mcast group, parameter server
  *         unknown job / bad count / bad worker / index >= limit   -> drop, count (never touches slots)
@@ -9,20 +9,22 @@
  *
  *   per physical slot: value registers v0..v(N-1), bitmap, count, exponent (max of the workers' next one)
  *     new bit     : set it here, clear it in the other copy (slot ^ 1); first bit overwrites, others add
- *                   on count == members: multicast the result to the job's group (RESULT flag)
+ *                   on count == members: multicast the result to the job's group (RESULT flag, from
+ *                   the aggregator's IP and UDP 48864 to the job's port; egress port_host readdresses
+ *                   each replica to the host on its port)
  *     bit already set, slot complete   : unicast the stored result back (shadow copy serves retransmits)
  *     bit already set, slot incomplete : drop (duplicate)
  *
  * The two copies of a slot alternate (the shadow bit of pool_index): chunk c uses copy (c / W) % 2 of
  * slot c % W, so the result of chunk c stays readable until every worker has moved on to chunk c + W,
- * whose contribution clears its bit in c's copy (SwitchML, NSDI'21, section 4.3). A worker only sends
+ * whose contribution clears its bit in c's copy (SwitchML, NSDI'21). A worker only sends
  * chunk c + 2W after c + W completed, so when c + 2W arrives every bit of its copy has been cleared and
  * the first contribution overwrites the stale values.
  *
  * Elements per packet: AGG_ELEMS (default 256, i.e. 1 KB of payload as SwitchML's 1 KB mode). BMv2's
  * fixed per-packet cost dominates, so more elements per packet aggregate more bytes per second
- * (`testbed bench agg` measures 64/128/256) and header overhead falls (54 B on 1078 B). The value must be
- * a multiple of 32; compile with -DAGG_ELEMS=64 to change it. The testbed's Python model (testbed.agg.model)
+ * (`testbed bench agg --elems` measures 32/64/128/256) and header overhead falls (54 B on 1078 B). It must be
+ * 32, 64, 128 or 256; compile with -DAGG_ELEMS=64 to change it. The Python model (testbed.agg.model)
  * implements the same rules and the integration tests check that both agree.
  *
  * Non-aggregation traffic (ring baseline, PS traffic, results addressed to a worker) is routed by
@@ -291,7 +293,7 @@ control AggIngress(inout headers_t hdr, inout meta_t meta, inout standard_metada
     /* results arriving from an upstream aggregator (spine) at a leaf: fan out to the local workers */
     action fan_out(bit<16> mgrp) { sm.mcast_grp = mgrp; meta.rewrite = 1; }
     table result_fanout {
-        key = { hdr.agg.job: exact; }
+        key = { hdr.agg.job: exact; hdr.ipv4.dst: exact; }   /* dst: the aggregator (not a unicast reply) */
         actions = { fan_out; NoAction; }
         default_action = NoAction();
         size = 64;

@@ -158,7 +158,7 @@ def percentile(values, q: float) -> float | None:
 
 
 def saturation(cpu: dict, delay_line: dict | None, switch_pps: float, bench_pps: float,
-               udp_overflows: int = 0, switch_socket_drops: int = 0) -> list[str]:
+               udp_overflows: int = 0, switch_socket_drops: int = 0, unexplained_gaps: int = 0) -> list[str]:
     """Reasons to distrust a trial: the emulator, not the protocol, was the limit (empty: trust it).
 
     Args:
@@ -169,6 +169,8 @@ def saturation(cpu: dict, delay_line: dict | None, switch_pps: float, bench_pps:
         bench_pps: what one BMv2 forwards on this machine (``testbed bench p4``).
         udp_overflows: datagrams the hosts' kernels dropped because an endpoint did not read in time.
         switch_socket_drops: frames the kernel dropped because a BMv2 switch did not read in time.
+        unexplained_gaps: sequence gaps the receivers NAKed beyond the drops the switches counted: every
+            switch drop is counted in fabric.p4, so these frames were lost in the emulator's I/O.
     """
     why = []
     if cpu.get("machine_mean", 0) >= 95:
@@ -191,6 +193,8 @@ def saturation(cpu: dict, delay_line: dict | None, switch_pps: float, bench_pps:
         why.append(f"{udp_overflows} datagrams lost in host socket buffers (an endpoint fell behind)")
     if switch_socket_drops:
         why.append(f"{switch_socket_drops} frames lost before BMv2 read them (a switch fell behind)")
+    if unexplained_gaps:
+        why.append(f"{unexplained_gaps} losses outside the switch pipelines (receiver NAKs without a counted drop)")
     return why
 
 
@@ -290,7 +294,8 @@ from testbed.rdma.perf import run_client
 from testbed.rdma.qp import QpConfig
 a = json.loads(sys.argv[1])
 d = Dilation(a["scale"])
-cfg = QpConfig(mtu=a["mtu"], timeout=d.time(0.05), dcqcn=DcqcnParams(line_rate=a["line_rate"]).dilated(d))
+cfg = QpConfig(mtu=a["mtu"], window=a["window"], timeout=d.time(0.05),
+               dcqcn=DcqcnParams(line_rate=a["line_rate"]).dilated(d))
 print(json.dumps(run_client(a["host"], "write_lat", a["size"], iters=a["iters"], config=cfg, connect_wait=30)))
 """
 
@@ -409,7 +414,8 @@ def trial(rep, G, r: Roles, clients, plan, case, mode, dilation, args, out: Path
     line_rate = max(G.edges[s, next(iter(G.neighbors(s)))]["rate_bps"] for s in r.senders)
     for s, d in zip(r.senders, r.receivers, strict=True):
         argv = _py(SENDER_CODE, json.dumps({"host": G.nodes[d]["ip"], "size": args.size, "iters": args.iters,
-                                            "mtu": IB_MTU, "line_rate": line_rate, "scale": dilation.scale}))
+                                            "mtu": IB_MTU, "line_rate": line_rate, "scale": dilation.scale,
+                                            "window": args.window}))
         senders.append((s, rep.popen(s, argv, stdout=open(out / f"sender-{s}.json", "w"),
                                      stderr=open(out / f"sender-{s}.log", "w"))))
     hosts = r.senders + r.receivers
@@ -451,7 +457,12 @@ def trial(rep, G, r: Roles, clients, plan, case, mode, dilation, args, out: Path
     red_drops = sum(cl.counter_read("drops", E.DROP_REASONS["queue"]).packets for cl in clients.values())
     busiest = max(sum(cl.counter_read("from_queue", p).packets for p in plan[sw]) for sw, cl in clients.items())
     dl_stats = long_haul.stats() if long_haul is not None else None
-    sat = saturation(cpu.summary(), dl_stats, busiest / elapsed, args.bench_pps, overflows, sock_drops)
+    naks = sum(x.get("server", {}).get("stats", {}).get("naks_tx", 0) for x in results)
+    switch_drops = {sw: {k: cl.counter_read("drops", i).packets for k, i in E.DROP_REASONS.items()}
+                    for sw, cl in clients.items()}
+    counted = tail + sum(n for d in switch_drops.values() for n in d.values())
+    sat = saturation(cpu.summary(), dl_stats, busiest / elapsed, args.bench_pps, overflows, sock_drops,
+                     max(0, naks - counted))
     return {"goodput_bps": total_bytes * 8 / seconds if seconds else 0.0, "fct_p50_s": p50, "fct_p99_s": p99,
             "queue_peak": c.register_read("qdepth_peak", bport),
             "queue_mean": round(c.register_read("qdepth_sum", bport) / pkts, 1) if pkts else 0.0,
@@ -462,7 +473,8 @@ def trial(rep, G, r: Roles, clients, plan, case, mode, dilation, args, out: Path
             "retransmissions": sum(x["retransmissions"] for x in results),
             "bottleneck": {"switch": bsw, "port": bport, "rate_pps": plan[bsw][bport].rate_pps,
                            "kmin_pkts": plan[bsw][bport].kmin_pkts, "kmax_pkts": plan[bsw][bport].kmax_pkts},
-            "udp_rcvbuf_errors": overflows, "switch_socket_drops": sock_drops, "cpu": cpu.summary(), "elapsed_s": elapsed, "saturation": sat, "senders": results}
+            "udp_rcvbuf_errors": overflows, "switch_socket_drops": sock_drops, "receiver_naks": naks,
+            "switch_drops": switch_drops, "cpu": cpu.summary(), "elapsed_s": elapsed, "saturation": sat, "senders": results}
 
 
 # -- output -------------------------------------------------------------------------------------------------
@@ -519,6 +531,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", default=",".join(CASES), help="sender-dci,receiver-tor (default both)")
     parser.add_argument("--size", default="1MB", help="message (flow) size (default 1MB)")
     parser.add_argument("--iters", type=int, default=None, help="messages per sender (default 8; --quick 2)")
+    parser.add_argument("--window", type=int, default=2048,
+                        help="packets in flight per QP (default 2048: above the 100 km BDP, so DCQCN, not "
+                             "the window, limits the senders)")
     parser.add_argument("--pcap", action="store_true", help="per-port pcaps of every switch")
     parser.add_argument("--bench-pps", type=float, default=15000,
                         help="BMv2 forwarding rate on this machine (testbed bench p4), for saturation checks")
@@ -526,6 +541,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.size = int(parse_size(args.size, "--size"))
     args.iters = args.iters or (2 if args.quick else 8)
+    if not 1 <= args.window <= 1 << 20:
+        raise SpecError("--window", f"must be 1..{1 << 20} packets, got {args.window}")
     distances = _list(args.distances or ",".join(map(str, QUICK_DISTANCES_KM if args.quick else DISTANCES_KM)),
                       "--distances", float)
     modes = _list(args.modes, "--modes", str, MODES)
@@ -537,7 +554,7 @@ def main(argv=None) -> int:
     G0 = build_graph(load_spec(SPEC))
     roles(G0)
     config = {"spec": str(SPEC), "distances_km": distances, "modes": modes, "cases": cases,
-              "message_bytes": args.size, "messages_per_sender": args.iters, "scale": G0.graph["scale"],
+              "message_bytes": args.size, "messages_per_sender": args.iters, "window_pkts": args.window, "scale": G0.graph["scale"],
               "ib_mtu": IB_MTU, "frame_bytes": FRAME_BYTES, "cnp_interval_s": CNP_INTERVAL_S,
               "red_per_25g": {"kmin_bytes": KMIN_BYTES_PER_25G, "kmax_bytes": KMAX_BYTES_PER_25G, "pmax": PMAX}}
     with Results(NAME, args, config) as res:

@@ -163,7 +163,7 @@ class SwitchModel:
             return self._count(Verdict(SPILL, Stat.SPILL, replace(header, flags=header.flags | FLAG_SPILL),
                                        values))
         v = self.pool.contribute(job.base + header.slot, header, values, job.n_workers)
-        if v.stat in (Stat.COMPLETE,):
+        if v.stat is Stat.COMPLETE:               # the completing packet is a contribution too
             self.stats[Stat.CONTRIB] += 1
         return self._count(v)
 

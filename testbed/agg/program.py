@@ -8,8 +8,9 @@ Per switch:
   * on the aggregator: ``agg_address`` (its address), ``job_table`` (disjoint slot partitions, in job
     order), one multicast group per job to the ports leading to the job's workers, ``port_host`` for
     ports that face a host (the replica leaving there is addressed to that host).
-  * on other switches on the way (leaves): ``result_fanout`` job -> group of the ports towards the
-    job's workers below, plus ``port_host``.
+  * on other switches on the way (leaves): ``result_fanout`` (job, aggregator address) -> group of the
+    ports towards the job's workers below (a shadow reply, addressed to one worker, is just routed),
+    plus ``port_host``.
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ class AggPlan:
             for j in self.jobs:
                 ports = self._fanout_ports(sw, j)
                 if ports:
-                    prog.entries.append(TableEntry(f"{ING}.result_fanout", "fan_out", (str(j.job),), (str(j.job),)))
+                    prog.entries.append(TableEntry(f"{ING}.result_fanout", "fan_out", (str(j.job), self.agg_ip),
+                                                   (str(j.job),)))
                     prog.mc_groups[j.job] = ports
         return prog
 

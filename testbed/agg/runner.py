@@ -186,28 +186,26 @@ class AggTestbed:
             c.counter_reset(STATS_COUNTER)
 
     def _start_processes(self, argvs: list[tuple], deadline_s: float) -> None:
-        procs = []
-        for host, argv, log in argvs:
-            procs.append((host, self.rep.popen(host, argv, stdout=open(log, "w"), stderr=-2), log))
+        """Start (host, argv, log) processes and wait until all exited 0 (kill the rest on failure)."""
+        procs = [(host, argv, self.rep.popen(host, argv, stdout=open(log, "w"), stderr=-2), log)
+                 for host, argv, log in argvs]
 
-        def finished():
-            for host, p, log in procs:
-                if p.poll() not in (None, 0):
-                    raise EmulationError(f"{host}: `{' '.join(argv[:3])} ...` exited {p.returncode}; see {log}")
-            return all(p.poll() == 0 for _, p, _ in procs)
+        def settled():   # poll() treats exceptions as "not yet", so a failure is returned, not raised
+            failed = [(host, argv, p, log) for host, argv, p, log in procs if p.poll() not in (None, 0)]
+            return failed or all(p.poll() == 0 for _, _, p, _ in procs)
 
         try:
-            poll(finished, timeout=deadline_s, interval=0.1, what="workers to finish")
+            outcome = poll(settled, timeout=deadline_s, interval=0.1, what="workers to finish")
         except TimeoutError:
-            for _, p, _ in procs:
+            outcome = None
+        if outcome is not True:
+            for _, _, p, _ in procs:
                 if p.poll() is None:
                     p.kill()
-            raise
-        except EmulationError:
-            for _, p, _ in procs:
-                if p.poll() is None:
-                    p.kill()
-            raise
+            if outcome is None:
+                raise EmulationError(f"workers did not finish within {deadline_s:g}s; logs in {self.out_dir}")
+            host, argv, p, log = outcome[0]
+            raise EmulationError(f"{host}: `{' '.join(argv[1:3])} ...` exited {p.returncode}; see {log}")
 
     def _check(self, mode, jr: JobRun, work: Path, before, after, reports, stats=None) -> RunResult:
         got = np.load(work / f"{mode}-{jr.job}-0.npy")

@@ -33,7 +33,7 @@ Public API (stable; others build on it)::
 
 Leaving the block in any way (exception, SIGINT, SIGTERM) removes everything recorded; after SIGKILL,
 ``testbed clean`` removes exactly the recorded objects of dead runs.  TESTBED_LOCK_WAIT=<s> waits for the
-lock instead of failing with "another testbed run is active".
+lock (waiters are served in arrival order) instead of failing with "another testbed run is active".
 """
 
 from testbed.emu.registry import LockBusyError, RunRegistry, clean_runs, load_runs

@@ -51,6 +51,10 @@ LOCK_WAIT_ENV = "TESTBED_LOCK_WAIT"
 DEFAULT_STATE_DIR = "/run/scaleout-testbed"
 
 
+#: Name of the run holding the machine-wide lock in this process (flock would deadlock on a second one).
+_HELD: str | None = None
+
+
 class LockBusyError(TestbedError):
     """Another run holds the machine-wide lock."""
 
@@ -161,6 +165,10 @@ class RunRegistry:
 
     # ----------------------------------------------------------------------------- the lock
     def _acquire_lock(self) -> None:
+        global _HELD
+        if _HELD is not None:
+            raise EmulationError(f"run {self.name!r}: this process already holds the testbed lock (run "
+                                 f"{_HELD!r}); pass that RunRegistry on (e.g. Replica(..., run=run))")
         lock_path = self.root / "lock"
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
 
@@ -176,7 +184,7 @@ class RunRegistry:
         wait = lock_wait_seconds() if self.lock_wait is None else self.lock_wait
         ticket = None
         try:
-            if not try_lock():
+            if not (self._first_in_queue(None) and try_lock()):  # never jump the queue of waiters
                 if wait <= 0:
                     raise LockBusyError(self._busy_message())
                 console.print(f"waiting up to {wait:g}s for {self._busy_message(short=True)}")
@@ -194,6 +202,7 @@ class RunRegistry:
             if ticket is not None:
                 ticket.unlink(missing_ok=True)
         self._lock_fd = fd
+        _HELD = self.name
         (self.root / "lock.owner").write_text(json.dumps({"pid": self.pid, "name": self.name,
                                                           "run_id": self.run_id}))
 
@@ -204,10 +213,12 @@ class RunRegistry:
         ticket.write_text(json.dumps({"pid": self.pid, "start": self.start, "name": self.name}))
         return ticket
 
-    def _first_in_queue(self, ticket: Path) -> bool:
-        """True when no live waiter queued before ``ticket`` (tickets of dead waiters are dropped)."""
-        for other in sorted((self.root / "queue").iterdir()):
-            if other.name >= ticket.name:
+    def _first_in_queue(self, ticket: Path | None) -> bool:
+        """True when no live waiter queued before ``ticket`` (None: at all); dead waiters' tickets are
+        dropped."""
+        queue = self.root / "queue"
+        for other in sorted(queue.iterdir()) if queue.is_dir() else []:
+            if ticket is not None and other.name >= ticket.name:
                 return True
             try:
                 doc = json.loads(other.read_text())
@@ -229,8 +240,10 @@ class RunRegistry:
         return f"another testbed run is active ({who}); wait or `sudo testbed clean`"
 
     def _release_lock(self) -> None:
+        global _HELD
         if self._lock_fd is None:
             return
+        _HELD = None
         try:
             (self.root / "lock.owner").unlink(missing_ok=True)
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)

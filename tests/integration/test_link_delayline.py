@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.root]
 
 @pytest.fixture(scope="module")
 def wire(tmp_path_factory):
-    with RunRegistry("link-tests") as run:
+    # unique names (lk<pid>...): no clash with other runs, so no need to queue for the machine-wide lock
+    with RunRegistry("link-tests", exclusive=False) as run:
         w = open_wire(run, tmp_path_factory.mktemp("links"))
         yield w
         w.stop()

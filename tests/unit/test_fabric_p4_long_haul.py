@@ -108,3 +108,8 @@ def test_packet_socket_drops_sums_only_our_switches():
     assert lh.packet_socket_drops(text, [11, 99]) == 59
     assert lh.packet_socket_drops("", [11]) == 0
     assert lh.saturation({}, None, 0, 15000, switch_socket_drops=1)
+
+
+def test_losses_no_switch_counted_are_the_emulators():
+    assert lh.saturation({}, None, 0, 15000, unexplained_gaps=0) == []
+    assert "outside the switch pipelines" in lh.saturation({}, None, 0, 15000, unexplained_gaps=3)[0]

@@ -183,3 +183,13 @@ def test_waiters_get_the_lock_in_arrival_order(state):
         for p in procs.values():
             p.kill()
             p.wait()
+
+
+def test_nested_exclusive_run_in_one_process_is_a_clear_error(state):
+    with RunRegistry("outer"):
+        with pytest.raises(EmulationError, match="already holds the testbed lock"):
+            RunRegistry("inner").__enter__()
+        with RunRegistry("probe", exclusive=False):
+            pass
+    with RunRegistry("again"):
+        pass

@@ -223,3 +223,23 @@ def test_pcapng_reads_like_pcap(tmp_path):
     subprocess.run(["editcap", "-F", "pcapng", str(src), str(ng)], check=True)
     a, b = check_capture(src), check_capture(ng)
     assert a["qps"] == b["qps"] and b["packets"] == a["packets"] and passed(b)
+
+
+@pytest.mark.parametrize("linktype,header", [
+    (113, bytes(14) + b"\x08\x00"),                   # Linux cooked (tcpdump -i any)
+    (276, b"\x08\x00" + bytes(18)),                   # Linux cooked v2
+    (101, b""),                                        # raw IP
+])
+def test_link_types(tmp_path, linktype, header):
+    import struct
+
+    w, a = _write_acked(0, _data(3000), 1)
+    path = tmp_path / "l.pcap"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, linktype))
+        for i, p in enumerate(w + [a]):
+            frame = header + bytes(p[IP])
+            f.write(struct.pack("<IIII", 1, i, len(frame), len(frame)) + frame)
+    rep = check_capture(path)
+    data = max(rep["qps"], key=lambda q: q["requests"])
+    assert passed(rep) and rep["roce_packets"] == 4 and data["messages"] == 1, rep
