@@ -20,7 +20,7 @@ setup:
 	@bash scripts/setup.sh
 
 demo: setup
-	$(VENV)/bin/testbed run demo
+	$(VENV)/bin/testbed run long_haul_cnp --quick
 
 test: setup
 	$(PYTEST) -q tests/unit tests/integration

@@ -33,29 +33,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"scaleout-testbed {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"testbed.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"testbed.commands.{name}":
-                continue  # command not part of this build
-            raise
-        module.register(sub)
+    register_all(sub, "testbed.commands", COMMANDS)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def register_all(sub, package: str, names) -> None:
+    """Let each module ``package.NAME`` add its parser; a module absent from this build is left out
+    (an import error inside a present module still raises)."""
+    for name in names:
+        try:
+            module = importlib.import_module(f"{package}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"{package}.{name}":
+                continue
+            raise
+        module.register(sub)
+
+
+def run_guarded(func, *args) -> int:
+    """Run ``func(*args)``; a :class:`TestbedError` becomes one line on stderr and its exit code."""
     try:
-        status = args.func(args)
+        return int(func(*args) or 0)
     except TestbedError as exc:
         print(f"testbed: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("testbed: interrupted", file=sys.stderr)
         return 130
-    return int(status or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return run_guarded(args.func, args)
 
 
 if __name__ == "__main__":

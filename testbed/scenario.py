@@ -29,7 +29,6 @@ from pathlib import Path
 
 from testbed import __version__
 from testbed.console import console, print_json
-from testbed.errors import TestbedError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCENARIO_DIR = REPO_ROOT / "scenarios"
@@ -89,14 +88,9 @@ class Results:
 
 def run_main(main) -> int:
     """Entry point for ``python scenarios/NAME.py``: one-line errors, exit codes as the CLI."""
-    try:
-        return int(main() or 0)
-    except TestbedError as exc:
-        print(f"testbed: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("testbed: interrupted", file=sys.stderr)
-        return 130
+    from testbed.cli import run_guarded
+
+    return run_guarded(main)
 
 
 def available() -> list[str]:

@@ -10,9 +10,10 @@ The UDP payload (header + elements) is what the worker library sends through a U
 Ethernet/IP/UDP. The switch answers with the same layout and :data:`FLAG_RESULT` set.
 
 Why 256 elements (1 KB, SwitchML's large-payload mode): BMv2's cost per packet is high and its cost per
-element lower, so larger packets aggregate more bytes per second (measured by ``testbed bench agg``:
-64 elements ~9 kpps / 18 Mbit/s, 256 elements ~3.5 kpps / 29 Mbit/s of input on this machine) and
-the 54 B of headers are 5 % of the frame instead of 17 %, which matters when links are the bottleneck.
+element lower, so larger packets aggregate at least as many bytes per second (``testbed bench agg``:
+64 elements ~9 kpps / 18.7 Mbit/s, 256 elements 2.5-3.5 kpps / 21-29 Mbit/s summed on the 2-core dev
+machine) and the 54 B of headers are 5 % of the frame instead of 17 %, which matters when links are the
+bottleneck.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@
 
     leaf:        h0..h(n-1) workers, h(n) parameter server, all on one BMv2 switch (the aggregator)
     leaf-spine:  two BMv2 leaves with n/2 workers each (+ the PS on leaf 2) under one BMv2 spine, which
-                 aggregates; leaves forward contributions up and fan results out (result_fanout)
+                 aggregates; leaves forward contributions up and fan results out (result_fanout);
+                 uplinks are non-blocking (n/2 + 1 line rates)
 
 Every host's link is shaped with tc HTB to ``link_rate_bps`` (a real 100G link under time dilation),
 chosen so that links, not BMv2's packet rate, bound the run. Workers run as processes on the hosts
@@ -103,6 +104,13 @@ def fabric(workers: int, topology: str):
     for n in G:
         if G.nodes[n]["role"] != "host":
             G.nodes[n]["p4"] = "aggregation"
+    # host links at the real line rate; leaf uplinks non-blocking (as many line rates as the leaf has
+    # hosts), as in AI fabrics: the leaves forward every contribution up to the aggregating spine
+    for u, v, d in G.edges(data=True):
+        hosts_below = [sum(G.nodes[x]["role"] == "host" for x in G.neighbors(s)) for s in (u, v)
+                       if G.nodes[s]["role"] == "leaf"]
+        both_switches = G.nodes[u]["role"] != "host" and G.nodes[v]["role"] != "host"
+        d["rate_bps"] = REAL_RATE_BPS * (max(hosts_below) if both_switches and hosts_below else 1)
     return G, agg, wk, ps
 
 

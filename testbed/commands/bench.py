@@ -5,7 +5,7 @@ Each benchmark is a module in :mod:`testbed.bench` exposing ``register(subparser
 
 from __future__ import annotations
 
-import importlib
+from testbed.cli import register_all
 
 #: Benchmark modules under testbed.bench.
 BENCHES = ("build", "link", "failover", "rdma", "p4", "agg")
@@ -16,11 +16,4 @@ def register(sub) -> None:
                             description=__doc__)
     bench_sub = parser.add_subparsers(dest="bench", metavar="BENCH", parser_class=type(parser))
     bench_sub.required = True
-    for name in BENCHES:
-        try:
-            module = importlib.import_module(f"testbed.bench.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"testbed.bench.{name}":
-                continue
-            raise
-        module.register(bench_sub)
+    register_all(bench_sub, "testbed.bench", BENCHES)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,6 +38,7 @@ from testbed.poll import poll
 
 pytestmark = [pytest.mark.root, pytest.mark.bmv2]
 
+REPO = Path(__file__).resolve().parents[2]
 AGG_IP = "10.255.0.1"
 N_PORTS = 5
 BARRIER_PORT = 9
@@ -126,7 +128,7 @@ def rig(tmp_path_factory):
             for i in (f"agT{p}", f"agS{p}"):
                 with open(f"/proc/sys/net/ipv6/conf/{i}/disable_ipv6", "w") as f:
                     f.write("1")
-        cfg = Bmv2Config(name="agg1", json_path=compile_p4("p4/aggregation.p4"),
+        cfg = Bmv2Config(name="agg1", json_path=compile_p4(REPO / "p4" / "aggregation.p4"),
                          ports={p: f"agS{p}" for p in range(1, N_PORTS + 1)}, log_dir=out,
                          **Allocator().switch("agg1"))
         proc = Bmv2Process(cfg).start(run)

@@ -44,6 +44,8 @@ def test_leaf_spine_plan_aggregates_at_the_spine_and_fans_out_at_leaves():
     assert up and int(up[0].params[0]) == G.edges[leaf, agg]["ports"][leaf]
     assert len(lp.mc_groups[1]) == 2                                   # its two workers
     assert set(plan.switches()) == {n for n in G if G.nodes[n]["role"] != "host"}
+    host_rate = G.edges[workers[0], leaf]["rate_bps"]
+    assert G.edges[leaf, agg]["rate_bps"] == 3 * host_rate                # non-blocking: 2 workers + 1 spare
 
 
 def test_plan_rejects_bad_jobs():
