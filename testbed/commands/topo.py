@@ -95,10 +95,6 @@ def _print_summary(doc: dict) -> None:
         cab.add_row(tier, str(r["links"]), str(r["copper_cables"]), str(r["optical_links"]),
                     str(r["optical_modules"]), str(r["coherent_modules"]), f"{r['fibre_km']:g}", f"{r['cost']:,.0f}")
     console.print(cab)
-    m = Table(title=f"real -> emulated (scale {doc['scale']:g})", title_justify="left")
-    for col in ("tier", "real rate", "emulated rate", "real delay", "emulated delay", "BDP pkts"):
-        m.add_column(col)
-    for r in doc["mapping"]:
-        m.add_row(r["tier"], r["real_rate"], r["emulated_rate"], r["real_delay"], r["emulated_delay"],
-                  "" if r["bdp_packets"] is None else f"{r['bdp_packets']:g}")
-    console.print(m)
+    from testbed.topo.metrics import mapping_table
+
+    console.print(mapping_table(doc["mapping"], doc["scale"]))

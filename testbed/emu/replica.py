@@ -108,6 +108,7 @@ class Replica:
         self._own_run = run is None
         self._nodes: dict = {}         # graph node -> Mininet node
         self._link_nodes: dict = {}    # (u, v) -> link node
+        self.mapping: list[dict] = []  # real -> emulated, per link tier
 
     # ----------------------------------------------------------------------------- access
     def host(self, node):
@@ -189,10 +190,22 @@ class Replica:
                   "datapath": self._datapath(), "protocols": "OpenFlow13", "batch": True}
         return mn_node.OVSSwitch, params, True
 
+    def _print_mapping(self) -> None:
+        """Print (and keep in ``self.mapping``) the real -> emulated mapping of this run's links."""
+        from testbed.topo.metrics import dilation_table, mapping_table
+
+        try:
+            self.mapping = dilation_table(self.G, scale=self.dilation.scale)
+        except KeyError:  # a hand-built graph without rates/delays/tiers: nothing to map
+            self.mapping = []
+            return
+        console.print(mapping_table(self.mapping, self.dilation.scale))
+
     def _build(self, mn_net, mn_node) -> None:
         p, run = self.plan, self.run
         console.print(f"[dim]{self.name}: {len(p.hosts)} hosts, {len(p.switches)} switches, "
                       f"{len(p.links)} links[/dim]")
+        self._print_mapping()
         net = mn_net.Mininet(topo=None, controller=None, build=False, autoSetMacs=False,
                              autoStaticArp=False, waitConnected=False, cleanup=False)
         self.net = net
@@ -238,7 +251,7 @@ class Replica:
     def _write_layout(self) -> None:
         """``replica.json``: which Mininet name, address and interface each graph node got."""
         p = self.plan
-        doc = {"name": self.name, "scale": self.dilation.scale, "run_id": self.run.run_id,
+        doc = {"name": self.name, "scale": self.dilation.scale, "run_id": self.run.run_id, "mapping": self.mapping,
                "hosts": {str(h.node): {"name": h.name, "ip": h.ip, "prefixlen": h.prefixlen, "mac": h.mac}
                          for h in p.hosts},
                "switches": {str(sw.node): {"name": sw.name, "dpid": sw.dpid} for sw in p.switches},

@@ -21,6 +21,7 @@ from typing import Callable, Mapping
 
 from testbed.errors import CapabilityError, EmulationError, SpecError
 from testbed.p4rt.client import SwitchClient
+from testbed.p4rt.loopback import loopback_env
 from testbed.poll import poll
 
 FAST_BINARY = "simple_switch_fast"
@@ -130,7 +131,7 @@ class Bmv2Process:
         Path(self.cfg.log_dir).mkdir(parents=True, exist_ok=True)
         if self.cfg.pcap_dir is not None:
             Path(self.cfg.pcap_dir).mkdir(parents=True, exist_ok=True)
-        self.proc = run.spawn(self.argv, netns=netns, log=self.cfg.log_path)
+        self.proc = run.spawn(self.argv, netns=netns, log=self.cfg.log_path, env=loopback_env())
         return self
 
     def check_alive(self) -> None:

@@ -184,9 +184,11 @@ def cabling(G: nx.Graph, table: dict | None = None) -> dict:
     }
 
 
-def dilation_table(G: nx.Graph) -> list[dict]:
-    """Real -> emulated mapping per link tier (rate / scale, delay * scale, buffer kept in packets)."""
-    scale = G.graph.get("scale", 1.0)
+def dilation_table(G: nx.Graph, scale: float | None = None) -> list[dict]:
+    """Real -> emulated mapping per link tier (rate / scale, delay * scale, buffer kept in packets).
+
+    ``scale`` defaults to the graph's own (``G.graph['scale']``)."""
+    scale = G.graph.get("scale", 1.0) if scale is None else scale
     mtu = G.graph.get("mtu", 1500)
     rows = []
     seen: dict = {}
@@ -232,3 +234,16 @@ def summary(G: nx.Graph) -> dict:
     doc["mtu"] = G.graph.get("mtu", 1500)
     doc["mapping"] = dilation_table(G)
     return doc
+
+
+def mapping_table(rows: list[dict], scale: float):
+    """The real -> emulated mapping as a rich Table (printed by ``topo show`` and by every replica run)."""
+    from rich.table import Table
+
+    m = Table(title=f"real -> emulated (scale {scale:g})", title_justify="left")
+    for col in ("tier", "real rate", "emulated rate", "real delay", "emulated delay", "BDP pkts"):
+        m.add_column(col)
+    for r in rows:
+        m.add_row(r["tier"], r["real_rate"], r["emulated_rate"], r["real_delay"], r["emulated_delay"],
+                  "" if r["bdp_packets"] is None else f"{r['bdp_packets']:g}")
+    return m

@@ -372,3 +372,15 @@ def test_queue_registers_and_tail_drop_accounting(sw):
     pkts = client.register_read("qdepth_pkts", 4)
     assert pkts >= len(got) and client.register_read("qdepth_sum", 4) <= peak * pkts
     assert client.register_read("first_signal_us", 4) == 0  # never reached kmax (6): never congested
+
+
+def test_thrift_port_listens_on_loopback_only(fabric):
+    """simple_switch binds Thrift to every interface by itself; the preloaded shim keeps it on loopback."""
+    _, _, proc = fabric
+    port = proc.cfg.thrift_port
+    out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
+    local = [line.split()[3] for line in out.splitlines() if line.strip()]
+    assert local, f"nothing listens on the Thrift port {port}"
+    for addr in local:
+        host = addr.rsplit(":", 1)[0].strip("[]")
+        assert host in ("127.0.0.1", "::ffff:127.0.0.1", "::1"), f"Thrift listens on {addr}"
