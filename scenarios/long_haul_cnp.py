@@ -286,7 +286,7 @@ def _ss() -> str:
 
 
 #: The endpoints, run in the hosts without loading the whole CLI (imports cost seconds on a busy machine).
-SERVER_CODE = "from testbed.rdma.perf import serve; serve()"
+SERVER_CODE = "from testbed.rdma.perf import serve; serve(\"0.0.0.0\")"  # inside a replica host
 SENDER_CODE = """import json, sys
 from testbed.dilation import Dilation
 from testbed.rdma.dcqcn import DcqcnParams

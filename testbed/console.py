@@ -15,8 +15,10 @@ from rich.console import Console
 
 from testbed.errors import NotRootError
 
-#: Console for human-readable output (tables, progress): always stderr.
-console = Console(stderr=True, highlight=False)
+#: Console for human-readable output (tables, progress): always stderr. Piped into a log (CI, ``make demo
+#: | tee``) rich would fold wide tables to 80 columns; give them room unless COLUMNS says otherwise.
+console = Console(stderr=True, highlight=False,
+                  width=None if sys.stderr.isatty() or os.environ.get("COLUMNS") else 160)
 
 
 def print_json(document) -> None:

@@ -93,7 +93,7 @@ def _iperf3(reg, path, rate: float, duration: float) -> dict:
 
 def _rdma(reg, path, duration: float, mtu: int, size: str) -> dict:
     cli = [sys.executable, "-m", "testbed.cli"]
-    reg.spawn(cli + ["rdma", "server", "--once"], netns=path.ns_b,
+    reg.spawn(cli + ["rdma", "server", "--once", "--bind", "0.0.0.0"], netns=path.ns_b,
               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     argv = ["ip", "netns", "exec", path.ns_a] + cli + ["rdma", "write-bw", path.ip_b, "--size", size,
                                                        "--duration", f"{duration:g}s", "--mtu", str(mtu),

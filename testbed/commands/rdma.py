@@ -23,7 +23,9 @@ def register(sub) -> None:
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=type(parser))
     verbs.required = True
     server = verbs.add_parser("server", help="answer perftest clients (like ib_write_bw without a host)")
-    server.add_argument("--bind", default="0.0.0.0", help="address for the TCP exchange (default all)")
+    server.add_argument("--bind", default=None,
+                        help="address for the TCP exchange (default: all addresses inside a replica host's "
+                             "namespace, 127.0.0.1 in the machine's own)")
     _ports(server)
     server.add_argument("--once", action="store_true", help="exit after one client")
     server.add_argument("--json", action="store_true", help="print the served results as JSON")

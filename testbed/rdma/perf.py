@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import random
 import socket
 import statistics
@@ -47,10 +48,28 @@ def pattern(size: int, seed: int) -> bytearray:
 
 
 # -- server ---------------------------------------------------------------------------------------
-def serve(bind: str = "0.0.0.0", port: int = DEFAULT_PORT, roce_port: int = ROCE_UDP_PORT,
+def in_initial_netns() -> bool:
+    """True in the machine's own network namespace; False inside a replica host's namespace."""
+    try:
+        return os.stat("/proc/self/ns/net").st_ino == os.stat("/proc/1/ns/net").st_ino
+    except OSError:  # no permission to look at pid 1: assume the machine's own namespace
+        return True
+
+
+def default_bind() -> str:
+    """Where the server listens by default: every address inside a replica host (its namespace holds
+    only the replica's links), loopback in the machine's own namespace, so that nothing the testbed
+    starts listens on the real network unless asked with ``--bind``."""
+    return "127.0.0.1" if in_initial_netns() else "0.0.0.0"
+
+
+def serve(bind: str | None = None, port: int = DEFAULT_PORT, roce_port: int = ROCE_UDP_PORT,
           once: bool = False, ready=None) -> list[dict]:
-    """Accept clients and serve each test; returns the per-client results (``once``: after one)."""
+    """Accept clients and serve each test; returns the per-client results (``once``: after one).
+
+    ``bind`` defaults to :func:`default_bind`."""
     results = []
+    bind = default_bind() if bind is None else bind
     family = socket.AF_INET6 if ":" in bind else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as lsock:
         lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

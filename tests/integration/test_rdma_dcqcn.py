@@ -31,7 +31,7 @@ def test_ce_marks_become_cnps_and_rate_cuts(tmp_path):
     series = tmp_path / "series.csv"
     with RunRegistry("rdma-it-dcqcn", exclusive=False) as run:
         wire = open_wire(run, tmp_path, LinkParams(rate_bps=50e6, delay_s=0.0005, red=red), tag="r")
-        run.spawn(CLI + ["rdma", "server", "--once"], netns=wire.ns_b, log=tmp_path / "server.log")
+        run.spawn(CLI + ["rdma", "server", "--once", "--bind", "0.0.0.0"], netns=wire.ns_b, log=tmp_path / "server.log")
         with wire.capture("b", 4791, "roce") as pcap:
             res = subprocess.run(wire.exec_argv("a", CLI + [
                 "rdma", "write-bw", wire.ip_b, "--size", "256KiB", "--duration", "4s", "--dcqcn",

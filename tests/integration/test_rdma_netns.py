@@ -50,7 +50,7 @@ def test_64mb_write_with_loss_is_byte_exact_and_capture_validates(tmp_path):
     pcap = tmp_path / "rx.pcap"
     with RunRegistry("rdma-it-loss", exclusive=False) as run:
         path = make_path(run, "rdt1")
-        run.spawn(CLI + ["rdma", "server", "--once"], netns=path.ns_b, log=tmp_path / "server.log")
+        run.spawn(CLI + ["rdma", "server", "--once", "--bind", "0.0.0.0"], netns=path.ns_b, log=tmp_path / "server.log")
         dump = run.spawn(["tcpdump", "-i", path.intf_b, "-n", "-U", "--immediate-mode", "-B", "65536", "-s", "0",
                           "-w", str(pcap),
                           "udp", "port", "4791"], netns=path.ns_b, log=tmp_path / "tcpdump.log")
@@ -92,7 +92,7 @@ def test_fuzz_into_validator_and_live_endpoint(tmp_path):
         "print(sent)\n")
     with RunRegistry("rdma-it-fuzz", exclusive=False) as run:
         path = make_path(run, "rdt2", subnet="10.77.2")
-        run.spawn(CLI + ["rdma", "server", "--once", "--json"], netns=path.ns_b, log=tmp_path / "server.log")
+        run.spawn(CLI + ["rdma", "server", "--once", "--json", "--bind", "0.0.0.0"], netns=path.ns_b, log=tmp_path / "server.log")
         client = subprocess.Popen(["ip", "netns", "exec", path.ns_a] + CLI +
                                   ["rdma", "write-bw", path.ip_b, "--wait", "20s", "--json", "--size", "256KiB",
                                    "--duration", "6s", "--verify"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
