@@ -37,6 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_verbs(parser, dest: str = "verb", metavar: str = "VERB"):
+    """The required sub-command level under a noun, with the same one-line-error parser class."""
+    verbs = parser.add_subparsers(dest=dest, metavar=metavar, parser_class=type(parser))
+    verbs.required = True
+    return verbs
+
+
 def register_all(sub, package: str, names) -> None:
     """Let each module ``package.NAME`` add its parser; a module absent from this build is left out
     (an import error inside a present module still raises)."""

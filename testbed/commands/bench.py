@@ -5,7 +5,7 @@ Each benchmark is a module in :mod:`testbed.bench` exposing ``register(subparser
 
 from __future__ import annotations
 
-from testbed.cli import register_all
+from testbed.cli import add_verbs, register_all
 
 #: Benchmark modules under testbed.bench.
 BENCHES = ("build", "link", "failover", "rdma", "p4", "agg")
@@ -14,6 +14,5 @@ BENCHES = ("build", "link", "failover", "rdma", "p4", "agg")
 def register(sub) -> None:
     parser = sub.add_parser("bench", help="benchmarks that print figures (--json for machine output)",
                             description=__doc__)
-    bench_sub = parser.add_subparsers(dest="bench", metavar="BENCH", parser_class=type(parser))
-    bench_sub.required = True
+    bench_sub = add_verbs(parser, "bench", "BENCH")
     register_all(bench_sub, "testbed.bench", BENCHES)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import datetime as _dt
 
+from testbed.cli import add_verbs
 from testbed.console import console, print_json
 from testbed.errors import EmulationError
 
 
 def register(sub) -> None:
     parser = sub.add_parser("controller", help="status of the running fabric controller", description=__doc__)
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=type(parser))
-    verbs.required = True
+    verbs = add_verbs(parser)
     status = verbs.add_parser("status", help="health, topology as seen, failover events")
     status.add_argument("--api-port", type=int, help="controller API port (default: from the run registry)")
     status.add_argument("--paths", nargs=2, metavar=("SRC", "DST"), help="also show the paths SRC -> DST")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import subprocess
 
+from testbed.cli import add_verbs
 from testbed.console import console, print_json, require_root
 from testbed.errors import EmulationError, UsageError
 
@@ -26,8 +27,7 @@ def register(sub) -> None:
     for verb, helptext in (("fail", "fail a link or switch of the running replica"),
                            ("restore", "bring a failed link or switch of the running replica back")):
         parser = sub.add_parser(verb, help=helptext, description=__doc__)
-        what = parser.add_subparsers(dest="what", metavar="WHAT", parser_class=type(parser))
-        what.required = True
+        what = add_verbs(parser, "what", "WHAT")
         link = what.add_parser("link", help=f"{verb} the link between two nodes")
         link.add_argument("a")
         link.add_argument("b")

@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from testbed.cli import add_verbs
 from testbed.console import console, print_json
 from testbed.dilation import Dilation
 from testbed.errors import SpecError, UsageError
@@ -21,8 +22,7 @@ from testbed.errors import SpecError, UsageError
 def register(sub) -> None:
     parser = sub.add_parser("link", help="link emulation: plan a link, read delay-line counters",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=type(parser))
-    verbs.required = True
+    verbs = add_verbs(parser)
     plan = verbs.add_parser("plan", help="show the emulated link and its commands (dry run)")
     for flag, example in (("rate", "400G"), ("delay", "50ms"), ("distance", "30km"), ("jitter", "1ms"),
                           ("loss", "1%"), ("queue", "1000 (packets), 64p or 10MB")):

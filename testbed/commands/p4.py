@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from testbed.cli import add_verbs
 from testbed.console import console, print_json
 from testbed.errors import UsageError
 from testbed.units import parse_duration, parse_size
@@ -17,8 +18,7 @@ from testbed.units import parse_duration, parse_size
 def register(sub) -> None:
     parser = sub.add_parser("p4", help="P4 programs for BMv2 switches: compile, table entries, counters",
                             description=__doc__)
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=type(parser))
-    verbs.required = True
+    verbs = add_verbs(parser)
     c = verbs.add_parser("compile", help="compile a P4 program (cached by content)")
     c.add_argument("program", nargs="?", default=None, help="P4 source (default p4/fabric.p4)")
     c.add_argument("--json", action="store_true")

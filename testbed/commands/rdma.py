@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from testbed.cli import add_verbs
 from testbed.console import console, print_json
 from testbed.dilation import Dilation
 from testbed.errors import SpecError, UsageError
@@ -20,8 +21,7 @@ from testbed.units import parse_duration, parse_rate, parse_size
 def register(sub) -> None:
     parser = sub.add_parser("rdma", help="soft-RDMA perftest: server, write-bw, send-bw, write-lat",
                             description=__doc__)
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=type(parser))
-    verbs.required = True
+    verbs = add_verbs(parser)
     server = verbs.add_parser("server", help="answer perftest clients (like ib_write_bw without a host)")
     server.add_argument("--bind", default=None,
                         help="address for the TCP exchange (default: all addresses inside a replica host's "

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from testbed.cli import add_verbs
 from testbed.console import console, print_json
 from testbed.units import parse_duration
 
 
 def register(sub) -> None:
     parser = sub.add_parser("roce", help="RoCEv2 on the wire: capture validator", description=__doc__)
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=type(parser))
-    verbs.required = True
+    verbs = add_verbs(parser)
     check = verbs.add_parser("check", help="validate a pcap/pcapng capture per QP",
                              description=__doc__)
     check.add_argument("capture", metavar="CAPTURE.pcap")

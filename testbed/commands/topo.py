@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from testbed.cli import add_verbs
 from testbed.console import console, print_json
 from testbed.topo.spec import build_graph, load_spec, resolve_spec, shipped_specs
 
 
 def register(sub) -> None:
     parser = sub.add_parser("topo", help="fabric specs: metrics, drawings, examples", description=__doc__)
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=type(parser))
-    verbs.required = True
+    verbs = add_verbs(parser)
 
     show = verbs.add_parser("show", help="counts, hops, ECMP, bisection, optics, cost, dilation mapping")
     show.add_argument("spec", metavar="SPEC", help="spec file or shipped example name")

@@ -154,6 +154,16 @@ def dragonfly(a: int, p: int, h: int, b: Builder | None = None) -> nx.Graph:
     return b.finish()
 
 
+def _switch_grid(b: Builder, dims: tuple[int, ...], hosts_per_switch: int) -> tuple[list, dict]:
+    """One switch per grid coordinate, each with its hosts; returns (coordinates, {coordinate: switch})."""
+    coords = list(itertools.product(*(range(d) for d in dims)))
+    node = {c: b.switch("switch", 1, coord=c) for c in coords}
+    for c in coords:
+        for _ in range(hosts_per_switch):
+            b.link(b.host(coord=c), node[c], "host")
+    return coords, node
+
+
 def torus(dims: tuple[int, ...], hosts_per_switch: int = 1, b: Builder | None = None) -> nx.Graph:
     """2D/3D torus of switches with wrap-around links; every dimension >= 3 so no two links are parallel."""
     dims = tuple(dims)
@@ -163,11 +173,7 @@ def torus(dims: tuple[int, ...], hosts_per_switch: int = 1, b: Builder | None = 
         _positive("dims", d, 3)
     _positive("hosts_per_switch", hosts_per_switch)
     b = b or Builder(kind="torus")
-    coords = list(itertools.product(*(range(d) for d in dims)))
-    node = {c: b.switch("switch", 1, coord=c) for c in coords}
-    for c in coords:
-        for _ in range(hosts_per_switch):
-            b.link(b.host(coord=c), node[c], "host")
+    coords, node = _switch_grid(b, dims, hosts_per_switch)
     for c in coords:
         for dim, size in enumerate(dims):
             nxt = list(c)
@@ -196,11 +202,7 @@ def full_mesh(dims: tuple[int, ...], hosts_per_switch: int = 1, b: Builder | Non
         _positive("dims", d, 2)
     _positive("hosts_per_switch", hosts_per_switch)
     b = b or Builder(kind="full-mesh")
-    coords = list(itertools.product(*(range(d) for d in dims)))
-    node = {c: b.switch("switch", 1, coord=c) for c in coords}
-    for c in coords:
-        for _ in range(hosts_per_switch):
-            b.link(b.host(coord=c), node[c], "host")
+    coords, node = _switch_grid(b, dims, hosts_per_switch)
     for dim, size in enumerate(dims):
         for c in coords:
             for v in range(c[dim] + 1, size):
