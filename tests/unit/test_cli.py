@@ -18,7 +18,11 @@ def _testbed(*args, as_nobody=False):
     if as_nobody and os.geteuid() == 0:
         if not shutil.which("setpriv"):
             pytest.skip("setpriv is needed to drop root")
-        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+        # An unprivileged uid that may still read the checkout: CI's clone can sit in a 0700 folder
+        # (mktemp -d), which nobody could not even enter. CAP_DAC_READ_SEARCH grants reading only, and the
+        # testbed's root check is the effective uid, so this is the non-root path as a user sees it.
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", *argv]
     env = dict(os.environ, PYTHONPATH=str(REPO), HOME="/tmp")
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60, env=env)
 
