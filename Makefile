@@ -1,17 +1,21 @@
 # scaleout-testbed. Two commands do everything on a fresh machine:
 #   sudo make demo    setup, then the default scenario
 #   sudo make test    setup, then the whole test suite
+# and one more for the kernel path (netem, RED, OVS kernel datapath, rdma_rxe) in a QEMU VM:
+#   sudo make vm-test (docs/vm.md)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST ?= $(PY) -m pytest
 # Emulation runs take a machine-wide lock; tests queue for it rather than fail when others run.
 export TESTBED_LOCK_WAIT ?= 900
 
-.PHONY: setup demo test unit integration lint clean help
+.PHONY: setup demo test vm-test kernel-test unit integration lint clean help
 
 help:
 	@echo "sudo make demo    set up this machine, then run the default scenario"
 	@echo "sudo make test    set up this machine, then run the whole test suite"
+	@echo "sudo make vm-test build/boot the test VM (Debian's kernel) and run the kernel-backend tests in it"
+	@echo "sudo make kernel-test  those kernel-backend tests here (a VM whose kernel has netem/RED/OVS/rxe)"
 	@echo "make unit         unit tests only (no root)"
 	@echo "make lint         ruff"
 	@echo "sudo make clean   remove everything testbed runs left behind (testbed clean)"
@@ -24,6 +28,15 @@ demo: setup
 
 test: setup
 	$(PYTEST) -q tests/unit tests/integration
+
+vm-test: setup
+	@bash scripts/vm/host-setup.sh
+	$(PY) -m testbed.emu.vmtest
+
+# The kernel-backend subset (tests/vm/guest) on a machine whose kernel has netem, RED, the OVS kernel
+# datapath and rdma_rxe: what vm-test runs inside its QEMU VM, and what a Vagrant VM runs directly.
+kernel-test:
+	TESTBED_KERNEL_TESTS=1 $(PYTEST) -p no:cacheprovider -q tests/vm/guest
 
 unit:
 	$(PYTEST) -q tests/unit

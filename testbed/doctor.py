@@ -7,7 +7,7 @@ how it knew. The rest of the code asks :func:`capabilities` (cached per process)
     capabilities() -> {"capabilities": {NAME: {"present": bool, "detail": str}},
                        "backends": {"switch": ovs-kernel|ovs-user|bmv2-only|none,
                                     "delay": netem|userspace|none, "ecn": red|userspace|bmv2|none,
-                                    "rdma": rxe|soft}}
+                                    "rdma": soft}}
 
 NAME is one of :data:`NAMES`.  :func:`pick_backends` is the pure decision, unit-tested.
 """
@@ -45,7 +45,9 @@ def pick_backends(caps: dict) -> dict:
     switch: OVS kernel datapath > OVS userspace datapath > BMv2 only > none.
     delay:  tc netem in the kernel > a userspace delay line (needs veth) > none.
     ecn:    tc RED with ecn > userspace delay-line marking (needs veth) > BMv2 P4 marking > none.
-    rdma:   rdma_rxe soft-RoCE in the kernel > the testbed's userspace soft-RDMA.
+    rdma:   the testbed's userspace soft-RDMA, always: it is the only endpoint ``testbed rdma`` drives.
+            rdma_rxe is probed and reported (the VM pair tests run rdma-core's verbs over it) but not
+            picked until ``testbed rdma`` can run over it (issue 14).
     """
     has = {name: caps.get(name, {}).get("present", False) for name in NAMES}
     if has["ovs_kernel"]:
@@ -65,7 +67,7 @@ def pick_backends(caps: dict) -> dict:
         ecn = "bmv2"
     else:
         ecn = "none"
-    return {"switch": switch, "delay": delay, "ecn": ecn, "rdma": "rxe" if has["rxe"] else "soft"}
+    return {"switch": switch, "delay": delay, "ecn": ecn, "rdma": "soft"}
 
 
 def _version(binary: str) -> dict:

@@ -1,5 +1,9 @@
 """Markers: tests that need root, Mininet, OVS or BMv2 say so and skip, with the reason, only where the
-thing is genuinely absent (on the project's CI machine they are all present and run)."""
+thing is genuinely absent (on the project's CI machine they are all present and run).
+
+``-ra`` (pyproject's addopts) makes the summary name every skip. Under ``TESTBED_STRICT=1`` (set by
+``.ci/run``) a missing tool *fails* the test instead: on the CI machine setup must have installed it,
+so a failed BMv2 or OVS install cannot turn those tests into skips and leave CI green."""
 
 from __future__ import annotations
 
@@ -49,4 +53,6 @@ def pytest_runtest_setup(item):
         if name not in _cache:
             _cache[name] = bool(check())
         if not _cache[name]:
+            if os.environ.get("TESTBED_STRICT"):
+                pytest.fail(f"{reason} [TESTBED_STRICT: this machine must have it]", pytrace=False)
             pytest.skip(reason)
