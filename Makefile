@@ -9,7 +9,7 @@ PYTEST ?= $(PY) -m pytest
 # Emulation runs take a machine-wide lock; tests queue for it rather than fail when others run.
 export TESTBED_LOCK_WAIT ?= 900
 
-.PHONY: setup demo test vm-test kernel-test unit integration lint clean help
+.PHONY: setup demo test vm-test kernel-test link-fidelity unit integration lint clean help
 
 help:
 	@echo "sudo make demo    set up this machine, then run the default scenario"
@@ -32,6 +32,11 @@ test: setup
 vm-test: setup
 	@bash scripts/vm/host-setup.sh
 	$(PY) -m testbed.emu.vmtest
+
+# docs/link-fidelity.md: kernel tc vs the userspace delay line, measured side by side in the test VM.
+link-fidelity: setup
+	@bash scripts/vm/host-setup.sh
+	$(PY) -m testbed.emu.vmtest --fidelity
 
 # The kernel-backend subset (tests/vm/guest) on a machine whose kernel has netem, RED, the OVS kernel
 # datapath and rdma_rxe: what vm-test runs inside its QEMU VM, and what a Vagrant VM runs directly.

@@ -179,10 +179,11 @@ def _probe_kvm(image: Image) -> tuple[str, str]:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="scaleout-vm-kvmprobe-") as tmp:
-        console = Path(tmp) / "console.log"
+        console, errors = Path(tmp) / "console.log", Path(tmp) / "qemu.log"
         t0 = time.monotonic()
-        proc = subprocess.Popen(recipe.kvm_probe_argv(image.kernel, console), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        with open(errors, "wb") as err:
+            proc = subprocess.Popen(recipe.kvm_probe_argv(image.kernel, console), stdin=subprocess.DEVNULL,
+                                    stdout=err, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             def panicked():
                 text = console.read_text(errors="replace") if console.exists() else ""
@@ -191,9 +192,11 @@ def _probe_kvm(image: Image) -> tuple[str, str]:
             poll(panicked, timeout=KVM_PROBE_TIMEOUT, interval=0.2, what="the KVM probe kernel")
             text = console.read_text(errors="replace") if console.exists() else ""
             ok = "Kernel panic" in text
-            return ("kvm" if ok else "tcg",
-                    f"kernel {'ran to its end' if ok else 'exited without a panic line'} in "
-                    f"{time.monotonic() - t0:.1f} s")
+            if ok:
+                return "kvm", f"the kernel ran to its end in {time.monotonic() - t0:.1f} s"
+            lines = [ln for ln in errors.read_text(errors="replace").splitlines() if ln.strip()]
+            return "tcg", (f"qemu exited {proc.returncode} after {time.monotonic() - t0:.1f} s before the kernel "
+                           f"ended ({lines[0][:120] if lines else 'no message'})")
         except TimeoutError:
             return "tcg", f"no kernel progress within {KVM_PROBE_TIMEOUT:.0f} s (KVM hangs here)"
         finally:
