@@ -76,17 +76,17 @@ class Job:
     def wait(self, timeout: float, check: bool = True) -> JobResult:
         """Raises:
             VMError: timeout, the VM died, or (``check``) a non-zero exit, with the output's path."""
+        # poll() treats exceptions as "not yet": the condition reports a dead VM as a value instead.
         def finished():
-            if self.done():
-                return True
-            self.vm.check_alive()
-            return False
+            return self.done() or not self.vm.alive()
 
         try:
             poll(finished, timeout=timeout, interval=0.2, what=f"`{self.command}` in vm {self.vm.name}")
         except TimeoutError:
             raise VMError(f"vm {self.vm.name}: `{_short(self.command)}` did not finish within {timeout:.0f} s; "
                           f"output so far: {self.base.with_suffix('.out')}") from None
+        if not self.done():
+            self.vm.check_alive()
         rc = int(self.base.with_suffix(".rc").read_text().strip() or 255)
         output = self.base.with_suffix(".out").read_text(errors="replace")
         if check and rc != 0:
@@ -122,34 +122,42 @@ class VM:
         finally:
             log.close()
 
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def check_alive(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if not self.alive():
             rc = None if self.proc is None else self.proc.returncode
             raise VMError(f"vm {self.name} stopped (qemu exit {rc}; {_last_line(self._qemu_log())}); "
                           f"console log: {self.console_log}")
 
-    def wait_ready(self, timeout: float) -> str:
-        """Wait for the guest agent; returns the guest's kernel release."""
-        ready = self.ctl / "ready"
+    def booted(self) -> bool:
+        return (self.ctl / "ready").exists()
 
-        def booted():
-            if ready.exists():
-                return True
-            if "Kernel panic" in self._console():
-                panic = next(ln for ln in self._console().splitlines() if "Kernel panic" in ln)
-                raise VMError(f"vm {self.name} did not boot ({panic.split(']')[-1].strip()[:120]}); "
-                              f"console log: {self.console_log}")
+    def wait_ready(self, timeout: float) -> str:
+        """Wait for the guest agent; returns the guest's kernel release.
+
+        Raises:
+            VMError: a kernel panic, QEMU exited, or no agent within ``timeout`` (one line, the console log).
+        """
+        def state():   # a value, never an exception: poll() would take that for "not yet"
+            if self.booted():
+                return "ready"
+            panic = next((ln for ln in self._console().splitlines() if "Kernel panic" in ln), None)
+            if panic:
+                return panic.split("]", 1)[-1].strip()[:120]
             if self.proc.poll() is not None:
-                raise VMError(f"vm {self.name} did not boot (qemu exit {self.proc.returncode}; "
-                              f"{_last_line(self._qemu_log()) or 'see console'}); console log: {self.console_log}")
-            return False
+                return f"qemu exit {self.proc.returncode}; {_last_line(self._qemu_log()) or 'see console'}"
+            return None
 
         try:
-            poll(booted, timeout=timeout, interval=0.25, what=f"vm {self.name} to boot")
+            got = poll(state, timeout=timeout, interval=0.25, what=f"vm {self.name} to boot")
         except TimeoutError:
             raise VMError(f"vm {self.name} did not boot within {timeout:.0f} s; console log: "
                           f"{self.console_log}") from None
-        return ready.read_text().strip()
+        if got != "ready":
+            raise VMError(f"vm {self.name} did not boot ({got}); console log: {self.console_log}")
+        return (self.ctl / "ready").read_text().strip()
 
     def spawn(self, command: str, env: dict[str, str] | None = None, cwd: str = recipe.GUEST_SRC) -> Job:
         """Start ``command`` (bash) in the guest; it runs as root in its own session."""
@@ -165,11 +173,11 @@ class VM:
         """Run ``command`` in the guest and wait for it (see :meth:`Job.wait`)."""
         return self.spawn(command, env, cwd).wait(timeout, check)
 
-    def stop(self, timeout: float = 20.0) -> None:
-        """Power the guest off (sysrq), or kill QEMU when it does not stop in ``timeout``."""
+    def stop(self, timeout: float = 10.0) -> None:
+        """Power a booted guest off (sysrq), or kill QEMU when it is not booted or does not stop in ``timeout``."""
         if self.proc is None:
             return
-        if self.proc.poll() is None:
+        if self.proc.poll() is None and self.booted():
             try:
                 self.spawn("sync; echo o > /proc/sysrq-trigger")
                 self.proc.wait(timeout)
@@ -288,8 +296,9 @@ class VMGroup:
             vm.start()
             for link in cfg.links:
                 if link.listen:
-                    poll(lambda s=link.socket, v=vm: s.exists() or v.check_alive(), timeout=30, interval=0.05,
+                    poll(lambda s=link.socket, v=vm: s.exists() or not v.alive(), timeout=30, interval=0.05,
                          what=f"vm {cfg.name}'s link socket {link.socket}")
+                    vm.check_alive()
         for name in self.names:
             self.vms[name].wait_ready(self.boot_timeout)
         self.boot_seconds = time.monotonic() - t0

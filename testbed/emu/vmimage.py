@@ -162,16 +162,17 @@ def choose_accel(image: Image, say=print) -> str:
         raise VMError(f"{ACCEL_ENV}: unknown accelerator {forced!r}; allowed: auto, tcg, kvm")
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return "tcg"
+    kernel = str(image.kernel.resolve())
     try:
         cached = KVM_PROBE_CACHE.read_text().split()
-        if cached[0] == image.key:
+        if cached[0] == kernel:
             return cached[1]
     except (OSError, IndexError):
         pass
     accel, detail = _probe_kvm(image)
     say(f"vm: KVM probe: {detail} -> {accel}")
     KVM_PROBE_CACHE.parent.mkdir(parents=True, exist_ok=True)
-    KVM_PROBE_CACHE.write_text(f"{image.key} {accel}\n")
+    KVM_PROBE_CACHE.write_text(f"{kernel} {accel}\n")
     return accel
 
 
