@@ -35,9 +35,10 @@ def test_netem_50ms_one_way_delay_by_ping(wire):
                          capture_output=True, text=True, check=True).stdout
     rtts = sorted(float(x) for x in re.findall(r"time=([\d.]+) ms", out))
     assert len(rtts) == 20, out
-    # The median (not the mean): a TCG guest on a loaded host stalls now and then, adding one long RTT.
-    assert rtts[10] / 2 == pytest.approx(50.0, rel=0.05), out
-    assert rtts[0] / 2 >= 50.0   # netem never delivers early
+    # A TCG guest on a loaded host wakes netem's timer late (by 1 to 100 ms at load 5-6 on 2 cores): delay
+    # is only ever added. So: never early, the least-delayed probes on target, the median not far above it.
+    assert 50.0 <= rtts[0] / 2 <= 52.5, out
+    assert rtts[10] / 2 <= 50.0 * 1.3, out
     assert wire.qdiscs("a")["netem"]["packets"] >= 20
 
 
