@@ -65,6 +65,13 @@ def build() -> Path:
     if out.exists():
         return out
     log = out.with_suffix(".log")
+    try:
+        return _compile(out, log)
+    except OSError as exc:  # an unwritable cache folder, say (a non-root doctor in a root checkout)
+        raise CoreBuildError(f"cannot build in {out.parent}: {exc.strerror}", None) from None
+
+
+def _compile(out: Path, log: Path) -> Path:
     cc = shutil.which("cc") or shutil.which("gcc")
     out.parent.mkdir(parents=True, exist_ok=True)
     if cc is None:
@@ -86,7 +93,7 @@ def _built() -> tuple[Path | None, str]:
     try:
         return build(), ""
     except CoreBuildError as exc:
-        return None, f"{exc}; see {exc.log}"
+        return None, f"{exc}; see {exc.log}" if exc.log else str(exc)
 
 
 def selected_core(requested: str | None = None, warn: bool = True) -> tuple[str, str]:
@@ -111,7 +118,7 @@ def selected_core(requested: str | None = None, warn: bool = True) -> tuple[str,
 def _warn_once(why: str) -> None:
     from testbed.console import console
 
-    console.print(f"[yellow]warning: link core falls back to the Python delay line: {why}[/yellow]")
+    console.print(f"[yellow]warning: link core falls back to the Python delay line: {why}[/yellow]", soft_wrap=True)
 
 
 def core_model_args(params: LinkParams) -> list[str]:
