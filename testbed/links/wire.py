@@ -75,19 +75,20 @@ class Wire:
 
     def start(self, params: LinkParams, *, seed: int | None = None,
               late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S, spin_s: float | None = None,
-              core: str | None = None, cpu: int | None = None) -> dict:
+              core: str | None = None, cpu: int | None = None, poll_window_s: float | None = None) -> dict:
         """Start the link node with the *emulated* ``params``; returns its first stats document.
 
         Args:
             core: ``c``, ``python`` or ``bare`` (see :mod:`testbed.links.core`; None: the default).
             cpu: pin the compiled core to this CPU.
+            poll_window_s: the compiled core's busy-read window after a frame (None: its default).
         """
         if self.proc is not None:
             raise EmulationError(f"delay line on {self.dl_a}/{self.dl_b} already running")
         self.stats_path.unlink(missing_ok=True)
         self.core, argv = line_argv(self.dl_a, self.dl_b, params, self.stats_path, core=core or self.default_core, seed=seed,
                                     late_tolerance_s=late_tolerance_s, stats_interval_s=0.5, spin_s=spin_s,
-                                    cpu=cpu)
+                                    cpu=cpu, poll_window_s=poll_window_s)
         self.proc = self.run.spawn(argv, log=self.log_path, env={**os.environ, "PYTHONPATH": _repo_path()})
         return wait_ready(self.proc, self.stats_path, self.log_path, what=f"delay line {self.prefix}")
 

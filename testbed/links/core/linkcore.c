@@ -326,7 +326,7 @@ static double opt_pps = 10000, opt_seconds = 1.0;
 static int opt_size = 64;
 static double mono(void);
 static int open_sock(const char *ifname);
-static double opt_late_tol = 250e-6, opt_stats_interval = 1.0, opt_spin = 50e-6;
+static double opt_late_tol = 250e-6, opt_stats_interval = 1.0, opt_spin = 50e-6, opt_poll = 0.0;
 static int opt_rt = 10, opt_cpu = -1, opt_bare, opt_batch = 32, opt_rcvbuf = 8 << 20, opt_sndbuf = 8 << 20;
 
 static void die(const char *what) { fprintf(stderr, "linkcore: %s\n", what); exit(2); }
@@ -358,7 +358,7 @@ static void parse_options(int argc, char **argv) {
         {"rate-bps", 1, 0, 'R'}, {"delay", 1, 0, 'D'}, {"jitter", 1, 0, 'J'}, {"limit", 1, 0, 'L'},
         {"limit-unit", 1, 0, 'U'}, {"red", 1, 0, 'E'}, {"loss", 1, 0, 'X'}, {"seed", 1, 0, 'S'},
         {"seed-ab", 1, 0, '1'}, {"seed-ba", 1, 0, '2'}, {"late-tolerance", 1, 0, 'T'},
-        {"stats-interval", 1, 0, 'I'}, {"spin", 1, 0, 'P'}, {"rt-priority", 1, 0, 'r'}, {"cpu", 1, 0, 'c'},
+        {"stats-interval", 1, 0, 'I'}, {"spin", 1, 0, 'P'}, {"poll-window", 1, 0, 'W'}, {"rt-priority", 1, 0, 'r'}, {"cpu", 1, 0, 'c'},
         {"bare", 0, 0, 'B'}, {"batch", 1, 0, 'n'}, {"rcvbuf", 1, 0, 'v'}, {"sndbuf", 1, 0, 'w'},
         {"sample-interval", 1, 0, 'i'}, {"max-samples", 1, 0, 'm'}, {"pps", 1, 0, 'p'}, {"seconds", 1, 0, 'd'},
         {"size", 1, 0, 'z'}, {0, 0, 0, 0}};
@@ -382,6 +382,7 @@ static void parse_options(int argc, char **argv) {
         case 'T': opt_late_tol = strtod(optarg, NULL); break;
         case 'I': opt_stats_interval = strtod(optarg, NULL); break;
         case 'P': opt_spin = strtod(optarg, NULL); break;
+        case 'W': opt_poll = strtod(optarg, NULL); break;
         case 'r': opt_rt = atoi(optarg); break;
         case 'c': opt_cpu = atoi(optarg); break;
         case 'B': opt_bare = 1; break;
@@ -453,7 +454,7 @@ typedef struct {
     int rx, tx;
     model_t m;
     pend_t *p; size_t head, n, cap;
-    uint64_t tx_packets, tx_errors, late, rx_truncated, late_hist[LATE_BUCKETS];
+    uint64_t tx_packets, tx_errors, late, rx_truncated, late_hist[LATE_BUCKETS], rx_hist[LATE_BUCKETS];
     double max_late, late_sum;
 } path_t;
 
@@ -516,7 +517,7 @@ static void pend_push(path_t *p, double release, const uint8_t *frame, uint32_t 
 
 static path_t paths[2];
 static const char *intf_names[2];
-static uint64_t g_kernel_drops;
+static uint64_t g_kernel_drops, g_wakeups;
 static int g_realtime;
 static double g_started;
 
@@ -532,10 +533,11 @@ static void write_stats(int with_series, int ready) {
     double cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
     fprintf(f, "{\"ready\": %s, \"pid\": %d, \"core\": \"%s\", \"interfaces\": {\"a\": \"%s\", \"b\": \"%s\"}, "
             "\"params\": %s, \"late_tolerance_s\": %.9g, \"realtime\": %s, \"cpu\": %d, \"uptime_s\": %.3f, "
-            "\"cpu_s\": %.6f, \"voluntary_switches\": %ld, \"involuntary_switches\": %ld, ",
+            "\"cpu_s\": %.6f, \"voluntary_switches\": %ld, \"involuntary_switches\": %ld, \"wakeups\": %llu, "
+            "\"poll_window_s\": %.9g, ",
             ready ? "true" : "false", getpid(), opt_bare ? "bare" : "c", intf_names[0], intf_names[1],
             opt_params_json, opt_late_tol, g_realtime ? "true" : "false", opt_cpu, mono() - g_started, cpu,
-            ru.ru_nvcsw, ru.ru_nivcsw);
+            ru.ru_nvcsw, ru.ru_nivcsw, (unsigned long long)g_wakeups, opt_poll);
     fprintf(f, "\"emulator_late\": %llu, \"rx_kernel_drops\": %llu, \"directions\": {",
             (unsigned long long)(paths[0].late + paths[1].late), (unsigned long long)g_kernel_drops);
     for (int d = 0; d < 2; d++) {
@@ -552,6 +554,9 @@ static void write_stats(int with_series, int ready) {
                 p->late ? p->late_sum / p->late : 0.0, p->n);
         for (int i = 0; i < LATE_BUCKETS; i++)
             fprintf(f, "%s\"%s\": %llu", i ? ", " : "", LATE_LABELS[i], (unsigned long long)p->late_hist[i]);
+        fprintf(f, "}, \"rx_latency_histogram\": {");
+        for (int i = 0; i < LATE_BUCKETS; i++)
+            fprintf(f, "%s\"%s\": %llu", i ? ", " : "", LATE_LABELS[i], (unsigned long long)p->rx_hist[i]);
         fprintf(f, "}");
         if (with_series) {
             fprintf(f, ", \"queue_series\": [");
@@ -611,7 +616,7 @@ static double release_due(path_t *p) {
 
 static uint8_t *rxbuf[256];
 
-static void receive(path_t *p, double now, double offset) {
+static int receive(path_t *p, double now, double offset) {
     struct mmsghdr msgs[256];
     struct iovec iov[256];
     char ctl[256][64];
@@ -632,6 +637,9 @@ static void receive(path_t *p, double now, double offset) {
                 memcpy(&ts, CMSG_DATA(cm), sizeof ts);
                 arrival = ts.tv_sec + ts.tv_nsec * 1e-9 - offset;
                 if (arrival > now) arrival = now;
+                int b = 0;  /* how long the kernel took to hand it to us */
+                while (b < LATE_BUCKETS - 1 && now - arrival >= LATE_BOUNDS[b]) b++;
+                p->rx_hist[b]++;
             }
         }
         if (opt_bare) {
@@ -643,6 +651,7 @@ static void receive(path_t *p, double now, double offset) {
         int fate = admit(&p->m, arrival, rxbuf[i], len, &rel);
         if (fate <= F_ALREADY_CE) pend_push(p, rel, rxbuf[i], len);
     }
+    return got;
 }
 
 static int run_forward(void) {
@@ -672,7 +681,7 @@ static int run_forward(void) {
     g_started = mono();
     write_stats(0, 1);
     struct pollfd fds[2] = {{.fd = sa, .events = POLLIN}, {.fd = sb, .events = POLLIN}};
-    double next_stats = mono() + opt_stats_interval;
+    double next_stats = mono() + opt_stats_interval, last_rx = -1.0;
     while (!g_stop) {
         double next0 = release_due(&paths[0]), next1 = release_due(&paths[1]);
         double now = mono(), wait = IDLE_WAIT_S;
@@ -684,6 +693,13 @@ static int run_forward(void) {
         }
         if (g_dump) { g_dump = 0; write_stats(1, 1); }
         int timeout_ns;
+        if (now - last_rx < opt_poll) {
+            /* frames came within the poll window: read on without sleeping, since waking a halted
+             * (virtual) CPU costs hundreds of microseconds here and that is lateness */
+            double offset = realtime() - now;
+            if (receive(&paths[0], now, offset) + receive(&paths[1], now, offset) > 0) last_rx = now;
+            continue;
+        }
         if (wait <= opt_spin) {
             timeout_ns = 0;  /* release imminent: spin, polling the sockets only */
         } else {
@@ -696,8 +712,11 @@ static int run_forward(void) {
         if (r <= 0) continue;
         now = mono();
         double offset = realtime() - now;
-        if (fds[0].revents & POLLIN) receive(&paths[0], now, offset);
-        if (fds[1].revents & POLLIN) receive(&paths[1], now, offset);
+        g_wakeups++;
+        int got = 0;
+        if (fds[0].revents & POLLIN) got += receive(&paths[0], now, offset);
+        if (fds[1].revents & POLLIN) got += receive(&paths[1], now, offset);
+        if (got > 0) last_rx = now;
     }
     write_stats(1, 1);
     return 0;
@@ -709,8 +728,9 @@ static int run_gen(void) {
     int fd = open_sock(opt_a);
     uint8_t f[1514] = {0};
     int flen = opt_size < 60 ? 60 : (opt_size > 1514 ? 1514 : opt_size);
-    /* 02:77:00:00:00:01 -> 02:77:00:00:00:02, 10.77.0.1 -> 10.77.0.2 udp 9 (discard): the test wire's hosts */
-    memcpy(f, "\x02\x77\x00\x00\x00\x02\x02\x77\x00\x00\x00\x01\x08\x00", 14);
+    /* 02:77:00:00:00:01 -> 02:77:00:00:00:fe, 10.77.0.1 -> 10.77.0.2 udp 9: the link node forwards every
+     * frame (its ports are promiscuous), host B drops it on arrival as not its MAC, so the sink costs little */
+    memcpy(f, "\x02\x77\x00\x00\x00\xfe\x02\x77\x00\x00\x00\x01\x08\x00", 14);
     uint8_t *ip = f + 14;
     int iplen = flen - 14;
     ip[0] = 0x45; ip[2] = (uint8_t)(iplen >> 8); ip[3] = (uint8_t)iplen; ip[8] = 64; ip[9] = 17;
@@ -733,12 +753,16 @@ static int run_gen(void) {
         uint64_t due = (uint64_t)((now - start) * opt_pps) + 1;
         if (due > total) due = total;
         if (due <= sent + errors) {
-            struct timespec ts = {0, 20000};  /* pacing a source in 20 us steps */
-            nanosleep(&ts, NULL);
+            /* evenly spaced frames, not bursts: sleep through long gaps, busy-wait through short ones */
+            double gap = (double)(sent + errors + 1) / opt_pps - (now - start);
+            if (gap > 200e-6) {
+                struct timespec ts = {0, (long)((gap - 100e-6) * 1e9)};
+                nanosleep(&ts, NULL);
+            }
             continue;
         }
         uint64_t k = due - sent - errors;
-        if (k > 64) k = 64;
+        if (k > 8) k = 8;
         int r = sendmmsg(fd, msgs, (unsigned)k, 0);
         if (r < 0) errors++; else sent += (uint64_t)r;
     }
