@@ -140,6 +140,18 @@ class PfcConfig:
                 "watchdog": vars(self.watchdog).copy() if self.watchdog else None}
 
     @classmethod
+    def from_dict(cls, doc: dict) -> "PfcConfig":
+        """Reverse of :meth:`to_dict` (the link node's argv)."""
+        table = list(default_dscp_map())
+        for dscp, prio in (doc.get("dscp") or {}).items():
+            table[int(dscp)] = int(prio)
+        wd = doc.get("watchdog")
+        return cls(priorities=tuple(doc["priorities"]), xoff_bytes=float(doc["xoff_bytes"]),
+                   xon_bytes=float(doc["xon_bytes"]), headroom_bytes=doc.get("headroom_bytes"),
+                   quanta=int(doc.get("quanta", MAX_QUANTA)), dscp_map=tuple(table),
+                   watchdog=WatchdogParams(**wd) if wd else None)
+
+    @classmethod
     def from_spec(cls, block, field: str = "pfc", mtu: int = 1500,
                   buffer_bytes: float | None = None) -> "PfcConfig":
         """Validate a spec ``pfc:`` block.

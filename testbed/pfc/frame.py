@@ -1,4 +1,4 @@
-"""PFC frames on the wire: a Scapy layer, a struct codec for the per-packet path, and factories.
+"""PFC frames on the wire: a Scapy layer and factories (the struct codec lives in testbed.pfc.wire).
 
 IEEE 802.1Qbb (now IEEE 802.1Q clause 36) carries PFC in an IEEE 802.3 MAC Control frame (802.3 clause 31,
 Annex 31D for the class-based "PFC" opcode)::
@@ -14,8 +14,9 @@ mirrors the spec's field widths (a 16-bit vector, eight 16-bit times) and conver
 state machine's :class:`~testbed.pfc.state.PauseFrame`. The unit tests check the bytes against a frame
 written by hand from the field layout, against Scapy's contrib layer and against tshark.
 
-Importing this module binds ethertype 0x8808 (MAC Control) to :class:`MACControl`, which dissects opcode
-0x0101 as :class:`PFC` and 0x0001 as :class:`Pause` (802.3x).
+The per-packet codec (no Scapy) is :mod:`testbed.pfc.wire`. Importing this module binds ethertype 0x8808
+(MAC Control) to :class:`MACControl`, which dissects opcode 0x0101 as :class:`PFC` and 0x0001 as
+:class:`Pause` (802.3x).
 """
 
 from __future__ import annotations
@@ -28,20 +29,19 @@ from scapy.packet import Packet, bind_bottom_up, bind_top_down
 
 from testbed.pfc.config import PRIORITIES
 from testbed.pfc.state import PauseFrame
+from testbed.pfc.wire import (  # noqa: F401 - the codec is re-exported next to the layer
+    MAC_CONTROL_ETHERTYPE,
+    MIN_FRAME_NO_FCS,
+    OPCODE_PAUSE,
+    OPCODE_PFC,
+    PFC_DST,
+    decode,
+    dscp_of,
+    encode,
+    priority_of,
+)
 
-MAC_CONTROL_ETHERTYPE = 0x8808
-OPCODE_PAUSE = 0x0001
-OPCODE_PFC = 0x0101
 OPCODES = {OPCODE_PAUSE: "PAUSE", OPCODE_PFC: "PFC"}
-
-#: Destination of PAUSE and PFC frames (IEEE 802.1Q "MAC Control" reserved group address).
-PFC_DST = "01:80:c2:00:00:01"
-
-#: A MAC Control frame is a minimum-size frame: 64 B on the wire, 60 B without the FCS.
-MIN_FRAME_NO_FCS = 60
-
-_PFC_BODY = struct.Struct("!HHH8H")   # ethertype, opcode, class-enable vector, 8 pause times
-_DST_BYTES = bytes.fromhex(PFC_DST.replace(":", ""))
 
 
 class _MACControlPDU(Packet):
@@ -129,29 +129,3 @@ def from_pause(frame: PauseFrame, src: str = "02:00:00:00:00:01") -> Ether:
     q = frame.quanta
     return Ether(dst=PFC_DST, src=src) / PFC(class_enable=frame.class_enable,
                                              **{f"time{i}": q[i] for i in range(PRIORITIES)})
-
-
-# -- the per-packet path: plain struct, no Scapy (the link node's Python reference) ---------------------------
-def encode(frame: PauseFrame, src: bytes | str) -> bytes:
-    """The 60 wire bytes (no FCS) of ``frame`` sent from MAC ``src``."""
-    if isinstance(src, str):
-        src = bytes.fromhex(src.replace(":", ""))
-    if len(src) != 6:
-        raise ValueError(f"source MAC must be 6 bytes, got {len(src)}")
-    body = _PFC_BODY.pack(MAC_CONTROL_ETHERTYPE, OPCODE_PFC, frame.class_enable, *frame.quanta)
-    out = _DST_BYTES + src + body
-    return out + b"\x00" * (MIN_FRAME_NO_FCS - len(out))
-
-
-def decode(raw: bytes) -> PauseFrame | None:
-    """The :class:`PauseFrame` of a captured PFC frame, or None when ``raw`` is not one (untagged only).
-
-    Any destination is accepted (a MAC consumes MAC Control frames by ethertype); reserved vector bits are
-    ignored, as the standard asks of a receiver.
-    """
-    if len(raw) < 12 + _PFC_BODY.size:
-        return None
-    etype, opcode, vector, *times = _PFC_BODY.unpack_from(raw, 12)
-    if etype != MAC_CONTROL_ETHERTYPE or opcode != OPCODE_PFC:
-        return None
-    return PauseFrame.from_wire(vector & 0xFF, times)
