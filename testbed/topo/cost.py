@@ -56,9 +56,9 @@ _MEDIUM_PRICE = {
 #: Every price and assumption, flat (``port_fixed_400g``, ``dr_800g``, ``fibre_per_m``, ...); a price of
 #: None means "not sold at that speed". Documented (with sources and which are estimates) in docs/cost.md.
 COST_TABLE: dict = {
-    **{f"port_{form}_{s}g": float(p) for form, row in _PORT.items() for s, p in zip(SPEEDS, row)},
+    **{f"port_{form}_{s}g": float(p) for form, row in _PORT.items() for s, p in zip(SPEEDS, row, strict=True)},
     **{f"{m}_{s}g": (None if p is None else float(p)) for m, row in _MEDIUM_PRICE.items()
-       for s, p in zip(SPEEDS, row)},
+       for s, p in zip(SPEEDS, row, strict=True)},
     "fibre_per_m": 0.5,                # per metre of fibre (duplex patch/trunk share), estimate
     "fixed_capacity_gbps": 51_200.0,   # one fixed box = one 51.2 Tb/s ASIC (radix = capacity / speed)
     "chassis_capacity_gbps": 230_400.0,  # a modular chassis, e.g. 576 x 400G
@@ -97,7 +97,7 @@ class Prices:
         for key, value in (overrides or {}).items():
             if key not in COST_TABLE:
                 raise SpecError(f"{field}.{key}", "unknown price; allowed: see docs/cost.md "
-                                                  f"(e.g. port_fixed_400g, dr_800g, fibre_per_m)")
+                                                  "(e.g. port_fixed_400g, dr_800g, fibre_per_m)")
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or value < 0 or math.isinf(value)):
                 raise SpecError(f"{field}.{key}", f"expected a number >= 0 (USD) or null, got {value!r}")

@@ -99,7 +99,7 @@ class GF:
     def add(self, a: int, b: int) -> int:
         if self.k == 1:
             return (a + b) % self.p
-        return self._number((x + y) % self.p for x, y in zip(self._digits(a), self._digits(b)))
+        return self._number((x + y) % self.p for x, y in zip(self._digits(a), self._digits(b), strict=True))
 
     def neg(self, a: int) -> int:
         if self.k == 1:

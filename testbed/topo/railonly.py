@@ -33,7 +33,7 @@ def _hops(G: nx.Graph, a, b) -> tuple[int, int]:
     """(links, NVLink links) of one shortest host-to-host path that never transits a host."""
     S = G.subgraph(switches(G) + [a, b])
     path = nx.shortest_path(S, a, b)
-    links = list(zip(path, path[1:]))
+    links = list(zip(path, path[1:], strict=False))
     return len(links), sum(1 for u, v in links if G.edges[u, v]["tier"] == NVLINK)
 
 

@@ -18,7 +18,7 @@ Example (the format is documented in docs/specs.md)::
     buffer: 32MB                 # per egress port, kept in packets under dilation
     scale: auto                  # or a number; auto = pick_scale(busiest link)
     switches: {default: ovs, tor: {p4: fabric}}
-    cost: {optical_module: 700}  # overrides of testbed.topo.metrics.COST_TABLE
+    cost: {dr_400g: 700}         # overrides of testbed.topo.cost.COST_TABLE (docs/cost.md)
 
 A tier block is a :class:`~testbed.links.model.LinkParams` ``link:`` block (rate, delay or distance,
 jitter, loss, queue, red), so everything the link-emulation layer can do is available per tier.
