@@ -18,7 +18,7 @@ Example (the format is documented in docs/specs.md)::
     buffer: 32MB                 # per egress port, kept in packets under dilation
     scale: auto                  # or a number; auto = pick_scale(busiest link)
     switches: {default: ovs, tor: {p4: fabric}}
-    cost: {optical_module: 700}  # overrides of testbed.topo.metrics.COST_TABLE
+    cost: {dr_400g: 700}         # overrides of testbed.topo.cost.COST_TABLE (docs/cost.md)
     pfc: {priorities: [3], xoff: 100KB, headroom: auto}   # lossless Ethernet (testbed.pfc.config)
 
 A tier block is a :class:`~testbed.links.model.LinkParams` ``link:`` block (rate, delay or distance,
@@ -53,7 +53,8 @@ KINDS = tuple(gen.TIERS)
 #: Switch roles of each kind (keys of the spec's ``switches:`` block besides default and tierN).
 ROLES = {
     "fat-tree": ("tor", "agg", "core"), "spine-leaf": ("leaf", "spine"), "rail-optimized": ("rail", "spine"),
-    "rail-only": ("rail", "nvswitch"), "dragonfly": ("router",), "torus": ("switch",),
+    "rail-only": ("rail", "nvswitch", "nic"), "dragonfly": ("router",), "torus": ("switch",),
+    "slim-fly": ("router",),
     "big-switch": ("switch",), "full-mesh": ("switch",), "cross-campus": ("dci",),
 }
 
@@ -94,6 +95,15 @@ def _ratio(value, field):
     return float(value)
 
 
+def _prime_power(value, field):
+    from testbed.topo.galois import prime_power
+
+    _int(3)(value, field)
+    if prime_power(value) is None:
+        raise SpecError(field, f"must be a prime power such as 3, 4, 5, 7, 8, 9, 11, 13, got {value}")
+    return value
+
+
 def _distance(value, field):
     metres = parse_distance(value, field)
     if metres <= 0:
@@ -112,6 +122,7 @@ PARAMS = {
     "dragonfly": {"a": (_int(1), _REQUIRED), "p": (_int(1), _REQUIRED), "h": (_int(1), _REQUIRED)},
     "torus": {"dims": (_dims(2, 3, 3), _REQUIRED), "hosts_per_switch": (_int(1), 1)},
     "big-switch": {"hosts": (_int(1), _REQUIRED)},
+    "slim-fly": {"q": (_prime_power, _REQUIRED), "hosts_per_router": (_int(1), None)},
     "full-mesh": {"dims": (_dims(1, 4, 2), _REQUIRED), "hosts_per_switch": (_int(1), 1)},
     "cross-campus": {"campuses": (None, _REQUIRED), "dci_per_campus": (_int(1), 1),
                      "distance": (_distance, _REQUIRED)},
@@ -421,6 +432,7 @@ def _generator(kind: str, params):
         "dragonfly": lambda b: gen.dragonfly(p["a"], p["p"], p["h"], b),
         "torus": lambda b: gen.torus(p["dims"], p["hosts_per_switch"], b),
         "big-switch": lambda b: gen.big_switch(p["hosts"], b),
+        "slim-fly": lambda b: gen.slim_fly(p["q"], p["hosts_per_router"], b),
         "full-mesh": lambda b: gen.full_mesh(p["dims"], p["hosts_per_switch"], b),
         "cross-campus": lambda b: gen.cross_campus([_generator(c.kind, c.params) for c in p["campuses"]],
                                                    p["dci_per_campus"], b),
