@@ -19,6 +19,7 @@ Example (the format is documented in docs/specs.md)::
     scale: auto                  # or a number; auto = pick_scale(busiest link)
     switches: {default: ovs, tor: {p4: fabric}}
     cost: {dr_400g: 700}         # overrides of testbed.topo.cost.COST_TABLE (docs/cost.md)
+    pfc: {priorities: [3], xoff: 100KB, headroom: auto}   # lossless Ethernet (testbed.pfc.config)
 
 A tier block is a :class:`~testbed.links.model.LinkParams` ``link:`` block (rate, delay or distance,
 jitter, loss, queue, red), so everything the link-emulation layer can do is available per tier.
@@ -40,6 +41,7 @@ import yaml
 from testbed.dilation import Dilation, pick_scale
 from testbed.errors import SpecError, UsageError
 from testbed.links.model import LinkParams
+from testbed.pfc.config import PfcConfig
 from testbed.topo import generators as gen
 from testbed.topo.builder import DEFAULT_RATE_BPS, Builder, LinkTable, tier_default
 from testbed.topo.graph import HOST
@@ -60,7 +62,7 @@ ROLES = {
 P4_PROGRAMS = ("fabric", "aggregation")
 
 #: Top-level keys of a spec file.
-TOP_KEYS = ("name", "kind", "description", "params", "links", "mtu", "buffer", "scale", "switches", "cost")
+TOP_KEYS = ("name", "kind", "description", "params", "links", "mtu", "buffer", "scale", "switches", "cost", "pfc")
 
 _REQUIRED = object()
 
@@ -157,6 +159,7 @@ class Spec:
     switches: Mapping[str, Backend] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     cost: Mapping[str, float] = dataclasses.field(default_factory=lambda: MappingProxyType(dict(COST_TABLE)))
     description: str = ""
+    pfc: PfcConfig | None = None         #: lossless Ethernet; None = off
 
     @property
     def tiers(self) -> tuple[str, ...]:
@@ -330,9 +333,11 @@ def parse_spec(doc, source: str = "spec") -> Spec:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise SpecError(f"cost.{key}", f"expected a number >= 0, got {value!r}")
         cost[key] = float(value)
+    pfc = (PfcConfig.from_spec(doc["pfc"], "pfc", mtu=mtu, buffer_bytes=buffer_bytes)
+           if doc.get("pfc") is not None else None)
     return Spec(name=name.strip(), kind=kind, params=params, links=MappingProxyType(links), mtu=mtu,
                 buffer_bytes=buffer_bytes, scale=scale, switches=_switches(doc.get("switches"), kinds),
-                cost=MappingProxyType(cost), description=description)
+                cost=MappingProxyType(cost), description=description, pfc=pfc)
 
 
 def _apply_oversubscription(links: dict, kind: str, params, raw_links: dict) -> None:
