@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import random
 import socket
 import statistics
@@ -18,6 +17,7 @@ import time
 from testbed.console import console
 from testbed.rdma.dcqcn import DcqcnParams, TimeSeries
 from testbed.rdma.device import Device
+from testbed.rdma.listen import default_bind
 from testbed.rdma.oob import DEFAULT_PORT, Channel
 from testbed.rdma.qp import QpConfig, Remote
 from testbed.rdma.verbs import CompletionQueue, RdmaError, WcStatus
@@ -48,28 +48,15 @@ def pattern(size: int, seed: int) -> bytearray:
 
 
 # -- server ---------------------------------------------------------------------------------------
-def in_initial_netns() -> bool:
-    """True in the machine's own network namespace; False inside a replica host's namespace."""
-    try:
-        return os.stat("/proc/self/ns/net").st_ino == os.stat("/proc/1/ns/net").st_ino
-    except OSError:  # no permission to look at pid 1: assume the machine's own namespace
-        return True
-
-
-def default_bind() -> str:
-    """Where the server listens by default: every address inside a replica host (its namespace holds
-    only the replica's links), loopback in the machine's own namespace, so that nothing the testbed
-    starts listens on the real network unless asked with ``--bind``."""
-    return "127.0.0.1" if in_initial_netns() else "0.0.0.0"
-
-
 def serve(bind: str | None = None, port: int = DEFAULT_PORT, roce_port: int = ROCE_UDP_PORT,
           once: bool = False, ready=None) -> list[dict]:
     """Accept clients and serve each test; returns the per-client results (``once``: after one).
 
     ``bind`` defaults to :func:`default_bind`."""
     results = []
-    bind = default_bind() if bind is None else bind
+    why = "--bind"
+    if bind is None:
+        bind, why = default_bind()
     family = socket.AF_INET6 if ":" in bind else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as lsock:
         lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -80,7 +67,7 @@ def serve(bind: str | None = None, port: int = DEFAULT_PORT, roce_port: int = RO
         lsock.listen(4)
         if ready:
             ready(lsock.getsockname()[1])
-        console.print(f"waiting for clients on {bind}:{lsock.getsockname()[1]} (RoCE UDP port {roce_port})")
+        console.print(f"listening on {bind}:{lsock.getsockname()[1]} ({why}); RoCE UDP port {roce_port}")
         while True:
             conn, peer = lsock.accept()
             chan = Channel(conn)

@@ -81,10 +81,10 @@ def test_client_without_server_is_a_clear_error(capsys):
     assert "is 'testbed rdma server' running" in capsys.readouterr().err
 
 
-def test_server_listens_on_loopback_by_default_outside_a_replica_host(monkeypatch):
-    from testbed.rdma import perf
-
-    monkeypatch.setattr(perf, "in_initial_netns", lambda: True)
-    assert perf.default_bind() == "127.0.0.1"
-    monkeypatch.setattr(perf, "in_initial_netns", lambda: False)
-    assert perf.default_bind() == "0.0.0.0"
+def test_refusal_names_bind(capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["rdma", "write-bw", "127.0.0.1", "--port", str(port), "--roce-port", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "Connection refused" in err and "--bind" in err
