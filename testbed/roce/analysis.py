@@ -112,9 +112,30 @@ class _Walk:
         self.top: list[int] = []
 
 
+def _naks(rev: "QpState | None") -> list[tuple[int, int]]:
+    """(capture index, PSN) of what tells a requester to go back: NAKs, and the implied NAKs of READ
+    responses that skip a PSN (IBA §9.7.5.1.3: the requester re-requests from the first missing one)."""
+    out = []
+    prev = None
+    for r in rev.resps if rev else ():
+        if r.syndrome is not None and (r.syndrome >> 5) & 3 in (1, 3):
+            out.append((r.idx, r.psn))
+        if r.opcode not in (RESP_FIRST, RESP_MIDDLE, RESP_LAST, RESP_ONLY):
+            continue
+        if prev is None:
+            if r.opcode in (RESP_MIDDLE, RESP_LAST):
+                out.append((r.idx, r.psn))  # the FIRST went missing
+        else:
+            skipped = r.opcode in (RESP_MIDDLE, RESP_LAST) and r.psn != (prev.psn + 1) % PSN_MOD
+            cut = r.opcode in (RESP_FIRST, RESP_ONLY) and prev.opcode in (RESP_FIRST, RESP_MIDDLE)
+            if skipped or cut:
+                out.append((r.idx, (prev.psn + 1) % PSN_MOD))
+        prev = r
+    return out
+
+
 def _arrival(ck: "Checker", qp: "QpState", rev: "QpState | None", pmtu: int | None) -> _Walk:
-    naks = [(r.idx, r.psn) for r in (rev.resps if rev else ())
-            if r.syndrome is not None and (r.syndrome >> 5) & 3 in (1, 3)]
+    naks = _naks(rev)
     nak_idx = [i for i, _ in naks]
     w = _Walk()
     reads: list[tuple[int, int]] = []    # (first PSN, last PSN) of READ ranges
