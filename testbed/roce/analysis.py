@@ -5,8 +5,9 @@
     pair streams   each reverse stream (ACK/NAK, READ responses, atomic ACKs, CNPs to QP X) with the
                    request stream it answers: the only one between the two hosts, else the one whose
                    PSNs its responses name (PSN spaces are random 24-bit, so the match is decisive)
-    capture order  per request stream: a PSN seen again is a go-back-N resend if a NAK or an idle
-                   gap (a timeout) came before it, or it continues such a resend; otherwise a duplicate.
+    capture order  per request stream: a PSN seen again is a go-back-N resend if a NAK, an idle gap
+                   or ``retx_gap`` since its first copy (a timeout) explains it, or it continues such
+                   a resend; otherwise a duplicate (a switch or link copying a packet: microseconds).
                    A PSN filling a hole is a resend (same rules, or a READ retry inside a READ's range)
                    or, when new PSNs follow it, reordering
     PSN order      opcode sequence, holes, message sizes; a READ request reserves one PSN per response
@@ -162,7 +163,10 @@ def _arrival(ck: "Checker", qp: "QpState", rev: "QpState | None", pmtu: int | No
                 ck._violation(qp, r.u % PSN_MOD, f"retransmission changed {ops.op_name(old.opcode)} "
                                                  f"to {ops.op_name(r.opcode)}")
             pending = []   # a resend run follows the hole fillers: they were resends too
-            if not (in_run or idle or nak_between(old.idx, r.idx)):
+            # a timeout resend comes >= one timeout after the original left; a capture behind a busy
+            # softirq backlog may see the original late, but never within microseconds of the resend
+            late = r.ts - old.ts >= ck.retx_gap
+            if not (in_run or idle or late or nak_between(old.idx, r.idx)):
                 qp.duplicates += 1
                 ck._violation(qp, r.u % PSN_MOD, f"{ops.op_name(r.opcode)} PSN {r.u % PSN_MOD} seen again "
                                                  "with no NAK or timeout before it (duplicate)")
