@@ -67,6 +67,48 @@ def register(sub) -> None:
         _ports(p)
         p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
         p.set_defaults(func=_client, test=test)
+    _pingpong_parser(verbs)
+
+
+def _pingpong_parser(verbs) -> None:
+    p = verbs.add_parser("rc-pingpong", help="ibv_rc_pingpong's protocol: server without HOST, client with it",
+                         description="Speak rdma-core's ibv_rc_pingpong (TCP 18515 records LID:QPN:PSN:GID, then "
+                                     "a SEND ping-pong) so either side can be the real tool on a kernel rxe host.")
+    p.add_argument("host", metavar="HOST", nargs="?", help="server to connect to (omit to be the server)")
+    p.add_argument("-p", "--port", type=int, default=18515, help="TCP port (default 18515)")
+    p.add_argument("-s", "--size", default="4096", help="message size (default 4096)")
+    p.add_argument("-n", "--iters", type=int, default=1000, help="exchanges (default 1000)")
+    p.add_argument("-r", "--rx-depth", type=int, default=500, help="receives posted (default 500)")
+    p.add_argument("-m", "--mtu", type=int, default=1024, help="path MTU (default 1024)")
+    p.add_argument("-c", "--chk", action="store_true", help="client: mark page starts as rc_pingpong --chk does")
+    p.add_argument("--bind", metavar="ADDR", help="server: listen address (default: see 'testbed rdma server')")
+    p.add_argument("--wait", default="0s", help="client: keep trying to reach a starting server this long")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.set_defaults(func=_pingpong)
+
+
+def _pingpong(args) -> int:
+    from testbed.rdma.pingpong import pingpong_client, report_text, serve_pingpong
+    from testbed.rdma.qp import QpConfig
+    from testbed.rdma.verbs import RdmaError
+
+    size = int(parse_size(args.size, "--size"))
+    if args.iters < 1 or args.rx_depth < 1:
+        raise SpecError("--iters" if args.iters < 1 else "--rx-depth", "must be >= 1")
+    try:
+        cfg = QpConfig(mtu=args.mtu)
+    except RdmaError as exc:
+        raise UsageError(str(exc)) from exc
+    if args.host:
+        r = pingpong_client(args.host, args.port, size, args.iters, args.rx_depth, args.chk, cfg,
+                            connect_wait=parse_duration(args.wait, "--wait"))
+    else:
+        r = serve_pingpong(args.bind, args.port, size, args.iters, args.rx_depth, cfg)
+    if args.json:
+        print_json(r)
+    else:
+        console.print(report_text(r), markup=False)
+    return 0 if r["verified"] else 1
 
 
 def _ports(p) -> None:
