@@ -124,7 +124,8 @@ def _event_rate(p: float, x):
         return 1.0 / x
     if p >= 1.0:
         return np.zeros_like(x)
-    return p / np.expm1(-x * math.log1p(-p))
+    with np.errstate(over="ignore"):  # overflow to inf is the limit: no events
+        return p / np.expm1(-x * math.log1p(-p))
 
 
 @dataclass
@@ -232,8 +233,9 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
             if pd > 0.0 and r > 0.0:
                 a = -expm1(tau * r * lq)
                 a_alpha = -expm1(tau_a * r * lq)
-                ev_b = r * pd / expm1(-B * lq) if lq > -math.inf else 0.0
-                ev_t = r * pd / expm1(-T * r * lq) if lq > -math.inf else 0.0
+                xb, xt = -B * lq, -T * r * lq   # (1 - p)^-x - 1 overflows to inf: no events
+                ev_b = r * pd / expm1(xb) if xb < 700 else 0.0
+                ev_t = r * pd / expm1(xt) if xt < 700 else 0.0
                 keep_b, keep_t = exp(F * B * lq), exp(F * T * r * lq)
             else:  # no marks: no cuts; every counter expiry is an increase
                 a = a_alpha = 0.0
