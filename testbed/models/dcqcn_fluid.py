@@ -59,6 +59,8 @@ class FluidParams:
         starts_s: start time of each flow (its number of entries is N).
         queue_delay: add q/C to tau* (see the module docstring).
         buffer_bytes: tail-drop limit of the queue (None: unlimited); drops are integrated.
+        min_rate_bps: a floor under R_C, as NICs keep one (the paper's model has none).
+        marking: open loop: a constant marking probability instead of p(q).
     """
 
     capacity_bps: float
@@ -79,6 +81,7 @@ class FluidParams:
     fast_recovery_rounds: int = 5
     rate_ai_bps: float = 40e6
     initial_alpha: float = 1.0
+    min_rate_bps: float | None = None               # the NIC's rate floor (not in the paper; 0 without)
     marking: float | None = field(default=None)   # open loop: constant marking probability instead of p(q)
 
     def __post_init__(self):
@@ -193,7 +196,9 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
     active = [False] * n
     q = 0.0
     dropped = 0.0
-    base_lag = p_.feedback_delay_s / dt
+    hist_exit = [0.0] * (steps + 1)
+    ptr = -1
+    floor = (p_.min_rate_bps or 0.0) / pkt_bits
     ln, exp, expm1 = math.log1p, math.exp, math.expm1
     k = 0
     for step in range(steps + 1):
@@ -209,20 +214,24 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
             p_now = 0.0 if q <= kmin else (p_.pmax * (q - kmin) / (kmax - kmin) if q <= kmax else 1.0)
         hist_p[step] = p_now
         hist_r[step] = list(rc)
+        hist_exit[step] = now + p_.feedback_delay_s + (q / cap if p_.queue_delay else 0.0)
         if step % every == 0 and k < ns:
             out_t[k], out_r[k], out_rt[k], out_a[k], out_q[k], out_p[k] = now, rc, rt, alpha, q, p_now
             k += 1
         if step == steps:
             break
-        j = step - base_lag - (q / cap / dt if p_.queue_delay else 0.0)
-        if j < 0:
+        # the feedback acting now left the queue's tail at step s with exit(s) = s dt + tau* [+ q(s)/C] <= now
+        while ptr + 1 <= step and hist_exit[ptr + 1] <= now:
+            ptr += 1
+        if ptr < 0:
             pd, rd = 0.0, [0.0] * n
         else:
-            j0 = int(j)
-            w = j - j0
-            j1 = min(j0 + 1, step)
-            pd = (1 - w) * hist_p[j0] + w * hist_p[j1]
-            h0, h1 = hist_r[j0], hist_r[j1]
+            nxt = min(ptr + 1, step)
+            span = hist_exit[nxt] - hist_exit[ptr]
+            w = (now - hist_exit[ptr]) / span if span > 0 and nxt != ptr else 0.0
+            w = min(1.0, max(0.0, w))
+            pd = (1 - w) * hist_p[ptr] + w * hist_p[nxt]
+            h0, h1 = hist_r[ptr], hist_r[nxt]
             rd = [(1 - w) * h0[i] + w * h1[i] for i in range(n)]
         # log(1 - p): -inf at p = 1 makes (1 - p)^x = 0 and the event rates 0, as the limits say
         lq = ln(-pd) if pd < 1.0 else -math.inf
@@ -246,7 +255,7 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
             d_rc = -rc[i] * alpha[i] * a / (2 * tau) + (rt[i] - rc[i]) / 2 * (ev_b + ev_t)
             alpha[i] = min(1.0, max(0.0, alpha[i] + d_alpha * dt))
             rt[i] = min(line, max(0.0, rt[i] + d_rt * dt))
-            rc[i] = min(line, max(0.0, rc[i] + d_rc * dt))
+            rc[i] = min(line, max(floor, rc[i] + d_rc * dt))
         q = q + (sum(rc) - cap) * dt
         if q < 0.0:
             q = 0.0
