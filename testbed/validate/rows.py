@@ -182,10 +182,10 @@ def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None) -> list[Row]:
     note = (f"{span * 1e3 / run.scale:.2f} ms real (10 loop RTTs) from the first rate cut; replica's cut "
             f"{(c_rep - c_mod) * 1e3 / run.scale:+.2f} ms real after the model's")
     rows.append(Row("DCQCN fluid model (CoNEXT'16)", f"rate trajectory, {n} flows (RMS / C)", rate_rms, 0.0, "",
-                    rate_rms, TRAJECTORY_TOLERANCE, rate_rms <= TRAJECTORY_TOLERANCE, ("userspace",), "trajectory",
+                    rate_rms, TRAJECTORY_TOLERANCE, bool(rate_rms <= TRAJECTORY_TOLERANCE), ("userspace",), "trajectory",
                     note, plot))
     rows.append(Row("DCQCN fluid model (CoNEXT'16)", "queue trajectory (RMS / Kmax)", queue_rms, 0.0, "",
-                    queue_rms, TRAJECTORY_TOLERANCE, queue_rms <= TRAJECTORY_TOLERANCE, ("userspace",), "trajectory",
+                    queue_rms, TRAJECTORY_TOLERANCE, bool(queue_rms <= TRAJECTORY_TOLERANCE), ("userspace",), "trajectory",
                     note, {}))
     # fair share: over the last third of the run, each flow's share of the DCQCN rate total
     last = grid >= grid[-1] * 2 / 3
@@ -239,7 +239,7 @@ def link_rows(delay_cases: list[dict], gap_cases: list[dict]) -> list[Row]:
         # Mininet-HiFi: share of inter-dequeue gaps deviating from 1514*8/rate; pass when p90 within 10%
         p90 = c["p90_error_pct"] / 100
         rows.append(Row("ideal link (Mininet-HiFi gap CCDF)", f"gap deviation p90 at {c['rate_mbps']:g} Mb/s",
-                        p90, 0.0, "", p90, SCALAR_TOLERANCE, p90 <= SCALAR_TOLERANCE, ("userspace",), "bound",
+                        p90, 0.0, "", p90, SCALAR_TOLERANCE, bool(p90 <= SCALAR_TOLERANCE), ("userspace",), "bound",
                         f"p50 {c['p50_error_pct']}%, p99 {c['p99_error_pct']}%",
                         {"errors": c.get("errors", []), "rate_mbps": c["rate_mbps"]}))
     return rows
