@@ -165,13 +165,12 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
     Args:
         params: the bottleneck and its flows.
         duration_s: simulated time.
-        dt_s: the fixed step (default: a tenth of the shortest DCQCN interval, capped by tau*/4).
+        dt_s: the fixed step (default: a tenth of the shortest DCQCN interval; delayed values are interpolated
+            in the history, so tau* need not be a multiple of it).
         sample_every_s: spacing of the returned samples (default: every step up to 20,000 samples).
     """
     p_ = params
     dt = dt_s or min(p_.cnp_interval_s, p_.alpha_timer_s, p_.rate_increase_timer_s) / 10
-    if p_.feedback_delay_s > 0:
-        dt = min(dt, p_.feedback_delay_s / 4) if dt_s is None else dt
     steps = int(round(duration_s / dt))
     n = p_.flows
     pkt_bits = p_.packet_bytes * 8

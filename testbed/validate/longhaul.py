@@ -84,8 +84,12 @@ def _serialisation(config: dict, row: dict) -> float:
     return (config.get("frame_bytes", 1082) + CNP_FRAME_BYTES) * 8 / rate
 
 
-def long_haul_rows(doc: dict) -> list[Row]:
-    """Physics and gain rows from the long-haul trials (see the module docstring for the fields)."""
+def long_haul_rows(doc: dict, model_duration_s: float | None = None) -> list[Row]:
+    """Physics and gain rows from the long-haul trials (see the module docstring for the fields).
+
+    Args:
+        model_duration_s: simulated time of each fluid run (default: :func:`predicted_gain`'s).
+    """
     config, rows = doc["config"], doc["rows"]
     _check(rows)
     valid, invalid = _valid(rows)
@@ -122,7 +126,7 @@ def long_haul_rows(doc: dict) -> list[Row]:
         out.append(scalar_row(REF_PHYSICS, f"{case} {km:g} km: feedback saved by fast CNP", measured * 1e3,
                               saved * 1e3, "ms (real)", backends=backends,
                               note=f"ECN {len(ecn)}, fast CNP {len(fast)} valid trials"))
-    out += _gain_rows(config, groups, backends)
+    out += _gain_rows(config, groups, backends, model_duration_s)
     return out
 
 
@@ -135,7 +139,7 @@ def _paired_gain(ecn: list, fast: list) -> list[float]:
     return [t["throughput_mbps"] / mean - 1 for t in fast] if mean > 0 else []
 
 
-def _gain_rows(config: dict, groups: dict, backends) -> list[Row]:
+def _gain_rows(config: dict, groups: dict, backends, duration_s: float | None) -> list[Row]:
     out = []
     cases = sorted({c for c, _, _ in groups})
     for case in cases:
@@ -159,7 +163,7 @@ def _gain_rows(config: dict, groups: dict, backends) -> list[Row]:
                                feedback_delay_s=config.get("local_feedback_s", 5e-6),
                                starts_s=tuple([0.0] * int(config.get("flows", 2))),
                                rate_ai_bps=config["line_rate_bps"] * 4e-4)
-            pred = predicted_gain(base, [km], case)[0]["gain"]
+            pred = predicted_gain(base, [km], case, duration_s=duration_s)[0]["gain"]
             ci = confidence_interval(gains)
             note = f"{len(gains)} paired repetitions; gain {ci.mean * 100:+.1f}%"
             if ci.half_width is not None:

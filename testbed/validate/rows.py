@@ -23,6 +23,8 @@ from testbed.rdma.dcqcn import DcqcnParams
 from testbed.validate.stats import relative_error
 
 SCALAR_TOLERANCE = 0.10
+#: the link backend of the wire (testbed.links.emulation's names) and the endpoints
+RDMA_BACKENDS = ("userspace", "soft-rdma")
 TRAJECTORY_TOLERANCE = 0.15
 
 
@@ -182,18 +184,19 @@ def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None) -> list[Row]:
     note = (f"{span * 1e3 / run.scale:.2f} ms real (10 loop RTTs) from the first rate cut; replica's cut "
             f"{(c_rep - c_mod) * 1e3 / run.scale:+.2f} ms real after the model's")
     rows.append(Row("DCQCN fluid model (CoNEXT'16)", f"rate trajectory, {n} flows (RMS / C)", rate_rms, 0.0, "",
-                    rate_rms, TRAJECTORY_TOLERANCE, bool(rate_rms <= TRAJECTORY_TOLERANCE), ("userspace",), "trajectory",
+                    rate_rms, TRAJECTORY_TOLERANCE, bool(rate_rms <= TRAJECTORY_TOLERANCE), RDMA_BACKENDS, "trajectory",
                     note, plot))
     rows.append(Row("DCQCN fluid model (CoNEXT'16)", "queue trajectory (RMS / Kmax)", queue_rms, 0.0, "",
-                    queue_rms, TRAJECTORY_TOLERANCE, bool(queue_rms <= TRAJECTORY_TOLERANCE), ("userspace",), "trajectory",
-                    note, {}))
+                    queue_rms, TRAJECTORY_TOLERANCE, bool(queue_rms <= TRAJECTORY_TOLERANCE), RDMA_BACKENDS, "trajectory",
+                    note, plot))
     # fair share: over the last third of the run, each flow's share of the DCQCN rate total
     last = grid >= grid[-1] * 2 / 3
     m_share = tr.rates[last].mean(axis=0) / tr.rates[last].sum(axis=1).mean()
     r_share = rep_rates[last].mean(axis=0) / rep_rates[last].sum(axis=1).mean()
     worst = int(np.argmax(np.abs(r_share - m_share)))
     rows.append(scalar_row("DCQCN fluid model (CoNEXT'16)", f"rate share of flow {worst + 1} (last third)",
-                           float(r_share[worst]), float(m_share[worst]), "", note="fair share is 1/N"))
+                           float(r_share[worst]), float(m_share[worst]), "", backends=RDMA_BACKENDS,
+                           note="fair share is 1/N"))
     # aggregate goodput against the model's delivered rate (payload of the frames the bottleneck forwarded)
     t_lo, t_hi = grid[-1] / 3, grid[-1]
     good = 0.0
@@ -204,7 +207,7 @@ def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None) -> list[Row]:
     payload = 1024 / frame_bytes
     expected = tr.utilisation(t_lo, t_hi) * cap * payload
     rows.append(scalar_row("DCQCN fluid model (CoNEXT'16)", "aggregate goodput (last two thirds)",
-                           good * run.scale / 1e6, expected * run.scale / 1e6, "Mb/s (real)"))
+                           good * run.scale / 1e6, expected * run.scale / 1e6, "Mb/s (real)", backends=RDMA_BACKENDS))
     if n >= 2:
         join = max(rep["starts"][1], fp.starts_s[1])
         width = 4 * fp.rate_increase_timer_s
@@ -215,10 +218,11 @@ def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None) -> list[Row]:
             rows.append(Row("DCQCN fluid model (CoNEXT'16)", "convergence time (rates within 20%)",
                             None if conv_rep is None else conv_rep / run.scale * 1e3,
                             None if conv_mod is None else conv_mod / run.scale * 1e3, "ms (real)", None,
-                            SCALAR_TOLERANCE, False, ("userspace",), "scalar", f"did not converge (join at {join:.3f} s)"))
+                            SCALAR_TOLERANCE, False, RDMA_BACKENDS, "scalar", f"did not converge (join at {join:.3f} s)"))
         else:
             rows.append(scalar_row("DCQCN fluid model (CoNEXT'16)", "convergence time (rates within 20%)",
                                    conv_rep / run.scale * 1e3, conv_mod / run.scale * 1e3, "ms (real)",
+                                   backends=RDMA_BACKENDS,
                                    note="after the second flow joins; replica rates smoothed over 4 timer periods"))
     return rows
 
@@ -290,6 +294,7 @@ def goodput_rows(cases: list[dict]) -> list[Row]:
         limit = "window" if ref < c["rate_bps"] * 1024 / 1082 else "rate"
         rows.append(scalar_row("min(rate, window/RTT)", f"goodput, {limit}-limited (window {c['window']}, "
                                f"RTT {2 * c['one_way_s'] * 1e3:g} ms)", c["goodput_mbps"], ref / 1e6, "Mb/s (emulated)",
+                               backends=RDMA_BACKENDS,
                                note=f"retransmissions {c['retransmissions']}, timeouts {c['timeouts']}"))
     return rows
 

@@ -64,7 +64,7 @@ def _fake_replica(run: DcqcnRun, tr, lag_s: float = 0.0, gain: float = 1.0) -> d
 
 
 def test_dcqcn_rows_pass_for_a_replica_that_follows_the_model_and_fail_for_one_that_does_not():
-    run = DcqcnRun(kmax_pkts=300, pmax=0.2, limit_pkts=1000, starts_s=(0.0, 0.05), duration_s=0.25)
+    run = DcqcnRun(kmax_pkts=300, pmax=0.2, limit_pkts=1000, starts_s=(0.0, 0.05), duration_s=0.2)
     fp = R.fluid_params_for(run, FRAME_BYTES)
     tr = simulate(fp, run.duration_s * run.scale, sample_every_s=fp.cnp_interval_s / 4)
     good = R.dcqcn_rows(_fake_replica(run, tr), run, FRAME_BYTES, model=tr)
@@ -90,12 +90,15 @@ def _trial(case, km, mode, rep, thr, fb_ms, **kw):
             "bottleneck": {"real_rate_bps": 10e9, "kmin_bytes": 40e3, "kmax_bytes": 160e3, "pmax": 0.2}, **kw}
 
 
+MODEL_S = 0.08   # simulated seconds of each fluid run: enough for 30 km (tau* 0.3 ms) to settle
+
+
 @functools.cache
 def _model_gain_30km() -> float:
     """The fluid model's gain at 30 km for the trials' bottleneck, computed independently of longhaul.py."""
     return predicted_gain(FluidParams(capacity_bps=10e9, line_rate_bps=10e9, packet_bytes=1082, kmin_bytes=40e3,
                                       kmax_bytes=160e3, pmax=0.2, feedback_delay_s=5e-6, rate_ai_bps=4e6),
-                          [30])[0]["gain"]
+                          [30], duration_s=MODEL_S)[0]["gain"]
 
 
 def _doc(ecn_fb_ms=0.32, fast_fb_ms=0.02, extra=()):
@@ -109,7 +112,7 @@ def _doc(ecn_fb_ms=0.32, fast_fb_ms=0.02, extra=()):
 
 
 def test_long_haul_rows_from_trials_that_agree_with_physics_and_the_model():
-    rows = long_haul_rows(_doc())
+    rows = long_haul_rows(_doc(), MODEL_S)
     by = {r.metric: r for r in rows}
     bound = by["sender-dci 30 km: ECN feedback >= bound"]
     assert bound.passed and bound.expected == pytest.approx(0.3 + (1082 + 78) * 8 / 10e9 * 1e3)
@@ -121,12 +124,12 @@ def test_long_haul_rows_from_trials_that_agree_with_physics_and_the_model():
 
 
 def test_long_haul_rows_catch_impossible_feedback_and_leave_invalid_trials_out():
-    too_fast = long_haul_rows(_doc(ecn_fb_ms=0.2))
+    too_fast = long_haul_rows(_doc(ecn_fb_ms=0.2), MODEL_S)
     by = {r.metric: r for r in too_fast}
     assert not by["sender-dci 30 km: ECN feedback >= bound"].passed       # faster than light in fibre
     assert not by["sender-dci 30 km: feedback saved by fast CNP"].passed
     bogus = _trial("sender-dci", 30, "fast-cnp", 9, 5000.0, 0.01, switch_cnps=0, cnps_at_senders=0)
-    rows = long_haul_rows(_doc(extra=[bogus]))
+    rows = long_haul_rows(_doc(extra=[bogus]), MODEL_S)
     info = [r for r in rows if r.kind == "info"][0]
     assert info.replica == 1.0 and "switch sent no CNP" in info.note
     assert {r.metric: r for r in rows}["sender-dci 30 km: goodput ratio fast/ECN"].passed   # the bogus 5x is out
