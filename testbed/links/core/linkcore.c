@@ -454,7 +454,7 @@ typedef struct {
     int rx, tx;
     model_t m;
     pend_t *p; size_t head, n, cap;
-    uint64_t tx_packets, tx_errors, late, rx_truncated, late_hist[LATE_BUCKETS], rx_hist[LATE_BUCKETS];
+    uint64_t tx_packets, tx_errors, rx_errors, late, rx_truncated, late_hist[LATE_BUCKETS], rx_hist[LATE_BUCKETS];
     double max_late, late_sum;
 } path_t;
 
@@ -546,11 +546,11 @@ static void write_stats(int with_series, int ready) {
         fprintf(f, "%s\"%s\": {", d ? ", " : "", p->name);
         for (int i = 0; i < NCOUNTERS; i++) fprintf(f, "\"%s\": %llu, ", COUNTER_NAMES[i], (unsigned long long)m->c[i]);
         fprintf(f, "\"max_queue_packets\": %llu, \"max_queue_bytes\": %llu, \"samples_skipped\": %llu, "
-                "\"tx_packets\": %llu, \"tx_errors\": %llu, \"rx_truncated\": %llu, \"emulator_late\": %llu, "
+                "\"tx_packets\": %llu, \"tx_errors\": %llu, \"rx_errors\": %llu, \"rx_truncated\": %llu, \"emulator_late\": %llu, "
                 "\"max_lateness_s\": %.9g, \"mean_late_lateness_s\": %.9g, \"in_flight\": %zu, \"lateness_histogram\": {",
                 (unsigned long long)m->max_qp, (unsigned long long)m->max_qb, (unsigned long long)m->samples_skipped,
                 (unsigned long long)p->tx_packets, (unsigned long long)p->tx_errors,
-                (unsigned long long)p->rx_truncated, (unsigned long long)p->late, p->max_late,
+                (unsigned long long)p->rx_errors, (unsigned long long)p->rx_truncated, (unsigned long long)p->late, p->max_late,
                 p->late ? p->late_sum / p->late : 0.0, p->n);
         for (int i = 0; i < LATE_BUCKETS; i++)
             fprintf(f, "%s\"%s\": %llu", i ? ", " : "", LATE_LABELS[i], (unsigned long long)p->late_hist[i]);
@@ -629,6 +629,10 @@ static int receive(path_t *p, double now, double offset) {
                                                 .msg_controllen = sizeof ctl[i]}};
     }
     int got = recvmmsg(p->rx, msgs, (unsigned)n, MSG_DONTWAIT | MSG_TRUNC, NULL);
+    if (got < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) p->rx_errors++;
+        return 0;
+    }
     for (int i = 0; i < got; i++) {
         uint32_t len = msgs[i].msg_len;
         if (len > MAX_FRAME || (msgs[i].msg_hdr.msg_flags & MSG_TRUNC)) { p->rx_truncated++; continue; }
@@ -716,8 +720,10 @@ static int run_forward(void) {
         double offset = realtime() - now;
         g_wakeups++;
         int got = 0;
-        if (fds[0].revents & POLLIN) got += receive(&paths[0], now, offset);
-        if (fds[1].revents & POLLIN) got += receive(&paths[1], now, offset);
+        /* POLLERR too: the failing read takes the socket error (an interface going down) off the socket,
+         * else ppoll would report it at once forever and the line would spin */
+        if (fds[0].revents & (POLLIN | POLLERR)) got += receive(&paths[0], now, offset);
+        if (fds[1].revents & (POLLIN | POLLERR)) got += receive(&paths[1], now, offset);
         if (got > 0) last_rx = now;
     }
     write_stats(1, 1);
