@@ -2,7 +2,7 @@
  *
  * The same model as testbed/links/queue.py (the reference), in C, behind batched AF_PACKET I/O:
  *
- *   recvmmsg(a) -> admit(kernel arrival stamp) -> FIFO of (release, frame) --sendmmsg--> b   (and b -> a)
+ *   recvmmsg(a) -> admit(kernel arrival stamp) -> FIFO of (release, frame) --send--> b   (and b -> a)
  *      admit: tail drop at limit -> RED/ECN on the instantaneous queue (CE + IPv4 checksum)
  *             -> serialise at rate (virtual egress queue) -> loss (Bernoulli / Gilbert-Elliott)
  *             -> release = depart + delay + U(-jitter, +jitter), never before the previous release
@@ -582,36 +582,25 @@ static void account_late(path_t *p, double late) {
     }
 }
 
-/* Send every frame of `p` whose release time has come (in batches); returns the next release or 0. */
+/* Send every frame of `p` whose release time has come; returns the next release or 0.
+ * One send() a frame, not sendmmsg: a send into a veth runs the receiving side's stack (and whatever
+ * softirq work is pending on this CPU) before it returns, so each frame's lateness must be taken when
+ * its own send begins, as the Python line does; the syscall itself is not the cost (measured). */
 static double release_due(path_t *p) {
-    struct mmsghdr msgs[64];
-    struct iovec iov[64];
-    double now = mono();
     while (p->n) {
-        int k = 0;
         /* PFC_HOOK: a paused egress would stop here while its priority is paused. */
-        while (k < 64 && k < (int)p->n) {
-            pend_t *e = &p->p[(p->head + k) % p->cap];
-            if (e->release > now) break;
-            iov[k] = (struct iovec){e->buf, e->len};
-            msgs[k] = (struct mmsghdr){.msg_hdr = {.msg_iov = &iov[k], .msg_iovlen = 1}};
-            k++;
+        pend_t *e = &p->p[p->head];
+        double now = mono();
+        if (e->release > now) return e->release;
+        if (send(p->tx, e->buf, e->len, MSG_DONTWAIT) < 0) {
+            p->tx_errors++;  /* ENOBUFS and the like: counted, the frame is gone (a ledger entry) */
+        } else {
+            p->tx_packets++;
+            account_late(p, now - e->release);
         }
-        if (!k) return p->p[p->head].release;
-        int sent = sendmmsg(p->tx, msgs, (unsigned)k, MSG_DONTWAIT);
-        int done = sent < 0 ? 1 : sent;  /* an error fails the first frame: drop it, count it, go on */
-        if (sent < 0) p->tx_errors++;
-        double t = mono();
-        for (int i = 0; i < done; i++) {
-            pend_t *e = &p->p[p->head];
-            /* lateness when the send began (as the Python line measures it): a send into a veth runs
-             * the receiving namespace's stack before it returns, which is the wire's time, not ours */
-            if (sent >= 0) { p->tx_packets++; account_late(p, now - e->release); }
-            free(e->buf);
-            p->head = (p->head + 1) % p->cap;
-            p->n--;
-        }
-        now = t;
+        free(e->buf);
+        p->head = (p->head + 1) % p->cap;
+        p->n--;
     }
     return 0;
 }
