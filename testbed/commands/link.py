@@ -25,7 +25,7 @@ def register(sub) -> None:
     verbs = add_verbs(parser)
     plan = verbs.add_parser("plan", help="show the emulated link and its commands (dry run)")
     for flag, example in (("rate", "400G"), ("delay", "50ms"), ("distance", "30km"), ("jitter", "1ms"),
-                          ("loss", "1%"), ("queue", "1000 (packets), 64p or 10MB")):
+                          ("loss", "1%%"), ("queue", "1000 (packets), 64p or 10MB")):
         plan.add_argument(f"--{flag}", metavar="V", help=f"e.g. {example}")
     plan.add_argument("--red", metavar="KMIN,KMAX,PMAX", help="e.g. 100KB,400KB,20%% or 20p,60p,0.1")
     plan.add_argument("--no-ecn", action="store_true", help="RED drops instead of marking ECT packets")

@@ -9,7 +9,8 @@ from __future__ import annotations
 from rich.table import Table
 
 from testbed.cli import add_verbs
-from testbed.console import console, print_json
+from testbed.console import console, out, print_json
+from testbed.errors import UsageError
 from testbed.topo.spec import build_graph, load_spec, resolve_spec, shipped_specs
 
 
@@ -47,10 +48,39 @@ def _show(args) -> int:
 def _draw(args) -> int:
     from testbed.topo.draw import draw
 
+    target = check_image_path(args.out, "--out")
     G = build_graph(load_spec(resolve_spec(args.spec)))
-    out = draw(G, args.out)
-    console.print(f"wrote {out} ({G.number_of_nodes()} nodes, {G.number_of_edges()} links)")
+    try:
+        written = draw(G, target)
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot write the drawing ({exc.strerror or exc}); "
+                         "pick a writable path") from None
+    console.print(f"wrote {written} ({G.number_of_nodes()} nodes, {G.number_of_edges()} links)")
     return 0
+
+
+def check_image_path(value: str, flag: str):
+    """The path of a drawing: a known image suffix, in a folder that exists and can be written."""
+    import os
+    from pathlib import Path
+
+    from testbed.topo.draw import FORMATS
+
+    path = Path(value)
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise UsageError(f"{flag} {value}: unknown image format {path.suffix or '(none)'!r}; "
+                         f"end the name with one of: {', '.join('.' + f for f in FORMATS)}")
+    folder = path.absolute().parent
+    while not folder.exists():  # draw() creates missing folders: the first existing one must be writable
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UsageError(f"{flag} {value}: {str(folder)!r} is a file, not a folder; pick another path")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"{flag} {value}: cannot write there (permission denied); pick a writable path")
+    if path.is_dir():
+        raise UsageError(f"{flag} {value}: is a folder; give a file name such as {value.rstrip('/')}/fabric.png")
+    return path
 
 
 def _list(args) -> int:
@@ -59,12 +89,12 @@ def _list(args) -> int:
         print_json(specs)
     else:
         for name, path in specs.items():
-            console.print(f"{name:28s} {path}")
+            out.print(f"{name:28s} {path}", soft_wrap=True)
     return 0
 
 
 def _print_summary(doc: dict) -> None:
-    console.print(f"[bold]{doc['name']}[/] ({doc['kind']}): {doc['switches']} switches, {doc['hosts']} hosts, "
+    out.print(f"[bold]{doc['name']}[/] ({doc['kind']}): {doc['switches']} switches, {doc['hosts']} hosts, "
                   f"{doc['links']} links; scale {doc['scale']:g}, MTU {doc['mtu']}")
     t = Table(show_header=False, box=None)
     roles = ", ".join(f"{r} {n}" for r, n in doc["nodes_by_role"].items())
@@ -87,14 +117,14 @@ def _print_summary(doc: dict) -> None:
             rows.insert(1, (key, str(doc[key])))
     for key, value in rows:
         t.add_row(key, value)
-    console.print(t)
+    out.print(t)
     cab = Table(title="links by tier", title_justify="left")
     for col in ("tier", "links", "copper", "optical", "modules", "coherent", "fibre km", "cost $"):
         cab.add_column(col, justify="right" if col != "tier" else "left")
     for tier, r in doc["cabling"].items():
         cab.add_row(tier, str(r["links"]), str(r["copper_cables"]), str(r["optical_links"]),
                     str(r["optical_modules"]), str(r["coherent_modules"]), f"{r['fibre_km']:g}", f"{r['cost']:,.0f}")
-    console.print(cab)
+    out.print(cab)
     from testbed.topo.metrics import mapping_table
 
-    console.print(mapping_table(doc["mapping"], doc["scale"]))
+    out.print(mapping_table(doc["mapping"], doc["scale"]))

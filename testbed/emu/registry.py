@@ -43,7 +43,7 @@ import psutil
 from testbed.console import console
 from testbed.emu import ops
 from testbed.emu.signals import deferred_signals, terminate_raises
-from testbed.errors import EmulationError, TestbedError
+from testbed.errors import EmulationError, NotRootError, TestbedError
 from testbed.poll import poll
 
 STATE_DIR_ENV = "TESTBED_STATE_DIR"
@@ -124,9 +124,12 @@ class RunRegistry:
 
     # ----------------------------------------------------------------------------- lifecycle
     def __enter__(self) -> "RunRegistry":
-        (self.root / "runs").mkdir(parents=True, exist_ok=True)
-        if self.exclusive:
-            self._acquire_lock()
+        try:
+            (self.root / "runs").mkdir(parents=True, exist_ok=True)
+            if self.exclusive:
+                self._acquire_lock()
+        except PermissionError:
+            raise NotRootError(f"an emulation run ({self.name}; state in {self.root})") from None
         try:
             if self.exclusive:
                 for report in clean_runs(self.root, only_dead=True):

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import networkx as nx
 
+#: Image formats ``draw`` writes (by the output's suffix).
+FORMATS = ("png", "svg", "pdf")
+
 #: Marker colour per role (anything else is grey).
 ROLE_COLOURS = {"host": "#4c72b0", "tor": "#55a868", "leaf": "#55a868", "rail": "#55a868",
                 "nvswitch": "#8172b2", "router": "#55a868", "switch": "#55a868", "agg": "#c44e52",
