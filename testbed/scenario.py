@@ -222,7 +222,7 @@ def _check_creatable(folder: Path, flag: str) -> None:
         probe = probe.parent
     if not probe.is_dir():
         raise UsageError(f"{flag} {folder}: {str(probe)!r} is a file, not a folder; pick another --out")
-    if not os.access(probe, os.W_OK | os.X_OK):
+    if not os.access(probe, os.W_OK | os.X_OK, effective_ids=True):
         raise UsageError(f"{flag} {folder}: cannot create it ({probe} is not writable); "
                          "pick a writable folder with --out")
 

@@ -76,7 +76,7 @@ def check_image_path(value: str, flag: str):
         folder = folder.parent
     if not folder.is_dir():
         raise UsageError(f"{flag} {value}: {str(folder)!r} is a file, not a folder; pick another path")
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    if not os.access(folder, os.W_OK | os.X_OK, effective_ids=True) or (path.exists() and not os.access(path, os.W_OK, effective_ids=True)):
         raise UsageError(f"{flag} {value}: cannot write there (permission denied); pick a writable path")
     if path.is_dir():
         raise UsageError(f"{flag} {value}: is a folder; give a file name such as {value.rstrip('/')}/fabric.png")
