@@ -465,6 +465,12 @@ def _kill(pid: int, start: float | None, dry_run: bool) -> bool:
     return True
 
 
+def is_running(pid: int, start: float | None) -> bool:
+    """``pid`` is the process started at ``start`` and still running: not gone, not a zombie (a zombie
+    stays "the same process" until its parent reaps it, though it has exited)."""
+    return _alive(pid, start)
+
+
 def _alive(pid: int, start: float | None) -> bool:
     """Alive and not a zombie (a zombie child is reaped here when it is ours)."""
     try:
