@@ -108,8 +108,10 @@ def test_addressing_refuses_overflow():
 
     G = gen.big_switch(300)  # a big switch spans two /24-like blocks
     assert [G.nodes[h]["ip"] for h in hosts(G)][253:255] == ["10.0.0.254", "10.0.1.1"]
+    # More than 256 leaves in one campus: the wide plan (docs/specs.md); several campuses cannot widen.
+    assert len(set(plan(gen.spine_leaf(257, 1, 1)).values())) == 257
     with pytest.raises(SpecError) as err:
-        gen.spine_leaf(257, 1, 1)
+        gen.cross_campus([lambda b: gen.spine_leaf(257, 1, 1, b), lambda b: gen.big_switch(2, b)])
     assert err.value.field == "addressing"
     assert len(plan(gen.spine_leaf(256, 1, 1))) == 256
 
