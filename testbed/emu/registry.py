@@ -460,14 +460,21 @@ def _kill_all(objs: list[dict], dry_run: bool, report: dict) -> None:
 
 
 def bridge_uuids() -> dict | None:
-    """``{name: uuid}`` of every OVS bridge in one ovsdb query (None when OVS cannot be asked)."""
+    """``{name: uuid}`` of every OVS bridge in one ovsdb query; None when Open vSwitch is not installed.
+
+    Raises:
+        EmulationError: ovsdb did not answer (a loaded machine): the bridges' fate is unknown, so they
+            must not be reported gone (their record is kept for ``testbed clean``).
+    """
     try:
-        res = subprocess.run(["ovs-vsctl", "--timeout=10", "-f", "csv", "--no-headings", "--columns=name,_uuid",
-                              "list", "Bridge"], capture_output=True, text=True, timeout=20)
-    except (FileNotFoundError, subprocess.TimeoutExpired):
+        res = subprocess.run(["ovs-vsctl", "--timeout=30", "-f", "csv", "--no-headings", "--columns=name,_uuid",
+                              "list", "Bridge"], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
         return None
+    except subprocess.TimeoutExpired:
+        raise EmulationError("ovsdb did not answer within 60 s") from None
     if res.returncode != 0:
-        return None
+        raise EmulationError(f"cannot list OVS bridges: {(res.stderr or res.stdout).strip()[-200:]}")
     found = {}
     for line in res.stdout.splitlines():
         name, _, uuid = line.partition(",")
@@ -487,8 +494,12 @@ def del_br_argv(names: list[str]) -> list[str]:
 def _remove_bridges(objs: list[dict], dry_run: bool, require_identity: bool, report: dict) -> None:
     if not objs:
         return
-    have = bridge_uuids()
-    if have is None:  # OVS not running: its bridges are gone with it
+    try:
+        have = bridge_uuids()
+    except EmulationError as exc:
+        report["failed"].extend(f"{describe(o)}: {exc}" for o in objs)
+        return
+    if have is None:  # Open vSwitch is not installed: no bridge can exist
         report["gone"].extend(describe(o) for o in objs)
         return
     doomed = []
@@ -510,7 +521,11 @@ def _remove_bridges(objs: list[dict], dry_run: bool, require_identity: bool, rep
                     timeout=120 + len(chunk))
         except EmulationError:
             pass  # attribute below, bridge by bridge
-    left = bridge_uuids() or {}
+    try:
+        left = bridge_uuids() or {}
+    except EmulationError as exc:
+        report["failed"].extend(f"{describe(o)}: {exc}" for o in doomed)
+        return
     for obj in doomed:
         if obj["name"] in left and left[obj["name"]] == have[obj["name"]]:
             report["failed"].append(f"{describe(obj)}: still present after ovs-vsctl del-br")
