@@ -37,10 +37,37 @@ def register(sub) -> None:
     listing.set_defaults(func=_list)
 
 
+#: What ``topo show`` leaves out for a fabric beyond the graph-walk limit.
+NOT_COMPUTED = ("diameter", "avg_hops", "ecmp", "bisection", "oversubscription", "cabling", "cost", "mapping")
+
+
+def too_big_to_walk(spec) -> dict | None:
+    """The closed-form counts of ``spec`` when its graph is beyond :data:`~testbed.topo.counts.WALK_LIMIT`."""
+    from testbed.topo.counts import WALK_LIMIT, closed_form
+
+    counts = closed_form(spec.kind, spec.params)
+    return counts if counts is not None and counts["nodes"] > WALK_LIMIT else None
+
+
 def _show(args) -> int:
+    from testbed.topo.counts import WALK_LIMIT
     from testbed.topo.metrics import summary
 
-    G = build_graph(load_spec(resolve_spec(args.spec)))
+    spec = load_spec(resolve_spec(args.spec))
+    counts = too_big_to_walk(spec)
+    if counts is not None:
+        doc = {"name": spec.name, "kind": spec.kind, "params": dict(spec.params), **counts, "analytic": True,
+               "not_computed": list(NOT_COMPUTED),
+               "note": f"more than {WALK_LIMIT} nodes: counts in closed form, no graph built; "
+                       "`testbed topo cost` prices fabrics of this size"}
+        if args.json:
+            print_json(doc)
+        else:
+            out.print(f"[bold]{doc['name']}[/] ({doc['kind']}): {counts['switches']:,} switches, "
+                      f"{counts['hosts']:,} hosts, {counts['links']:,} links (closed form)")
+            console.print(f"not computed ({doc['note']}): {', '.join(NOT_COMPUTED)}")
+        return 0
+    G = build_graph(spec)
     doc = summary(G)
     if args.json:
         print_json(doc)
@@ -50,10 +77,16 @@ def _show(args) -> int:
 
 
 def _draw(args) -> int:
+    from testbed.topo.counts import WALK_LIMIT
     from testbed.topo.draw import draw
 
     target = check_image_path(args.out, "--out")
-    G = build_graph(load_spec(resolve_spec(args.spec)))
+    spec = load_spec(resolve_spec(args.spec))
+    counts = too_big_to_walk(spec)
+    if counts is not None:
+        raise UsageError(f"SPEC {args.spec}: {counts['nodes']:,} nodes; a drawing holds at most {WALK_LIMIT:,} "
+                         "(draw a smaller instance of the same kind)")
+    G = build_graph(spec)
     try:
         written = draw(G, target)
     except OSError as exc:
