@@ -9,8 +9,10 @@
 Two sites joined by a working and a standby fibre. In ``ocs`` mode each site's DCI switch has one port,
 into an OCS (``testbed/emu/ocs.py``: tc mirred between its ports, a circuit per port pair) that rides the
 working fibre; the standby fibre passes an in-line patch OCS (``amp``, a fixed circuit). The working
-fibre is cut; each OCS sees loss of light, waits the detection time, and moves the circuit to standby,
-during which (the reconfiguration window) it carries nothing. In ``packet`` mode the DCI switches are
+fibre is cut at 1/4 of the run; each OCS sees loss of light, waits the detection time, and moves the
+circuit to standby, during which (the reconfiguration window) it carries nothing. The fibre is then
+repaired and, after a wait-to-restore time, a schedule reverts both OCSs to working (a planned switch:
+its outage is the reconfiguration alone). In ``packet`` mode the DCI switches are
 joined by both paths directly and the fabric controller reroutes on port-status (the packet-level
 reroute of ``fabric_failover``).
 
@@ -22,8 +24,8 @@ controller is a real program running at native speed, so its reroute time (cut -
 measured in wall time and not divided by the scale; the real-unit packet outage is then detection +
 that reroute, with loss-of-light port-down detection (the OCS's detection time) or with BFD (3 x 50 ms).
 
-    sudo testbed run dci_protection --quick            # both modes, 3 s of traffic each
-    sudo testbed run dci_protection --mode ocs --reconfig-ms 20 --detect-ms 2 --scale 10 --json
+    sudo testbed run dci_protection --quick            # both modes, 5 s of traffic each (~30 s)
+    sudo testbed run dci_protection --mode ocs --reconfig-ms 20 --detect-ms 2 --scale 50 --json
 """
 
 from __future__ import annotations
@@ -86,10 +88,11 @@ def expected(detect_s: float, reconfig_s: float) -> dict:
             "bfd_detect_ms": packet_reroute_outage_s(50e-3, 3) * 1e3}
 
 
-def stream_outage(send_doc: dict, recv_doc: dict, t_cut: float) -> dict:
+def stream_outage(send_doc: dict, recv_doc: dict, window: tuple[float, float]) -> dict:
+    """Loss of the stream, counting only packets sent in ``window`` (from 2 ms before its start)."""
     from testbed.routing.udpprobe import outage
 
-    o = outage(send_doc["send_times"], recv_doc["seqs"], send_doc["interval"], window=(t_cut - 0.002, float("inf")))
+    o = outage(send_doc["send_times"], recv_doc["seqs"], send_doc["interval"], window=(window[0] - 0.002, window[1]))
     return o.as_dict()
 
 
@@ -150,7 +153,7 @@ def run_mode(mode: str, res: Results, args) -> dict:
                                           "--out", str(probe_dir / "send.json")], **kw)
             u, v = G.graph["working"]
             cut_intf = rep.intf_name(v, u)  # the far end of the working fibre: u sees its light vanish
-            _wait_until(t_start + args.duration / 3)
+            _wait_until(t_start + args.duration / 4)
             t_cut = time.time()
             _set_link(rep.node(v), cut_intf, up=False)
             console.print(f"{mode}: cut the working fibre {u}-{v} ({cut_intf}) at {t_cut - t_start:.2f} s")
@@ -159,6 +162,18 @@ def run_mode(mode: str, res: Results, args) -> dict:
                 down_ev = poll(lambda: next((e for e in ctl.get("/events")["failovers"]
                                              if e["kind"] == "link_down" and e["time"] >= t_cut - 0.01), None),
                                timeout=15, interval=0.02, what="the controller to see the working fibre down")
+            else:
+                poll(lambda: all(any(e["kind"] == "light" and e.get("reason") == "protection"
+                                     for e in rep.switch(n).events) for n in G.graph["ocs"]),
+                     timeout=15 + (reconfig_s + detect_s) * args.scale, interval=0.02,
+                     what="both OCSs to switch to the standby fibre")
+            _wait_until(time.time() + 0.2)  # a margin of traffic on standby before the repair
+            t_repair = time.time()
+            _set_link(rep.node(v), cut_intf, up=True)
+            console.print(f"{mode}: repaired the working fibre at {t_repair - t_start:.2f} s")
+            if not ctl:  # revertive switching after the wait-to-restore time, as a schedule
+                for n in G.graph["ocs"]:
+                    rep.switch(n).play([(args.wtr_ms / 1e3, {1: 2})], t0=t_repair)
             for p, what in ((send, "sender"), (recv, "receiver")):
                 try:
                     p.wait(timeout=args.duration + 30)
@@ -171,12 +186,15 @@ def run_mode(mode: str, res: Results, args) -> dict:
             ocs_events = {str(n): rep.switch(n).events for n in nodes}
             monitor_errors = [rep.switch(n).monitor_error for n in nodes if rep.switch(n).monitor_error]
             health = ctl.get("/health") if ctl else None
-    o = stream_outage(json.loads((probe_dir / "send.json").read_text()),
-                      json.loads((probe_dir / "recv.json").read_text()), t_cut)
+    sent, got = json.loads((probe_dir / "send.json").read_text()), json.loads((probe_dir / "recv.json").read_text())
+    o = stream_outage(sent, got, (t_cut, t_repair))
+    back = stream_outage(sent, got, (t_repair, float("inf")))
     doc = {"mode": mode, "scale": args.scale, "interval_ms": args.interval * 1e3, **o,
-           "outage_real_ms": round(o["outage_ms"] / args.scale, 3), "cut_at_s": round(t_cut - t_start, 3)}
+           "outage_real_ms": round(o["outage_ms"] / args.scale, 3), "cut_at_s": round(t_cut - t_start, 3),
+           "repair_at_s": round(t_repair - t_start, 3), "lost_after_repair": back["lost_in_window"],
+           "revert_outage_real_ms": round(back["outage_ms"] / args.scale, 3)}
     if mode == "ocs":
-        windows, detects, overheads = [], [], []
+        windows, detects, overheads, reverts = [], [], [], []
         for evs in ocs_events.values():
             dark = [e for e in evs if e["kind"] == "dark" and e.get("reason") == "protection"]
             light = [e for e in evs if e["kind"] == "light" and e.get("reason") == "protection"]
@@ -186,9 +204,14 @@ def run_mode(mode: str, res: Results, args) -> dict:
                 windows.append((light[0]["time"] - dark[0]["time"]) / args.scale * 1e3)
                 detects.append((declared[0]["time"] - seen[0]["time"]) / args.scale * 1e3)
                 overheads.append((dark[0]["time"] - declared[0]["time"]) * 1e3)
+            rdark = [e for e in evs if e["kind"] == "dark" and e.get("reason") == "schedule"]
+            rlight = [e for e in evs if e["kind"] == "light" and e.get("reason") == "schedule"]
+            if rdark and rlight:
+                reverts.append((rlight[0]["time"] - rdark[0]["time"]) / args.scale * 1e3)
         doc.update(ocs_switched=len(windows), reconfig_window_real_ms=[round(w, 3) for w in windows],
                    detection_real_ms=[round(d, 3) for d in detects],
                    emulator_declare_to_dark_ms=[round(o, 1) for o in overheads], monitor_errors=monitor_errors,
+                   revert_window_real_ms=[round(w, 3) for w in reverts],
                    model_outage_real_ms=round(expected(detect_s, reconfig_s)["ocs_outage_ms"], 3))
         res.write_json("ocs-events.json", ocs_events)
     else:
@@ -208,19 +231,21 @@ def main(argv=None) -> int:
     parser.add_argument("--reconfig-ms", type=float, default=20.0, help="OCS reconfiguration time, real ms")
     parser.add_argument("--detect-ms", type=float, default=2.0, help="loss-of-light detection, real ms")
     parser.add_argument("--scale", type=float, default=50.0, help="time dilation (x on detection/reconfiguration)")
-    parser.add_argument("--duration", type=float, default=None, help="seconds of traffic per mode (default 6; --quick 3)")
+    parser.add_argument("--duration", type=float, default=None, help="seconds of traffic per mode (default 8; --quick 5)")
     parser.add_argument("--interval", type=float, default=0.001, help="sending interval, seconds (emulated)")
+    parser.add_argument("--wtr-ms", type=float, default=4.0,
+                        help="wait-to-restore after the repair before reverting to working, real ms (ocs mode)")
     args = parser.parse_args(argv)
-    args.duration = args.duration or (3.0 if args.quick else 6.0)
+    args.duration = args.duration or (5.0 if args.quick else 8.0)
     for name, value, lo, hi in (("--reconfig-ms", args.reconfig_ms, 0.1, 10_000), ("--detect-ms", args.detect_ms, 0, 1000),
                                 ("--scale", args.scale, 1, 1000), ("--duration", args.duration, 2, 600),
-                                ("--interval", args.interval, 0.0005, 0.1)):
+                                ("--interval", args.interval, 0.0005, 0.1), ("--wtr-ms", args.wtr_ms, 0, 10_000)):
         if not lo <= value <= hi:
             raise SpecError(name, f"must be {lo:g}..{hi:g}, got {value:g}")
-    window_s = (args.reconfig_ms + args.detect_ms) / 1e3 * args.scale
-    if window_s > args.duration / 2:
-        raise SpecError("--duration", f"must be at least twice the dilated outage ({window_s:.2f} s); "
-                                      "raise --duration or lower --scale")
+    window_s = (2 * args.reconfig_ms + args.detect_ms + args.wtr_ms) / 1e3 * args.scale + 1.0
+    if window_s > 0.75 * args.duration:
+        raise SpecError("--duration", f"must hold the cut at 1/4, protection, repair and revert "
+                                      f"({window_s:.2f} s in the last 3/4); raise --duration or lower --scale")
     modes = ("ocs", "packet") if args.mode == "both" else (args.mode,)
     config = {"modes": modes, "reconfig_ms": args.reconfig_ms, "detect_ms": args.detect_ms, "scale": args.scale,
               "duration_s": args.duration, "interval_s": args.interval,
@@ -233,7 +258,9 @@ def main(argv=None) -> int:
             line = f"{m}: outage {r['outage_real_ms']:.1f} ms real ({r['outage_ms']:.0f} ms emulated, {r['lost']} lost)"
             if m == "ocs":
                 line += (f"; model {r['model_outage_real_ms']:.1f} ms; reconfiguration window "
-                         f"{r['reconfig_window_real_ms']} ms, detection {r['detection_real_ms']} ms")
+                         f"{r['reconfig_window_real_ms']} ms, detection {r['detection_real_ms']} ms; "
+                         f"revert after repair: outage {r['revert_outage_real_ms']:.1f} ms, window "
+                         f"{r['revert_window_real_ms']} ms")
             else:
                 line = (f"packet: stream outage {r['stream_outage_wall_ms']:.0f} ms wall ({r['lost']} lost); "
                         f"controller reroute {r['controller_reroute_wall_ms']} ms wall (not dilated), so "

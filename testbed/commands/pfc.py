@@ -80,12 +80,12 @@ def run_headroom(args) -> int:
         from rich.table import Table
 
         t = Table(title=f"PFC headroom per port of {doc['spec']} (MTU {doc['mtu']})")
-        for col in ("node", "port", "rate", "one-way delay", "headroom"):
+        for col in ("node", "port", "rate", "one-way delay", "headroom", "fits buffer"):
             t.add_column(col, justify="right" if col != "node" else "left")
         for node, ports in doc["ports"].items():
             for port_no, d in ports.items():
                 t.add_row(node, port_no, f"{d['rate_bps'] / 1e9:g}G", f"{d['one_way_delay_s'] * 1e6:.3g} us",
-                          format_size(d["bytes"]))
+                          format_size(d["bytes"]), {True: "yes", False: "[red]no[/red]"}.get(d.get("fits_buffer"), "-"))
         console.print(t)
         return 0
     console.print(f"{doc['rate_bps'] / 1e9:g}G over {doc['distance_m'] / 1e3:g} km, MTU {doc['mtu']}: "

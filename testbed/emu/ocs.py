@@ -20,12 +20,15 @@ poll. With a :class:`~testbed.ocs.model.ProtectionGroup` a reader thread follows
 in the node's namespace (carrier events, no polling) and a protection thread switches the common port
 to standby once the working port has had no carrier (loss of light) for ``detect_s x scale``. tc rules
 of one step go in one ``tc -batch`` process, so the emulator's own overhead per step is one process start.
+A schedule of circuit changes (:meth:`OcsNode.play`) runs in dilated time too.
 Every step is timestamped in :attr:`OcsNode.events` (wall clock).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -66,6 +69,7 @@ class OcsNode(Switch):
         self._stop = threading.Event()
         self._monitor: threading.Thread | None = None
         self._watcher = None
+        self._players: list[threading.Thread] = []
         self._changed = threading.Condition()
         self._dark_since: float | None = None
         self._lock = threading.Lock()
@@ -87,14 +91,18 @@ class OcsNode(Switch):
         return out
 
     def _batch(self, argvs: list[list[str]], what: str, check: bool = True) -> None:
-        """Several tc commands in one process (``tc -batch -``): one namespace entry, not one per rule."""
+        """Several tc commands as one ``tc -batch`` run by the node's own shell: no new process to enter
+        the namespace (a Python popen + mnexec costs tens of ms on a loaded machine), only tc's own exec.
+        Callers hold ``self._lock`` (the shell serves one command at a time)."""
         if not argvs:
             return
-        text = "".join(" ".join(argv[1:]) + "\n" for argv in argvs)
-        proc = self.popen(["tc", "-force", "-batch", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
-        out, _ = proc.communicate(text, timeout=15)
-        if check and proc.returncode != 0:
+        with tempfile.NamedTemporaryFile("w", prefix=f"{self.name}-tc-", suffix=".batch", delete=False) as fh:
+            fh.write("".join(" ".join(argv[1:]) + "\n" for argv in argvs))
+        try:
+            out = self.cmd(f"tc -force -batch {fh.name}; echo rc=$?")
+        finally:
+            os.unlink(fh.name)
+        if check and "rc=0" not in out:
             raise EmulationError(f"cannot {what} on OCS {self.name}: tc -batch failed: {out.strip()[-200:]}")
 
     def start(self, controllers) -> None:
@@ -126,8 +134,9 @@ class OcsNode(Switch):
                 self._watcher.kill()
         with self._changed:
             self._changed.notify_all()
-        if self._monitor is not None:
-            self._monitor.join(timeout=5)
+        for thread in [self._monitor, *self._players]:
+            if thread is not None:
+                thread.join(timeout=5)
         super().stop(deleteIntfs)
 
     def connected(self) -> bool:
@@ -161,6 +170,24 @@ class OcsNode(Switch):
             self._event("light", circuits=dict(rec.circuits), reason=reason)
             return {"dark_at": dark_at, "light_at": light_at, "dark_ports": sorted(rec.dark),
                     "circuits": dict(rec.circuits)}
+
+    def play(self, schedule: list, t0: float) -> threading.Thread:
+        """Apply ``schedule`` = [(seconds after ``t0`` in real-world time, {a: b}), ...] in dilated time
+        (wall ``t0 + t x scale``), in order, in a thread; each change is logged with reason 'schedule'."""
+        def runner():
+            for t, mapping in sorted(schedule, key=lambda e: e[0]):
+                if self._stop.wait(max(0.0, t0 + t * self.scale - time.time())):  # deadline of the entry
+                    return
+                try:
+                    self.set_circuits(mapping, reason="schedule")
+                except Exception as exc:  # noqa: BLE001 - reported through monitor_error and the scenario
+                    self.monitor_error = f"schedule: {type(exc).__name__}: {exc}"
+                    self._event("monitor_error", error=self.monitor_error)
+                    return
+        thread = threading.Thread(target=runner, name=f"{self.name}-schedule", daemon=True)
+        self._players.append(thread)
+        thread.start()
+        return thread
 
     def _read_monitor(self) -> None:
         """Carrier events of the working port from ``ip -o monitor link`` -> ``self._dark_since``."""

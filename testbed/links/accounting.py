@@ -185,10 +185,25 @@ def _nonzero(d: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in d.items() if v) or "none"
 
 
+def link_node_processes(link_stats: dict) -> dict:
+    """{name: {"cpu_s", "wall_s", "core"}} of the link nodes, from their stats documents (both cores
+    write ``cpu_s`` and ``uptime_s``)."""
+    return {name: {"cpu_s": doc.get("cpu_s", 0.0), "wall_s": doc.get("uptime_s", 0.0), "core": doc.get("core")}
+            for name, doc in link_stats.items() if "cpu_s" in doc}
+
+
 def metrics_block(sent: dict, delivered: dict, link_stats: dict | None = None, interface_deltas: dict | None = None,
                   bmv2_drops: dict | None = None, processes: dict | None = None) -> dict:
     """What a scenario puts into ``metrics.json``: ``{"accounting": ledger, "emulator": health}``,
-    with the lateness percentiles of every link node's directions in the health evidence."""
+    with the lateness percentiles of every link node's directions and CPU per process (the link nodes'
+    own, added to ``processes``) in the health evidence.
+
+    Example (a scenario, after its trial)::
+
+        doc = accounting.metrics_block({"h0>h2": sent}, {"h0>h2": got}, {"dl6": rep.link_node("d0", "d1").stats()})
+        metrics["emulator_ok"], metrics["accounting"] = doc["emulator_ok"], doc
+    """
+    processes = {**link_node_processes(link_stats or {}), **(processes or {})}
     ledger = account(sent, delivered, link_stats, interface_deltas, bmv2_drops)
     for name, doc in (link_stats or {}).items():
         ledger["links"][name]["lateness_us"] = {d: lateness_percentiles(x)

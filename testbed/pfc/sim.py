@@ -14,8 +14,8 @@ watchdog breaks it. The emulated data path must show the same in real frames.
 * Time is emulated seconds: rates are divided and delays multiplied by the dilation, pause quanta are
   real bit times dilated, so the outcome does not depend on the scale.
 * A switch accounts each frame at the ingress port it came in on, from arrival until it has left the
-  switch (the bytes a real switch's ingress priority group holds); with PFC off it tail-drops at
-  ``buffer_bytes`` per egress queue instead.
+  switch (the bytes a real switch's ingress priority group holds); lossy priorities (and every priority
+  with PFC off) tail-drop at ``buffer_bytes`` per egress queue instead.
 * Hosts are greedy sources (their NIC queue is never empty while a flow has frames left) and sinks.
 * PFC frames jump the data queue (sent when decided), and take effect ``response`` after they arrive;
   the frame already on the wire is finished (the gate is asked before a frame starts).
@@ -58,6 +58,7 @@ class Stats:
     max_queue_bytes: float = 0.0         #: largest egress queue, bytes
     last_delivery: float = 0.0           #: emulated seconds
     delivered_by_flow: dict = field(default_factory=dict)
+    dropped_by_flow: dict = field(default_factory=dict)
     series: list = field(default_factory=list)   #: (window end, bytes delivered in the window)
     watchdog_events: list = field(default_factory=list)
     paused_s: float = 0.0                #: summed over ports and priorities, emulated seconds
@@ -81,7 +82,7 @@ class Network:
         routes: ``{(switch, dst_host): next_node}``.
         pfc: PFC of every port, or None (tail drop at ``buffer_bytes`` per egress queue).
         headroom_bytes: per ingress port; None = the formula for each link.
-        buffer_bytes: egress queue limit without PFC (ignored with PFC).
+        buffer_bytes: egress queue limit of a lossy priority (every priority without PFC).
         mtu: data frames are ``mtu + 38`` bytes on the wire.
         dilation: the replica's dilation.
         window_s: width of the delivered-bytes series windows (emulated seconds; default 10 us real).
@@ -124,6 +125,7 @@ class Network:
             port = self._host_port(f.src)
             port.backlog[f.priority].append(_Source(f))
             self.stats.delivered_by_flow[(f.src, f.dst)] = 0
+            self.stats.dropped_by_flow[(f.src, f.dst)] = 0
         if watchdog is not None and self.pfc is not None:
             for p in self.ports.values():
                 if p.node not in self.hosts:          # switches run the watchdog, NICs do not
@@ -198,16 +200,21 @@ class Network:
             reason, frames = back.ingress.arrive(self.now, frame.priority, self.frame)
             back.send_pfc(frames)
             if reason is not None:
-                self.stats.drops[reason] += 1
+                self._drop(frame, reason)
                 return
             used = back.ingress.bytes[frame.priority] - self.config.xoff_bytes
             self.stats.max_headroom_used = max(self.stats.max_headroom_used, used)
         out = self.ports[(node, self.routes[(node, frame.dst)])]
-        if self.pfc is None and out.total_bytes() + self.frame > self.buffer:
-            self.stats.drops["tail"] += 1
+        lossy = self.pfc is None or not self.config.lossless(frame.priority)
+        if lossy and out.bytes[frame.priority] + self.frame > self.buffer:
+            self._drop(frame, "tail")
             return
         frame.came_from = port.node
         out.enqueue(frame)
+
+    def _drop(self, frame, reason):
+        self.stats.drops[reason] += 1
+        self.stats.dropped_by_flow[(frame.src, frame.dst)] += 1
 
     def _on_pfc(self, port, pause):
         """A PFC frame sent by ``port.peer`` takes effect at ``port`` (node -> peer)."""
@@ -307,7 +314,7 @@ class _Port:
                     break
                 frame = self._take(p, item)
                 if verdict == DROP:
-                    net.stats.drops["pfc_watchdog"] += 1
+                    net._drop(frame, "pfc_watchdog")
                     if frame.came_from is not None:
                         net.ports[(self.node, frame.came_from)].release(frame)
                     continue
@@ -383,3 +390,25 @@ def ring_network(switches: int = 4, rate_bps: float = 100e9, distance_m: float =
             routes[(s, h)] = h if i == j else sw[(i + 1) % switches]
     flows = [Flow(hosts[i], hosts[(i + hops) % switches]) for i in range(switches)]
     return Network(links, hosts, routes, **kwargs), flows, routes
+
+
+def victim_network(victim_priority: int = 3, rate_bps: float = 100e9, distance_m: float = 1000.0, **kwargs):
+    """Head-of-line blocking: a 4:1 incast into h0 and a victim flow that only shares the upstream link.
+
+        h1 h2 h3 hv -- s1 ====== s2 -- h0 (incast sink), h4 (local incast sender), h6 (victim's sink)
+
+    h1..h4 send to h0 on priority 3; hv sends to the idle h6 on ``victim_priority``. s2's ingress from s1
+    fills with frames for h0 and pauses s1 -> s2 for priority 3: a victim on priority 3 waits behind them
+    although its own path is free; on another priority it keeps flowing. Returns (network, flows).
+    """
+    delay = distance_m * FIBRE_DELAY_S_PER_M
+    left, right = ("h1", "h2", "h3", "hv"), ("h0", "h4", "h6")
+    links = [(h, "s1", rate_bps, delay) for h in left] + [("s1", "s2", rate_bps, delay)]
+    links += [(h, "s2", rate_bps, delay) for h in right]
+    routes = {}
+    for h in left + right:
+        routes[("s1", h)] = h if h in left else "s2"
+        routes[("s2", h)] = h if h in right else "s1"
+    flows = [Flow(h, "h0", 3) for h in ("h1", "h2", "h3", "h4")] + [Flow("hv", "h6", victim_priority)]
+    return Network(links, left + right, routes, **kwargs), flows
+

@@ -76,3 +76,10 @@ def test_cpu_per_process_in_the_evidence():
     ledger = accounting.account({"f": 10}, {"f": 10}, {"dl0": _stats(_direction(10, 10))})
     health = accounting.emulator_health(ledger, {"dl0": {"cpu_s": 0.5, "wall_s": 2.0}})
     assert health["cpu"]["dl0"]["cpu_fraction"] == 0.25 and health["emulator_ok"]
+
+
+def test_link_node_cpu_comes_from_its_stats():
+    link = _stats(_direction(10, 10))
+    link.update(cpu_s=0.3, uptime_s=3.0)
+    doc = accounting.metrics_block({"f": 10}, {"f": 10}, {"dl0": link}, processes={"s1": {"cpu_s": 1, "wall_s": 2}})
+    assert doc["emulator"]["cpu"]["dl0"]["cpu_fraction"] == 0.1 and doc["emulator"]["cpu"]["s1"]["cpu_fraction"] == 0.5

@@ -14,7 +14,7 @@ from testbed.dilation import Dilation
 from testbed.pfc.config import PfcConfig, WatchdogParams
 from testbed.pfc.deadlock import cycles, dependencies
 from testbed.pfc.headroom import headroom_for_distance
-from testbed.pfc.sim import incast, ring_network
+from testbed.pfc.sim import incast, ring_network, victim_network
 
 FRAME = 1538
 PFC = PfcConfig(priorities=(3,))
@@ -110,3 +110,25 @@ def test_watchdog_ignore_keeps_the_ring_moving_without_loss():
     fair = 4 * 5e9 / 8 * 1e-3                                  # two flows share each 10G ring link
     assert stats.delivered_between(3e-3, 4e-3) > 0.9 * fair
     assert stats.lost == 0                                     # the hosts are paused instead
+
+
+def gbps(stats, flow, seconds):
+    return stats.delivered_by_flow[flow] * 8 / seconds / 1e9
+
+
+def test_pause_spreads_upstream_and_blocks_a_victim_on_the_same_priority_only():
+    until, rate = 2e-3, 25e9
+    same, flows = victim_network(victim_priority=3, rate_bps=rate, pfc=PFC)
+    same = same.run(flows, until=until)
+    other, flows = victim_network(victim_priority=0, rate_bps=rate, pfc=PFC, buffer_bytes=1e6)
+    other = other.run(flows, until=until)
+    victim = ("hv", "h6")
+    # same priority: h6 is idle and s1 -> s2 has room, yet the victim crawls at the incast senders' pace
+    assert gbps(same, victim, until) < rate / 4 / 1e9
+    assert same.lost == 0
+    # another priority is not stopped by the pause of priority 3: several times the throughput
+    assert gbps(other, victim, until) > 2 * gbps(same, victim, until)
+    incast_flows = [f for f in other.dropped_by_flow if f != victim]
+    assert all(other.dropped_by_flow[f] == 0 for f in incast_flows)   # priority 3 stays lossless
+    # the pause reached the first hop: the remote senders get less than the local one (PFC unfairness)
+    assert gbps(same, ("h4", "h0"), until) > 2 * gbps(same, ("h1", "h0"), until)
