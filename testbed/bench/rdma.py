@@ -39,7 +39,7 @@ def register(sub) -> None:
     parser.add_argument("--rate", default="100M", help="rate of the emulated path (default 100M)")
     parser.add_argument("--duration", default="5s", help="length of each goodput run (default 5s)")
     parser.add_argument("--mtu", type=int, default=1024, help="IB path MTU (default 1024 for a 1500 B link)")
-    parser.add_argument("--size", default="64KiB", help="RDMA WRITE and READ message size (default 64KiB)")
+    parser.add_argument("--size", default="1MiB", help="RDMA WRITE and READ message size (default 1MiB)")
     parser.add_argument("--no-ecmp", action="store_true", help="skip the fat-tree ECMP run (the slow part)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(func=run)
