@@ -22,6 +22,8 @@ CPU per process) that a scenario writes into ``metrics.json`` (:func:`metrics_bl
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
 
 #: Upper edges (us) of the link node's lateness histogram buckets, in its label order.
 _LATE_EDGES_US = {"<10us": 10, "10-20us": 20, "20-50us": 50, "50-100us": 100, "100-200us": 200,
@@ -210,3 +212,30 @@ def metrics_block(sent: dict, delivered: dict, link_stats: dict | None = None, i
                                                 for d, x in doc.get("directions", {}).items()}
     health = emulator_health(ledger, processes)
     return {"accounting": ledger, "emulator": health, "emulator_ok": health["emulator_ok"]}
+
+
+#: Kernel drop reasons that are not losses of emulated traffic: a veth's own stack discarding the copy
+#: of a frame meant for another MAC (every switch port and link-node port sees those), IPv6 switched off.
+BENIGN_DROP_REASONS = ("OTHERHOST", "IPV6DISABLED")
+
+
+def kernel_drop_trace_argv(seconds: float, out: str) -> list[str]:
+    """``perf record`` of every ``skb:kfree_skb`` (drop location and reason) on the machine for ``seconds``.
+
+    Machine-wide: on a shared machine other runs' drops are in it too; read it next to the ledger.
+    """
+    return ["perf", "record", "-q", "-e", "skb:kfree_skb", "-a", "-o", str(out), "--", "sleep", repr(float(seconds))]
+
+
+_DROP_LINE = re.compile(r"^\s*(?P<comm>.+?)\s+skbaddr=\S+.*?location=(?P<loc>[\w.]+)(?:\+0x[0-9a-f]+)?\s+"
+                        r"reason:\s+(?P<reason>\w+)")
+
+
+def summarise_kernel_drops(perf_script_text: str) -> dict:
+    """{"location:REASON": frames} from ``perf script -F comm,trace`` output, benign reasons left out."""
+    counts: Counter = Counter()
+    for line in perf_script_text.splitlines():
+        m = _DROP_LINE.match(line)
+        if m and m.group("reason") not in BENIGN_DROP_REASONS:
+            counts[f"{m.group('loc')}:{m.group('reason')}"] += 1
+    return dict(counts.most_common())
