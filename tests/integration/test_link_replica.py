@@ -36,5 +36,6 @@ def test_delayed_edge_gets_a_delay_line(tmp_path):
         assert avg / 2 == pytest.approx(20.0, rel=0.10), out
         assert dl.stats()["params"]["rate_bps"] == pytest.approx(5e6)
     assert dl.final_stats["directions"]["a>b"]["tx_packets"] >= 6  # ping requests went s1 -> h2
+    assert dl.final_stats["core"] == "c"  # the compiled core is the default link node
     backends = {frozenset(edge.split("--")): d["backend"] for edge, d in links.summary().items()}
     assert backends == {frozenset({"h1", "s1"}): "htb", frozenset({"s1", "h2"}): "userspace"}
