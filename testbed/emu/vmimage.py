@@ -146,6 +146,8 @@ def ensure_image(repo: Path = REPO, cache_dir: Path = recipe.CACHE_DIR, rebuild:
         for old in cache_dir.iterdir():
             if old.is_dir() and old.name != key and not old.name.startswith("."):
                 shutil.rmtree(old, ignore_errors=True)
+            elif old.is_file() and old.name.startswith("build-") and key not in old.name:
+                old.unlink()
         say(f"vm: image {key} built in {time.monotonic() - t0:.0f} s")
         return image, True
 

@@ -31,7 +31,7 @@ def fabric(tmp_path_factory):
         ctl = start_controller(run, G, out, lldp_interval=2)
         with Replica(G, controller=ctl.address, run=run, static_arp=False, out_dir=out, datapath="kernel",
                      name="vm-ovs-kernel") as rep:
-            ctl.wait_ready()
+            ctl.wait_ready(timeout=300)   # os-ken and 4 bridges start slowly under TCG on a loaded host
             yield G, ctl, rep, out
 
 
