@@ -45,6 +45,11 @@ class KernelWire:
         run.add_veth(self.dev["a"], self.dev["b"], ns_a=self.ns["a"], ns_b=self.ns["b"])
         for side, ip, mac, peer_ip, peer_mac in (("a", IP_A, MAC_A, IP_B, MAC_B), ("b", IP_B, MAC_B, IP_A, MAC_A)):
             dev, ns = self.dev[side], self.ns[side]
+            # No IPv6 (router/neighbour solicitations): only the probes cross the link, so every qdisc drop
+            # is a lost probe.
+            for key in ("all", dev):
+                ops.run(ops.netns_exec_argv(["sysctl", "-qw", f"net.ipv6.conf.{key}.disable_ipv6=1"], ns),
+                        what=f"disable IPv6 in {ns}", check=False)
             for argv in (["ip", "link", "set", dev, "address", mac], ["ip", "addr", "add", f"{ip}/24", "dev", dev],
                          ["ip", "neigh", "replace", peer_ip, "lladdr", peer_mac, "dev", dev, "nud", "permanent"]):
                 ops.run(ops.in_netns(argv, ns), what=f"configure {dev} in {ns}")
