@@ -191,7 +191,9 @@ def _wait_until(t: float) -> None:
 
 def run(G, res: Results, args) -> dict:
     from controllers.launch import addressed, start_controller
+    from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
+    from testbed.plan import Overrides, plan_replica
     from testbed.topo.graph import hosts
 
     hs = hosts(G)
@@ -200,7 +202,8 @@ def run(G, res: Results, args) -> dict:
     probe_dir.mkdir(exist_ok=True)
     with RunRegistry(NAME) as reg:
         ctl = start_controller(reg, G, res.dir, mode=args.mode, lldp_interval=0)
-        with Replica(G, controller=ctl.address, run=reg, static_arp=False, out_dir=res.dir, name=NAME) as rep:
+        plan = plan_replica(G, plan_capabilities(), Overrides(links="off", static_arp=False))
+        with Replica(plan, controller=ctl.address, run=reg, out_dir=res.dir, name=NAME) as rep:
             ctl.wait_ready()
             ping_loss = rep.net.pingAll(timeout="1")
             before = _paths(ctl, hs)

@@ -68,9 +68,9 @@ def _frame(job: int, worker: int, slot: int, shadow: int, seq: int, elems: int) 
 
 def measure(workers: int, chunks: int, window: int, elems: int) -> dict:
     from testbed.emu import RunRegistry
-    from testbed.emu.alloc import Allocator
     from testbed.p4rt.entries import TableEntry
     from testbed.p4rt.switch import Bmv2Config, Bmv2Process
+    from testbed.plan.alloc import Allocator
 
     json_path = _program(elems)
     with RunRegistry("bench-agg") as run:

@@ -229,15 +229,17 @@ def ecmp_balance(rep, ctl, G, interval: float, workdir: Path, n_flows: int = 16)
 
 def run_bench(G, repetitions: int, interval: float, out_dir: Path) -> dict:
     from controllers.launch import start_controller
+    from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
+    from testbed.plan import Overrides, plan_replica
 
     a, b = pod_pairs(G)
     workdir = out_dir / "probe"
     workdir.mkdir(parents=True, exist_ok=True)
     with RunRegistry("bench-failover") as run:
         ctl = start_controller(run, G, out_dir, mode="controller", lldp_interval=0)
-        with Replica(G, controller=ctl.address, run=run, static_arp=False, out_dir=out_dir,
-                     name="bench-failover") as rep:
+        plan = plan_replica(G, plan_capabilities(), Overrides(links="off", static_arp=False))
+        with Replica(plan, controller=ctl.address, run=run, out_dir=out_dir, name="bench-failover") as rep:
             ctl.wait_ready()
             src, dst = a[0], b[-1]
             rep.host(src).cmd(f"ping -c2 -W1 {rep.ip(dst)}")

@@ -14,7 +14,7 @@ import subprocess
 from testbed.errors import EmulationError
 
 #: Linux IFNAMSIZ - 1.
-IFNAME_MAX = 15
+IFNAME_MAX = 15  # Linux IFNAMSIZ - 1; testbed.plan.layout has the same limit (plan must not import emu)
 _IFNAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
@@ -66,25 +66,6 @@ def offload_off_argv(intf: str, netns: str | None = None) -> list[str]:
 def neigh_batch(entries) -> str:
     """``ip -batch`` text installing permanent neighbour entries: ``entries`` = [(ip, mac, dev)]."""
     return "".join(f"neigh replace {ip} lladdr {mac} dev {dev} nud permanent\n" for ip, mac, dev in entries)
-
-
-def htb_argv(intf: str, rate_bps: float, netns: str | None = None, burst_bytes: int | None = None
-             ) -> list[list[str]]:
-    """tc commands shaping ``intf`` egress to ``rate_bps`` with one HTB class (the plain baseline).
-
-    Raises:
-        EmulationError: for a rate below 8 kbit/s (tc cannot express it).
-    """
-    if not rate_bps or rate_bps < 8000:
-        raise EmulationError(f"{intf}: rate {rate_bps!r} b/s is below tc's 8 kbit/s minimum")
-    rate = f"{int(rate_bps)}bit"
-    burst = burst_bytes or max(3000, int(rate_bps / 8 / 250))  # ~4 ms worth, at least two MTUs
-    tc = ["tc"] if not netns else ["ip", "netns", "exec", netns, "tc"]
-    return [
-        tc + ["qdisc", "replace", "dev", intf, "root", "handle", "1:", "htb", "default", "1"],
-        tc + ["class", "replace", "dev", intf, "parent", "1:", "classid", "1:1", "htb", "rate", rate,
-              "ceil", rate, "burst", str(burst), "cburst", str(burst)],
-    ]
 
 
 def run(argv: list[str], *, what: str, check: bool = True, ok_codes=(0,), input: str | None = None,

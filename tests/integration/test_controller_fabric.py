@@ -22,14 +22,16 @@ pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs]
 @pytest.fixture(scope="module")
 def fabric(tmp_path_factory):
     from controllers.launch import start_controller
+    from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
+    from testbed.plan import Overrides, plan_replica
 
     out = tmp_path_factory.mktemp("ctlfab")
     G = addressing.assign(gen.fat_tree(4))
     with RunRegistry("test-controller-fabric") as run:
         ctl = start_controller(run, G, out, lldp_interval=2)
-        with Replica(G, controller=ctl.address, run=run, static_arp=False, out_dir=out,
-                     name="test-controller-fabric") as rep:
+        plan = plan_replica(G, plan_capabilities(), Overrides(links="off", static_arp=False))
+        with Replica(plan, controller=ctl.address, run=run, out_dir=out, name="test-controller-fabric") as rep:
             ctl.wait_ready()
             yield G, ctl, rep, out
 

@@ -33,9 +33,3 @@ def test_neigh_batch():
     assert text == "neigh replace 10.0.0.2 lladdr 02:00:00:00:00:02 dev h1-eth0 nud permanent\n"
 
 
-def test_htb_argv_rate_and_minimum():
-    qdisc, cls = ops.htb_argv("s1-eth1", 10e6)
-    assert qdisc[:5] == ["tc", "qdisc", "replace", "dev", "s1-eth1"]
-    assert "10000000bit" in cls
-    with pytest.raises(EmulationError, match="minimum"):
-        ops.htb_argv("s1-eth1", 100)

@@ -7,11 +7,11 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from testbed.emu.alloc import Allocator
 from testbed.errors import CapabilityError, SpecError
 from testbed.p4rt import entries as E
 from testbed.p4rt.compile import cache_key, include_files
 from testbed.p4rt.switch import Bmv2Config, pick_binary, switch_argv
+from testbed.plan.alloc import Allocator
 
 
 def test_cache_key_changes_with_every_input():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from testbed.errors import CapabilityError, SpecError, UsageError
+from testbed.errors import SpecError
 from testbed.links import tc
 from testbed.links.model import LinkParams, LossModel, RedParams
 
@@ -51,26 +51,3 @@ def test_red_without_ecn_and_without_rate():
 def test_rate_below_tc_minimum_is_rejected():
     with pytest.raises(SpecError, match="8 kbit/s"):
         tc.htb_cmds("d0", 1000)
-
-
-@pytest.mark.parametrize("caps,override,expected", [
-    ({"netem": True, "red": True}, None, "kernel"),
-    ({"netem": False}, None, "userspace"),
-    ({"netem": True, "red": False}, None, "userspace"),  # marking link needs sch_red
-    ({"netem": True, "red": True}, "userspace", "userspace"),
-    (None, None, "userspace"),
-])
-def test_backend_choice(caps, override, expected):
-    p = LinkParams(rate_bps=1e6, delay_s=0.01, red=RedParams(1000, 5000, 0.1))
-    assert tc.choose_backend(p, caps, override) == expected
-
-
-def test_backend_choice_errors_and_env(monkeypatch):
-    p = LinkParams(delay_s=0.01)
-    assert tc.choose_backend(LinkParams(rate_bps=1e6), {}, "kernel") == "htb"
-    with pytest.raises(CapabilityError, match="sch_netem"):
-        tc.choose_backend(p, {"netem": False}, "kernel")
-    with pytest.raises(UsageError, match="allowed"):
-        tc.choose_backend(p, {}, "magic")
-    monkeypatch.setenv(tc.BACKEND_ENV, "userspace")
-    assert tc.choose_backend(p, {"netem": True}) == "userspace"
