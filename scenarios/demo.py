@@ -88,7 +88,7 @@ def main(argv=None) -> int:
                 from controllers.launch import start_controller
 
                 ctl = start_controller(run, G, res.dir)
-            plan = plan_replica(G, plan_capabilities(), Overrides(scale=dil.scale, static_arp=ctl is None))
+            plan = plan_replica(G, plan_capabilities(), Overrides(scale=dil.scale, links="rates", static_arp=ctl is None))
             with Replica(plan, controller=ctl.address if ctl else None, out_dir=res.dir, name=NAME,
                          run=run) as rep:
                 if ctl:

@@ -224,9 +224,9 @@ def run_distance(G, distance_km: float, cases, modes, args, res, bench_pps: floa
             for case in cases:
                 for mode in modes:
                     trial_plan = case_plan(G, case, mode, caps)
-                    res.write_json(f"{distance_km:g}km/{case}-{mode}/plan.json", trial_plan.to_json())
                     console.print(f"[bold]{distance_km:g} km, {case}, {mode}[/bold]")
                     t = trial(rep, trial_plan, r, clients, case, mode, args, out / f"{case}-{mode}", long_haul, poll)
+                    res.write_json(f"{distance_km:g}km/{case}-{mode}/plan.json", trial_plan.to_json())
                     rows.append(row(case, distance_km, mode, plan.scale, t))
                     res.write_json(f"{distance_km:g}km/{case}-{mode}/trial.json", t)
         finally:

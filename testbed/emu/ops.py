@@ -68,6 +68,33 @@ def neigh_batch(entries) -> str:
     return "".join(f"neigh replace {ip} lladdr {mac} dev {dev} nud permanent\n" for ip, mac, dev in entries)
 
 
+def link_state_argv(name: str, up: bool) -> list[str]:
+    """The ``ip`` equivalent of :func:`set_link_state` (for dry runs and messages)."""
+    return ["ip", "link", "set", "dev", name, "up" if up else "down"]
+
+
+def set_link_state(names, up: bool) -> None:
+    """Bring root-namespace interfaces up or down over netlink (pyroute2): what a cable cut looks like to
+    the switch on that end.
+
+    Raises:
+        EmulationError: an interface is missing or the kernel refused.
+    """
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    state = "up" if up else "down"
+    with IPRoute() as ipr:
+        for name in names:
+            index = ipr.link_lookup(ifname=name)
+            if not index:
+                raise EmulationError(f"cannot set {name} {state}: no such interface")
+            try:
+                ipr.link("set", index=index[0], state=state)
+            except NetlinkError as exc:
+                raise EmulationError(f"cannot set {name} {state}: {exc}") from None
+
+
 def run(argv: list[str], *, what: str, check: bool = True, ok_codes=(0,), input: str | None = None,
         timeout: float = 30.0) -> subprocess.CompletedProcess:
     """Run ``argv``; raise EmulationError naming ``what`` and the command's stderr on failure."""
