@@ -12,7 +12,12 @@ def test_rate_only_is_htb():
     assert cmds[0] == ["tc", "qdisc", "replace", "dev", "s1-eth1", "root", "handle", "5:", "htb", "default", "1"]
     assert cmds[1][:9] == ["tc", "class", "replace", "dev", "s1-eth1", "parent", "5:", "classid", "5:1"]
     assert cmds[1][cmds[1].index("rate") + 1] == "100000000bit" == cmds[1][cmds[1].index("ceil") + 1]
-    assert tc.link_cmds("x", LinkParams(rate_bps=100e6)) == cmds[:0] + tc.htb_cmds("x", 100e6)
+    # ~1 ms at the rate, at least two full frames: 100 Mbit/s -> 12500 bytes
+    assert cmds[1][cmds[1].index("burst") + 1] == "12500" == cmds[1][cmds[1].index("cburst") + 1]
+    assert [c[2:4] for c in tc.link_cmds("x", LinkParams(rate_bps=100e6))] == [["replace", "dev"]] * 2
+    limited = tc.htb_cmds("x", 1e6, limit=64)
+    assert limited[2] == ["tc", "qdisc", "replace", "dev", "x", "parent", "5:1", "handle", "6:", "pfifo", "limit", "64"]
+    assert tc.htb_cmds("x", 1e6, limit=30000, limit_unit="bytes")[2][-3:] == ["bfifo", "limit", "30000"]
 
 
 def test_netns_prefix():
