@@ -27,6 +27,10 @@ def register(sub) -> None:
     draw.add_argument("--out", required=True, metavar="FILE", help="output image, e.g. fabric.png")
     draw.set_defaults(func=_draw)
 
+    from testbed.commands import topo_cost
+
+    topo_cost.add_parser(verbs)
+
     listing = verbs.add_parser("list", help="list the shipped example specs")
     listing.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     listing.set_defaults(func=_list)
@@ -85,6 +89,13 @@ def _print_summary(doc: dict) -> None:
     for key in ("pods", "groups", "servers", "campuses"):
         if key in doc:
             rows.insert(1, (key, str(doc[key])))
+    if "rail_only" in doc:
+        ro = doc["rail_only"]
+        rows.append(("rail-only gives up", f"Ethernet between rails: {'yes' if ro['ethernet_cross_rail'] else 'none'}; "
+                     f"cross-rail {ro['hops']['cross_rail']['links']} links "
+                     f"({ro['hops']['cross_rail']['nvlink_links']} NVLink) vs same-rail "
+                     f"{ro['hops']['same_rail']['links']}") if "cross_rail" in ro["hops"] else
+                    ("rail-only", "one rail"))
     for key, value in rows:
         t.add_row(key, value)
     console.print(t)

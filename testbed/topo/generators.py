@@ -10,11 +10,12 @@ Counts (H hosts, S switches, L links including host links)::
     fat_tree(k)                H = k^3/4     S = 5k^2/4          L = 3k^3/4
     spine_leaf(l, s, n)        H = l*n       S = l + s           L = l*n + l*s
     rail_optimized(v, g, s)    H = v*g       S = g + s           L = v*g + g*s
-    rail_only(v, g)            H = v*g       S = g + v           L = 2*v*g      (v NVSwitch domains)
     dragonfly(a, p, h)         H = a*p*G     S = a*G             L = H + G*a(a-1)/2 + G(G-1)/2,  G = a*h+1
     torus(dims, n)             H = N*n       S = N = prod(dims)  L = H + N*len(dims)
     big_switch(n)              H = n         S = 1               L = n
     full_mesh(dims, n)         H = N*n       S = N               L = H + N*sum(d-1 for d in dims)/2
+    slim_fly(q, p)             H = 2q^2*p    S = 2q^2            L = H + q^2*k',  k' = (3q - delta)/2
+    rail_only(v, g)  (above)   plus v*g 'nic' nodes: S = g + v + v*g, L = 3*v*g (host, nvlink, rail)
 """
 
 from __future__ import annotations
@@ -25,17 +26,19 @@ import math
 import networkx as nx
 
 from testbed.topo.builder import Builder
+from testbed.topo.galois import GF
 
 #: Link tiers each kind uses (spec ``links:`` keys are checked against these).
 TIERS = {
     "fat-tree": ("host", "edge-agg", "agg-core"),
     "spine-leaf": ("host", "leaf-spine"),
     "rail-optimized": ("host", "rail-spine"),
-    "rail-only": ("host", "rail"),
+    "rail-only": ("host", "nvlink", "rail"),
     "dragonfly": ("host", "local", "global"),
     "torus": ("host", "torus"),
     "big-switch": ("host",),
     "full-mesh": ("host", "mesh"),
+    "slim-fly": ("host", "local", "global"),
     "cross-campus": ("campus-dci", "dci"),
 }
 
@@ -109,22 +112,34 @@ def rail_optimized(servers: int, gpus_per_server: int, spines: int, b: Builder |
 
 
 def rail_only(servers: int, gpus_per_server: int, b: Builder | None = None) -> nx.Graph:
-    """Rail-only (Wang et al., HOTI'24): rail switches and no spine. Each server is a high-bandwidth
-    domain: its GPUs (hosts, tier 'host' link) hang off the server's ``nvswitch``, which holds the server's
-    NICs, one per rail (tier 'rail' link to rail switch g). Cross-rail traffic first moves inside the
-    source server to the NIC of the destination's rail, then along that rail -- NCCL's PXN. Hosts are
-    never transit, and each host has a single link."""
+    """Rail-only (Wang et al., HOTI'24, "How to build low-cost networks for large language models
+    (without sacrificing performance)"): rail switches and no spine, no Ethernet between rails.
+
+    GPU g of every server sits on rail g; the only way from rail g to rail h is the server's NVLink
+    domain, which is explicit::
+
+        host(s,g) --host-- nic(s,g) --rail-- rail g          (Ethernet, one NIC per GPU)
+                              |
+                            nvlink
+                              |
+                          nvswitch(s)  --nvlink-- nic(s,h) --rail-- rail h
+
+    A ``nic`` node (role ``nic``, tier 1, attributes server/gpu) is GPU g's I/O junction: its rail NIC
+    and its NVLink ports. The host is the GPU's traffic end point. A cross-rail flow crosses one NVLink
+    domain (at the source, NCCL's PXN, or at the destination; both are shortest), so it costs two NVLink
+    hops more than a same-rail flow. Hosts are never transit and each host has a single link.
+    """
     _positive("servers", servers)
     _positive("gpus_per_server", gpus_per_server)
     b = b or Builder(kind="rail-only")
     rails = [b.switch("rail", 2, rail=g) for g in range(gpus_per_server)]
-    domains = [b.switch("nvswitch", 1, server=s) for s in range(servers)]
+    domains = [b.switch("nvswitch", 2, server=s) for s in range(servers)]
     for s in range(servers):
         for g in range(gpus_per_server):
-            b.link(b.host(server=s, gpu=g), domains[s], "host")
-    for s in range(servers):
-        for g in range(gpus_per_server):
-            b.link(domains[s], rails[g], "rail")
+            nic = b.switch("nic", 1, server=s, gpu=g, rail=g)
+            b.link(b.host(server=s, gpu=g), nic, "host")
+            b.link(nic, domains[s], "nvlink")
+            b.link(nic, rails[g], "rail")
     return b.finish()
 
 
@@ -248,6 +263,94 @@ def cross_campus(campuses: list, dci_per_campus: int = 1, b: Builder | None = No
     return b.finish()
 
 
+def slim_fly_degree(q: int) -> int:
+    """Router-to-router degree k' = (3q - delta) / 2 of the MMS graph, q = 4w + delta, delta in {-1, 0, 1}."""
+    delta = {1: 1, 0: 0, 3: -1}.get(q % 4) if isinstance(q, int) and q >= 3 else None
+    if delta is None:
+        raise ValueError(f"q must be a prime power >= 3 (3, 4, 5, 7, 8, 9, 11, 13, ...), got {q!r}")
+    return (3 * q - delta) // 2
+
+
+def _mms_generators(F: GF) -> tuple[set, set]:
+    """Generator sets X (subgraph 0) and X' (subgraph 1) of the MMS graph (Besta & Hoefler, SC'14, §II-B,
+    after Hafner 2004), from a primitive element xi of GF(q), q = 4w + delta."""
+    q = F.q
+    xi = F.primitive_element()
+    w, delta = divmod(q, 4)
+    if delta == 3:
+        w, delta = w + 1, -1
+
+    def powers(exps):
+        return {F.power(xi, e) for e in exps}
+
+    if delta == 1:
+        return powers(range(0, q - 2, 2)), powers(range(1, q - 1, 2))
+    if delta == 0:
+        return powers(range(0, q - 1, 2)), powers(range(1, q, 2))
+    return (powers(list(range(0, 2 * w - 1, 2)) + list(range(2 * w - 1, 4 * w - 2, 2))),
+            powers(list(range(1, 2 * w, 2)) + list(range(2 * w, 4 * w - 1, 2))))
+
+
+def mms_graph(q: int) -> nx.Graph:
+    """The bare McKay-Miller-Siran router graph of a prime power q (nodes ``(s, x, y)``, edge attribute
+    ``tier`` 'local' or 'global'); :func:`slim_fly` puts routers, hosts and ports on it.
+
+    2q^2 routers (s, x, y), s in {0, 1}, x and y in GF(q); with X, X' the generator sets of
+    :func:`_mms_generators`::
+
+        (0, x, y) -- (0, x, y')   iff  y - y' in X       (tier 'local': same subgraph, same group x)
+        (1, m, c) -- (1, m, c')   iff  c - c' in X'      (tier 'local')
+        (0, x, y) -- (1, m, c)    iff  y = m*x + c       (tier 'global')
+
+    Raises:
+        ValueError: q is not a prime power of the form 4w + delta, delta in {-1, 0, 1} (so q >= 3).
+    """
+    slim_fly_degree(q)
+    F = GF(q)
+    X, Xp = _mms_generators(F)
+    for name, gens in (("X", X), ("X'", Xp)):
+        if {F.neg(a) for a in gens} != gens:
+            raise AssertionError(f"MMS generator set {name} of GF({q}) is not symmetric")  # construction bug
+    M = nx.Graph()
+    M.add_nodes_from((s, x, y) for s in (0, 1) for x in range(q) for y in range(q))
+    for s, gens in ((0, X), (1, Xp)):
+        for x in range(q):
+            for y in range(q):
+                for y2 in range(y + 1, q):
+                    if F.sub(y, y2) in gens:
+                        M.add_edge((s, x, y), (s, x, y2), tier="local")
+    for x in range(q):
+        for m in range(q):
+            for c in range(q):
+                M.add_edge((0, x, F.add(F.mul(m, x), c)), (1, m, c), tier="global")
+    return M
+
+
+def slim_fly(q: int, hosts_per_router: int | None = None, b: Builder | None = None) -> nx.Graph:
+    """Slim fly (Besta & Hoefler, SC'14): the MMS graph of :func:`mms_graph` with hosts on every router.
+
+    Every router has k' = (3q - delta)/2 router links and the router graph has diameter 2.
+    ``hosts_per_router`` defaults to ceil(k'/2), the paper's choice for full global bandwidth. Router
+    attributes: ``subgraph`` (s), ``group`` (s*q + x, for layout and metrics), ``index`` (y or c).
+
+    Raises:
+        ValueError: q is not a prime power >= 3, or hosts_per_router < 1.
+    """
+    M = mms_graph(q)
+    degree = slim_fly_degree(q)
+    p = -(-degree // 2) if hosts_per_router is None else hosts_per_router
+    _positive("hosts_per_router", p)
+    b = b or Builder(kind="slim-fly")
+    router = {key: b.switch("router", 1, subgraph=key[0], group=key[0] * q + key[1], index=key[2])
+              for key in M.nodes}
+    for key in M.nodes:
+        for _ in range(p):
+            b.link(b.host(group=key[0] * q + key[1]), router[key], "host")
+    for u, v, d in M.edges(data=True):
+        b.link(router[u], router[v], d["tier"])
+    return b.finish()
+
+
 def expected_counts(kind: str, **params) -> dict:
     """Closed-form host/switch/link counts (the table above), used by tests and ``topo show``."""
     if kind == "fat-tree":
@@ -268,4 +371,11 @@ def expected_counts(kind: str, **params) -> dict:
         n = math.prod(dims)
         hosts = n * params.get("hosts_per_switch", 1)
         return {"hosts": hosts, "switches": n, "links": hosts + n * sum(d - 1 for d in dims) // 2}
+    if kind == "slim-fly":
+        q = params["q"]
+        degree = slim_fly_degree(q)
+        p = params.get("hosts_per_router") or -(-degree // 2)
+        routers = 2 * q * q
+        return {"hosts": routers * p, "switches": routers, "router_degree": degree,
+                "links": routers * p + routers * degree // 2}
     raise KeyError(kind)

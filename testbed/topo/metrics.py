@@ -13,8 +13,7 @@ of any size before building one. Definitions (also in docs/specs.md):
   is half the hosts' link capacity, and ``bisection_ratio`` their quotient (1.0 = full bisection).
 * ``oversubscription``: per switch, capacity towards lower tiers / capacity towards higher tiers; the
   largest per role, and the largest overall (None for flat kinds, which have no up/down).
-* cabling: a link no longer than ``copper_max_m`` is one copper (DAC) cable; a longer one is fibre with an
-  optical module at each end, coherent (ZR-class) modules beyond ``long_haul_min_m``.
+* cabling and cost: priced by :mod:`testbed.topo.cost` (ports by speed, media by reach; docs/cost.md).
 """
 
 from __future__ import annotations
@@ -24,19 +23,9 @@ from collections import Counter, deque
 import networkx as nx
 
 from testbed.topo.addressing import first_tier_switch
+from testbed.topo.cost import COST_TABLE, graph_cost  # noqa: F401  (COST_TABLE re-exported for spec.py)
 from testbed.topo.graph import hosts, switches
 from testbed.units import format_duration, format_rate, format_size
-
-#: Illustrative list prices in USD (override per spec with ``cost:``); documented in docs/specs.md.
-COST_TABLE = {
-    "copper_max_m": 3.0,          # longest link that is a copper DAC cable (metres)
-    "copper_cable": 100.0,        # per DAC cable
-    "optical_module": 600.0,      # per pluggable optical module (two per optical link)
-    "fibre_per_m": 0.5,           # per metre of fibre
-    "long_haul_min_m": 10_000.0,  # from this length on, modules are coherent
-    "coherent_module": 6000.0,    # per coherent (400ZR-class) module
-    "switch_port": 500.0,         # per switch port used (switch price amortised by port)
-}
 
 BISECTION_METHOD = ("max-flow between the first and second half of the hosts in generation order "
                     "(pod/group/server/coordinate-major)")
@@ -144,44 +133,8 @@ def oversubscription(G: nx.Graph) -> dict:
 
 
 def cabling(G: nx.Graph, table: dict | None = None) -> dict:
-    """Cables, optical modules and their cost per link tier, plus switch ports and cost per host port."""
-    t = {**COST_TABLE, **(table or {})}
-    tiers: dict = {}
-    for _, _, data in G.edges(data=True):
-        row = tiers.setdefault(data["tier"], {"links": 0, "copper_cables": 0, "optical_links": 0,
-                                              "optical_modules": 0, "coherent_modules": 0,
-                                              "fibre_km": 0.0, "cost": 0.0})
-        row["links"] += 1
-        length = data["distance_m"]
-        if length <= t["copper_max_m"]:
-            row["copper_cables"] += 1
-            row["cost"] += t["copper_cable"]
-        else:
-            row["optical_links"] += 1
-            row["fibre_km"] += length / 1e3
-            if length >= t["long_haul_min_m"]:
-                row["coherent_modules"] += 2
-                row["cost"] += 2 * t["coherent_module"]
-            else:
-                row["optical_modules"] += 2
-                row["cost"] += 2 * t["optical_module"]
-            row["cost"] += length * t["fibre_per_m"]
-    for row in tiers.values():
-        row["fibre_km"] = round(row["fibre_km"], 4)
-        row["cost"] = round(row["cost"], 2)
-    ports = sum(G.degree(s) for s in switches(G))
-    total = sum(r["cost"] for r in tiers.values()) + ports * t["switch_port"]
-    n_hosts = len(hosts(G))
-    return {
-        "cabling": tiers,
-        "copper_cables": sum(r["copper_cables"] for r in tiers.values()),
-        "optical_modules": sum(r["optical_modules"] + r["coherent_modules"] for r in tiers.values()),
-        "ports_used": ports,
-        "max_ports_per_switch": max((G.degree(s) for s in switches(G)), default=0),
-        "cost_usd": round(total, 2),
-        "cost_per_host_port_usd": round(total / n_hosts, 2) if n_hosts else None,
-        "cost_table": t,
-    }
+    """Cables, optics and cost per link tier, ports and cost per host port: :func:`testbed.topo.cost.graph_cost`."""
+    return graph_cost(G, table)
 
 
 def dilation_table(G: nx.Graph, scale: float | None = None) -> list[dict]:
@@ -230,6 +183,10 @@ def summary(G: nx.Graph) -> dict:
     doc.update(bisection(G))
     doc.update(oversubscription(G))
     doc.update(cabling(G, dict(spec.cost) if spec is not None else None))
+    if G.graph.get("kind") == "rail-only":
+        from testbed.topo import railonly
+
+        doc["rail_only"] = railonly.report(G)
     doc["scale"] = G.graph.get("scale", 1.0)
     doc["mtu"] = G.graph.get("mtu", 1500)
     doc["mapping"] = dilation_table(G)

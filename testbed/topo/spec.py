@@ -18,7 +18,8 @@ Example (the format is documented in docs/specs.md)::
     buffer: 32MB                 # per egress port, kept in packets under dilation
     scale: auto                  # or a number; auto = pick_scale(busiest link)
     switches: {default: ovs, tor: {p4: fabric}}
-    cost: {optical_module: 700}  # overrides of testbed.topo.metrics.COST_TABLE
+    cost: {dr_400g: 700}         # overrides of testbed.topo.cost.COST_TABLE (docs/cost.md)
+    pfc: {priorities: [3], xoff: 100KB, headroom: auto}   # lossless Ethernet (testbed.pfc.config)
 
 A tier block is a :class:`~testbed.links.model.LinkParams` ``link:`` block (rate, delay or distance,
 jitter, loss, queue, red), so everything the link-emulation layer can do is available per tier.
@@ -40,6 +41,7 @@ import yaml
 from testbed.dilation import Dilation, pick_scale
 from testbed.errors import SpecError, UsageError
 from testbed.links.model import LinkParams
+from testbed.pfc.config import PfcConfig
 from testbed.topo import generators as gen
 from testbed.topo.builder import DEFAULT_RATE_BPS, Builder, LinkTable, tier_default
 from testbed.topo.graph import HOST
@@ -51,7 +53,8 @@ KINDS = tuple(gen.TIERS)
 #: Switch roles of each kind (keys of the spec's ``switches:`` block besides default and tierN).
 ROLES = {
     "fat-tree": ("tor", "agg", "core"), "spine-leaf": ("leaf", "spine"), "rail-optimized": ("rail", "spine"),
-    "rail-only": ("rail", "nvswitch"), "dragonfly": ("router",), "torus": ("switch",),
+    "rail-only": ("rail", "nvswitch", "nic"), "dragonfly": ("router",), "torus": ("switch",),
+    "slim-fly": ("router",),
     "big-switch": ("switch",), "full-mesh": ("switch",), "cross-campus": ("dci",),
 }
 
@@ -59,7 +62,7 @@ ROLES = {
 P4_PROGRAMS = ("fabric", "aggregation")
 
 #: Top-level keys of a spec file.
-TOP_KEYS = ("name", "kind", "description", "params", "links", "mtu", "buffer", "scale", "switches", "cost")
+TOP_KEYS = ("name", "kind", "description", "params", "links", "mtu", "buffer", "scale", "switches", "cost", "pfc")
 
 _REQUIRED = object()
 
@@ -92,6 +95,15 @@ def _ratio(value, field):
     return float(value)
 
 
+def _prime_power(value, field):
+    from testbed.topo.galois import prime_power
+
+    _int(3)(value, field)
+    if prime_power(value) is None:
+        raise SpecError(field, f"must be a prime power such as 3, 4, 5, 7, 8, 9, 11, 13, got {value}")
+    return value
+
+
 def _distance(value, field):
     metres = parse_distance(value, field)
     if metres <= 0:
@@ -110,6 +122,7 @@ PARAMS = {
     "dragonfly": {"a": (_int(1), _REQUIRED), "p": (_int(1), _REQUIRED), "h": (_int(1), _REQUIRED)},
     "torus": {"dims": (_dims(2, 3, 3), _REQUIRED), "hosts_per_switch": (_int(1), 1)},
     "big-switch": {"hosts": (_int(1), _REQUIRED)},
+    "slim-fly": {"q": (_prime_power, _REQUIRED), "hosts_per_router": (_int(1), None)},
     "full-mesh": {"dims": (_dims(1, 4, 2), _REQUIRED), "hosts_per_switch": (_int(1), 1)},
     "cross-campus": {"campuses": (None, _REQUIRED), "dci_per_campus": (_int(1), 1),
                      "distance": (_distance, _REQUIRED)},
@@ -146,6 +159,7 @@ class Spec:
     switches: Mapping[str, Backend] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     cost: Mapping[str, float] = dataclasses.field(default_factory=lambda: MappingProxyType(dict(COST_TABLE)))
     description: str = ""
+    pfc: PfcConfig | None = None         #: lossless Ethernet; None = off
 
     @property
     def tiers(self) -> tuple[str, ...]:
@@ -319,9 +333,11 @@ def parse_spec(doc, source: str = "spec") -> Spec:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise SpecError(f"cost.{key}", f"expected a number >= 0, got {value!r}")
         cost[key] = float(value)
+    pfc = (PfcConfig.from_spec(doc["pfc"], "pfc", mtu=mtu, buffer_bytes=buffer_bytes)
+           if doc.get("pfc") is not None else None)
     return Spec(name=name.strip(), kind=kind, params=params, links=MappingProxyType(links), mtu=mtu,
                 buffer_bytes=buffer_bytes, scale=scale, switches=_switches(doc.get("switches"), kinds),
-                cost=MappingProxyType(cost), description=description)
+                cost=MappingProxyType(cost), description=description, pfc=pfc)
 
 
 def _apply_oversubscription(links: dict, kind: str, params, raw_links: dict) -> None:
@@ -416,6 +432,7 @@ def _generator(kind: str, params):
         "dragonfly": lambda b: gen.dragonfly(p["a"], p["p"], p["h"], b),
         "torus": lambda b: gen.torus(p["dims"], p["hosts_per_switch"], b),
         "big-switch": lambda b: gen.big_switch(p["hosts"], b),
+        "slim-fly": lambda b: gen.slim_fly(p["q"], p["hosts_per_router"], b),
         "full-mesh": lambda b: gen.full_mesh(p["dims"], p["hosts_per_switch"], b),
         "cross-campus": lambda b: gen.cross_campus([_generator(c.kind, c.params) for c in p["campuses"]],
                                                    p["dci_per_campus"], b),

@@ -58,7 +58,7 @@ INVALID = [
     (_with(BASE, ["switches"], {"tor": {"p4": "nosuch"}}), "switches.tor.p4"),
     (_with(BASE, ["switches"], {"spine": "ovs"}), "switches.spine"),
     (_with(BASE, ["switches"], {"tor": "bmv2"}), "switches.tor"),
-    (_with(BASE, ["cost"], {"optical_module": -1}), "cost.optical_module"),
+    (_with(BASE, ["cost"], {"dr_400g": -1}), "cost.dr_400g"),
     (_with(BASE, ["cost"], {"gold": 1}), "cost.gold"),
     (_with(CROSS, ["params", "distance"], "-1km"), "params.distance"),
     (_with(CROSS, ["params", "distance"], KeyError), "params.distance"),

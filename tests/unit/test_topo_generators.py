@@ -24,6 +24,7 @@ ALL = {
     "torus-3d": lambda: gen.torus((3, 3, 4)),
     "big-switch": lambda: gen.big_switch(7),
     "full-mesh": lambda: gen.full_mesh((3, 4), 2),
+    "slim-fly": lambda: gen.slim_fly(5, 2),
     "cross-campus": lambda: gen.cross_campus([lambda b: gen.fat_tree(4, b),
                                               lambda b: gen.spine_leaf(2, 2, 3, b)], 2),
 }
@@ -107,13 +108,17 @@ def test_rail_optimized_formula_and_rails(servers, gpus, spines):
 def test_rail_only_formula_and_no_spine(servers, gpus):
     G = gen.rail_only(servers, gpus)
     roles = _roles(G)
-    assert roles == {"host": servers * gpus, "rail": gpus, "nvswitch": servers}
-    assert G.number_of_edges() == 2 * servers * gpus
+    assert roles == {"host": servers * gpus, "rail": gpus, "nvswitch": servers, "nic": servers * gpus}
+    assert G.number_of_edges() == 3 * servers * gpus
+    assert Counter(d["tier"] for _, _, d in G.edges(data=True)) == {
+        "host": servers * gpus, "nvlink": servers * gpus, "rail": servers * gpus}
     for h in hosts(G):
         assert G.degree(h) == 1
-        assert G.nodes[first_tier_switch(G, h)]["server"] == G.nodes[h]["server"]
+        nic = first_tier_switch(G, h)
+        assert (G.nodes[nic]["server"], G.nodes[nic]["gpu"]) == (G.nodes[h]["server"], G.nodes[h]["gpu"])
     for r in (n for n, d in G.nodes(data=True) if d["role"] == "rail"):
-        assert {G.nodes[n]["role"] for n in G.neighbors(r)} == {"nvswitch"}
+        assert {G.nodes[n]["role"] for n in G.neighbors(r)} == {"nic"}
+        assert {G.nodes[n]["gpu"] for n in G.neighbors(r)} == {G.nodes[r]["rail"]}
         assert G.degree(r) == servers
 
 

@@ -74,8 +74,9 @@ def test_cabling_copper_versus_optics_and_cost_override():
     assert c["cabling"]["edge-agg"]["optical_modules"] == 32
     assert c["cabling"]["agg-core"]["coherent_modules"] == 32
     assert c["ports_used"] == 80
-    dearer = metrics.cabling(G, {"optical_module": metrics.COST_TABLE["optical_module"] + 100})
-    assert dearer["cost_usd"] == pytest.approx(c["cost_usd"] + 32 * 100)
+    assert c["cabling"]["edge-agg"]["media"] == {"sr": 16} and c["cabling"]["agg-core"]["media"] == {"zr": 16}
+    dearer = metrics.cabling(G, {"sr_100g": metrics.COST_TABLE["sr_100g"] + 10})  # 20 m links: SR optics
+    assert dearer["cost_usd"] == pytest.approx(c["cost_usd"] + 32 * 10)
     assert c["cost_per_host_port_usd"] == pytest.approx(c["cost_usd"] / 16)
 
 
