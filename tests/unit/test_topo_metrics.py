@@ -133,8 +133,9 @@ SHIPPED_COUNTS = {
     "torus-3d": (64, 64, 256),              # 4x4x4; 64 + 3 x 64
     "full-mesh": (16, 32, 80),              # 4x4, 2 hosts each; 32 + (4 rows + 4 columns) x C(4,2)
     "dragonfly-a4-p2-h2": (36, 72, 162),    # g = a*h + 1 = 9 groups of 4; 72 + 9 x C(4,2) + C(9,2)
-    "rail-only": (12, 32, 64),              # 8 rails + 4 NVSwitches; 32 GPUs to a rail and an NVSwitch
+    "rail-only": (44, 32, 96),              # 8 rails + 4 NVSwitches + 32 NICs; per GPU host, nvlink, rail
     "rail-optimized": (12, 32, 64),         # 8 rails + 4 spines; 32 + 8 x 4
+    "slim-fly-q5": (50, 200, 375),          # MMS: 2q^2 routers of degree (3q-1)/2 = 7, 4 hosts each; 200 + 175
     "long-haul": (4, 4, 7),                 # 2 x (big switch, 2 hosts) + 2 DCI; 4 + 2 + 1
     "cross-campus-30km": (28, 32, 79),      # fat-tree k4 (20, 16, 48) + spine-leaf 4/2/4 (6, 16, 24) + 2 DCI
 }                                           #   + 6 campus-dci (4 cores, 2 spines) + 1 long haul
