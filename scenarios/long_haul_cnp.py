@@ -31,7 +31,6 @@ DCQCN timers and the CNP interval x 1000; queues and RED thresholds stay in pack
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -42,13 +41,7 @@ if __name__ == "__main__" and __package__ is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.console import console, require_root  # noqa: E402
-from testbed.emu.health import (  # noqa: E402
-    CpuWatch,
-    packet_socket_drops,
-    saturation,
-    ss_packet_sockets,
-    udp_rcvbuf_errors,
-)
+from testbed.emu.health import CpuWatch, LossWatch, saturation  # noqa: E402
 from testbed.errors import EmulationError, SpecError  # noqa: E402
 from testbed.plan import Overrides, plan_replica  # noqa: E402
 from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # noqa: E402
@@ -238,47 +231,35 @@ def run_distance(G, distance_km: float, cases, modes, args, res, bench_pps: floa
 
 
 def trial(rep, plan, r: Roles, clients, case, mode, args, out: Path, long_haul, poll) -> dict:
-    from testbed.p4rt import entries as E
+    from testbed.p4rt import fabric_stats as F
+    from testbed.rdma.endpoint import summarise_write_lat
 
     out.mkdir(parents=True, exist_ok=True)
     G = plan.graph
     rep.apply_queues(plan)
-    for sw, c in clients.items():
-        c.table_clear("ecn_config")
-        for p in plan.switch(sw).ports:
-            c.apply(E.ecn_entries(E.ecn_config(p.ecn), port=p.port))
-        for name in ("marks", "cnps", "drops", "cnp_skipped", "to_port", "from_queue"):
-            c.counter_reset(name)
-        for name in ("sender_qp", "cnp_last_us", "qdepth_peak", "qdepth_sum", "qdepth_pkts", "first_signal_us"):
-            c.register_reset(name)
+    F.program_ecn(clients, plan)
+    F.reset(clients)
     bsw, bnbr = bottleneck(case, r)
     bport = G.edges[bsw, bnbr]["ports"][bsw]
-    c = clients[bsw]
-    epoch = c.time_since_epoch_us() - c.time_elapsed_us()  # BMv2 clock 0, in wall time (us)
+    epoch = F.clock_epoch_us(clients[bsw])
     dumps = []
     for s in r.senders:
-        intf = rep.intf_name(s, next(iter(G.neighbors(s))))
         err = out / f"tcpdump-{s}.log"
-        dumps.append((rep.popen(s, ["tcpdump", "-i", intf, "-U", "-n", "-w", str(out / f"cnp-{s}.pcap"),
-                                    "udp dst port 4791 and udp[8] = 0x81"], stdout=subprocess.DEVNULL,
-                                stderr=open(err, "w")), err))
+        dumps.append((rep.popen(s, ["tcpdump", "-i", rep.intf_name(s, next(iter(G.neighbors(s)))), "-U", "-n",
+                                    "-w", str(out / f"cnp-{s}.pcap"), "udp dst port 4791 and udp[8] = 0x81"],
+                                stdout=subprocess.DEVNULL, stderr=open(err, "w")), err))
     poll(lambda: all("listening on" in e.read_text() for _, e in dumps), timeout=20, what="tcpdump on senders")
-    senders = []
-    for s, d in zip(r.senders, r.receivers, strict=True):
-        argv = ENDPOINT + ["send", json.dumps(sender_config(plan, s, d, args))]
-        senders.append((s, rep.popen(s, argv, stdout=open(out / f"sender-{s}.json", "w"),
-                                     stderr=open(out / f"sender-{s}.log", "w"))))
-    hosts = r.senders + r.receivers
-    overflows_before = {h: udp_rcvbuf_errors(rep.host(h).cmd("cat /proc/net/snmp")) for h in hosts}
+    senders = [(s, rep.popen(s, ENDPOINT + ["send", json.dumps(sender_config(plan, s, d, args))],
+                             stdout=open(out / f"sender-{s}.json", "w"), stderr=open(out / f"sender-{s}.log", "w")))
+               for s, d in zip(r.senders, r.receivers, strict=True)]
     pids = [rep.switch(sw).process.proc.pid for sw in clients]
-    sock_drops_before = packet_socket_drops(ss_packet_sockets(), pids)
+    losses = LossWatch(rep, r.senders + r.receivers, pids).start()
     started = time.monotonic()
     with CpuWatch(pids) as cpu:
         poll(lambda: all(p.poll() is not None for _, p in senders), timeout=args.trial_timeout, interval=0.2,
              what=f"senders of {case}/{mode}")
     elapsed = time.monotonic() - started
-    sock_drops = packet_socket_drops(ss_packet_sockets(), pids) - sock_drops_before
-    overflows = sum(udp_rcvbuf_errors(rep.host(h).cmd("cat /proc/net/snmp")) - overflows_before[h] for h in hosts)
+    lost = losses.stop()
     for p, _ in dumps:
         p.terminate()
         p.wait(timeout=10)
@@ -288,45 +269,25 @@ def trial(rep, plan, r: Roles, clients, case, mode, args, out: Path, long_haul, 
         if p.returncode != 0 or not text.strip():
             raise EmulationError(f"sender {s} failed (status {p.returncode}); see {out / f'sender-{s}.log'}")
         results.append(json.loads(text))
-    # write-lat reports half round trips (perftest convention): a message's completion time is twice that
-    p50 = statistics.median(2 * x["t_typical_usec"] * 1e-6 for x in results)
-    p99 = max(2 * x["t_99_usec"] * 1e-6 for x in results)
-    total_bytes = sum(x["bytes"] * x["iterations"] for x in results)
-    seconds = max(x["seconds"] for x in results)
-    first_signal = c.register_read("first_signal_us", bport)
+    flows = summarise_write_lat(results)
+    neck = F.port_stats(clients[bsw], bport)
     crossing = r.senders if case == "sender-dci" else r.senders[:1]  # flows through the bottleneck port
     cnp_times = [t for t in (first_cnp_time(out / f"cnp-{s}.pcap") for s in crossing) if t is not None]
     feedback = None
-    if first_signal and cnp_times:
-        signal_wall = (epoch + first_signal) * 1e-6
+    if neck["first_signal_us"] and cnp_times:
+        signal_wall = (epoch + neck["first_signal_us"]) * 1e-6
         later = [t - signal_wall for t in cnp_times if t >= signal_wall]
         feedback = min(later) if later else None
-    pkts = c.register_read("qdepth_pkts", bport)
-    tail = sum(max(0, cl.counter_read("to_port", p).packets - cl.counter_read("from_queue", p).packets)
-               for sw, cl in clients.items() for p in (q.port for q in plan.switch(sw).ports))
-    red_drops = sum(cl.counter_read("drops", E.DROP_REASONS["queue"]).packets for cl in clients.values())
-    busiest = max(sum(cl.counter_read("from_queue", p.port).packets for p in plan.switch(sw).ports)
-                  for sw, cl in clients.items())
-    dl_stats = long_haul.stats() if long_haul is not None else None
-    naks = sum(x.get("server", {}).get("stats", {}).get("naks_tx", 0) for x in results)
-    switch_drops = {sw: {k: cl.counter_read("drops", i).packets for k, i in E.DROP_REASONS.items()}
-                    for sw, cl in clients.items()}
-    counted = tail + sum(n for d in switch_drops.values() for k, n in d.items() if k != "not_ip")
-    sat = saturation(cpu.summary(), dl_stats, busiest / elapsed, args.bench_pps, overflows, sock_drops,
-                     max(0, naks - counted))
-    return {"goodput_bps": total_bytes * 8 / seconds if seconds else 0.0, "fct_p50_s": p50, "fct_p99_s": p99,
-            "queue_peak": c.register_read("qdepth_peak", bport),
-            "queue_mean": round(c.register_read("qdepth_sum", bport) / pkts, 1) if pkts else 0.0,
-            "feedback_delay_s": feedback, "drops": tail + red_drops,
-            "marks": c.counter_read("marks", bport).packets, "switch_cnps": c.counter_read("cnps", bport).packets,
-            "cnp_skipped": {k: c.counter_read("cnp_skipped", i).packets for k, i in E.CNP_SKIP_REASONS.items()},
-            "cnps_rx": sum(x["cnps_rx"] for x in results),
-            "retransmissions": sum(x["retransmissions"] for x in results),
-            "bottleneck": {"switch": bsw, "port": bport, "rate_pps": plan.switch(bsw).port(bport).emulated_rate_pps,
-                           "kmin_pkts": plan.switch(bsw).port(bport).ecn.kmin_pkts,
-                           "kmax_pkts": plan.switch(bsw).port(bport).ecn.kmax_pkts},
-            "udp_rcvbuf_errors": overflows, "switch_socket_drops": sock_drops, "receiver_naks": naks,
-            "switch_drops": switch_drops, "cpu": cpu.summary(), "elapsed_s": elapsed, "saturation": sat, "senders": results}
+    dropped = F.drops(clients, plan)
+    sat = saturation(cpu.summary(), long_haul.stats() if long_haul is not None else None,
+                     dropped["busiest_pkts"] / elapsed, args.bench_pps, lost["udp_rcvbuf_errors"],
+                     lost["switch_socket_drops"], max(0, flows["receiver_naks"] - dropped["counted"]))
+    port = plan.switch(bsw).port(bport)
+    return {**flows, **neck, "feedback_delay_s": feedback, "drops": dropped["tail"] + dropped["red"],
+            "bottleneck": {"switch": bsw, "port": bport, "rate_pps": port.emulated_rate_pps,
+                           "kmin_pkts": port.ecn.kmin_pkts, "kmax_pkts": port.ecn.kmax_pkts},
+            **lost, "switch_drops": dropped["by_switch"], "cpu": cpu.summary(), "elapsed_s": elapsed,
+            "saturation": sat, "senders": results}
 
 
 # -- output -------------------------------------------------------------------------------------------------

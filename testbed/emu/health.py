@@ -119,3 +119,30 @@ class CpuWatch:
 def ss_packet_sockets() -> str:
     """``ss -0 -m -p -H``: packet sockets with their memory counters and owners."""
     return subprocess.run(["ss", "-0", "-m", "-p", "-H"], capture_output=True, text=True).stdout
+
+
+class LossWatch:
+    """Host socket-buffer overflows and switch packet-socket drops between ``start()`` and ``stop()``.
+
+    Args:
+        rep: the replica (host commands run in the hosts' namespaces).
+        hosts: graph nodes of the hosts to watch.
+        pids: the switch processes whose packet sockets count.
+    """
+
+    def __init__(self, rep, hosts, pids):
+        self.rep, self.hosts, self.pids = rep, list(hosts), list(pids)
+        self._udp: dict = {}
+        self._sock = 0
+
+    def _snmp(self, h) -> int:
+        return udp_rcvbuf_errors(self.rep.host(h).cmd("cat /proc/net/snmp"))
+
+    def start(self) -> "LossWatch":
+        self._udp = {h: self._snmp(h) for h in self.hosts}
+        self._sock = packet_socket_drops(ss_packet_sockets(), self.pids)
+        return self
+
+    def stop(self) -> dict:
+        return {"udp_rcvbuf_errors": sum(self._snmp(h) - self._udp[h] for h in self.hosts),
+                "switch_socket_drops": packet_socket_drops(ss_packet_sockets(), self.pids) - self._sock}

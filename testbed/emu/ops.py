@@ -140,3 +140,23 @@ def bridge_uuid(name: str) -> str | None:
         return None
     out = res.stdout.strip()
     return out if res.returncode == 0 and out else None
+
+
+def bridge_uuids() -> dict:
+    """``{bridge name: ovsdb uuid}`` of every bridge, in one ``ovs-vsctl`` call ({} when OVS is not running)."""
+    try:
+        res = subprocess.run(["ovs-vsctl", "--timeout=5", "-f", "csv", "--no-headings", "--columns=name,_uuid",
+                              "list", "Bridge"], capture_output=True, text=True, timeout=10)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return {}
+    return parse_bridge_list(res.stdout) if res.returncode == 0 else {}
+
+
+def parse_bridge_list(text: str) -> dict:
+    """``name,uuid`` CSV lines (``ovs-vsctl -f csv --columns=name,_uuid list Bridge``) -> {name: uuid}."""
+    out = {}
+    for line in text.splitlines():
+        name, _, uuid = line.partition(",")
+        if uuid:
+            out[name.strip().strip('"')] = uuid.strip()
+    return out

@@ -230,9 +230,10 @@ class Replica:
                 index = ops.link_index(obj["name"])
                 if index is not None:
                     obj["ifindex"] = index
+        uuids = ops.bridge_uuids() if any(o["kind"] == "bridge" for o in self.run.objects) else {}
         for obj in self.run.objects:
             if obj["kind"] == "bridge" and "uuid" not in obj:
-                obj["uuid"] = ops.bridge_uuid(obj["name"])
+                obj["uuid"] = uuids.get(obj["name"])
         self.run.save()
 
     def _configure_hosts(self) -> None:

@@ -56,3 +56,20 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def summarise_write_lat(results: list[dict]) -> dict:
+    """Flow figures of several senders' ``write_lat`` results (pure).
+
+    write-lat reports half round trips (perftest's convention): a message's completion time is twice that.
+    """
+    import statistics
+
+    seconds = max(x["seconds"] for x in results)
+    total = sum(x["bytes"] * x["iterations"] for x in results)
+    return {"goodput_bps": total * 8 / seconds if seconds else 0.0,
+            "fct_p50_s": statistics.median(2 * x["t_typical_usec"] * 1e-6 for x in results),
+            "fct_p99_s": max(2 * x["t_99_usec"] * 1e-6 for x in results),
+            "cnps_rx": sum(x["cnps_rx"] for x in results),
+            "retransmissions": sum(x["retransmissions"] for x in results),
+            "receiver_naks": sum(x.get("server", {}).get("stats", {}).get("naks_tx", 0) for x in results)}
