@@ -17,7 +17,8 @@ from testbed.errors import TestbedError
 
 #: Command modules, in the order ``testbed --help`` lists them.
 COMMANDS = (
-    "doctor", "clean", "topo", "plan", "run", "bench", "fail", "controller", "roce", "rdma", "p4", "link",
+    "doctor", "clean", "topo", "plan", "run", "bench", "fail", "controller", "roce", "rdma", "p4", "link", "pfc",
+    "validate",
 )
 
 

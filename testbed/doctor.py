@@ -19,7 +19,8 @@ import os
 import shutil
 import subprocess
 
-NAMES = ("root", "netns", "veth", "netem", "red", "ovs_kernel", "ovs_user", "bmv2", "p4c", "rxe", "tshark")
+NAMES = ("root", "netns", "veth", "netem", "red", "ovs_kernel", "ovs_user", "bmv2", "p4c", "rxe", "tshark",
+         "link_core")
 NEEDS_ROOT = ("netns", "veth", "netem", "red", "ovs_kernel", "ovs_user", "rxe")
 
 
@@ -81,6 +82,14 @@ def _version(binary: str) -> dict:
     if res.returncode != 0 or not lines:
         return _cap(False, f"{path} --version failed: exit {res.returncode}")
     return _cap(True, f"{path}: {lines[0]}")
+
+
+def _link_core() -> dict:
+    """Which link core the userspace link nodes run: present when it is the compiled one."""
+    from testbed.links.core import selected_core
+
+    core, detail = selected_core(warn=False)
+    return _cap(core != "python", f"link core {core}: {detail}")
 
 
 def _probe_root_things(run, tag: str) -> dict:
@@ -156,6 +165,7 @@ def capabilities() -> dict:
         caps["bmv2"]["detail"] += f"; fast build {fast}"
     caps["p4c"] = _version("p4c-bm2-ss")
     caps["tshark"] = _version("tshark")
+    caps["link_core"] = _link_core()
     ordered = {name: caps[name] for name in NAMES}
     return {"capabilities": ordered, "backends": pick_backends(ordered)}
 

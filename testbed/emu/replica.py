@@ -52,7 +52,7 @@ class Replica:
             ``(ip, port)`` -> OpenFlow 1.3 remote controller, ``secure`` fail mode.
         out_dir: where logs, ``plan.json`` and ``replica.json`` go (None: nowhere).
         name: run name (registry, lock message; default the plan's name).
-        switch_factory: ``f(switch_entry) -> (cls, params)`` for the plan's BMv2 switches.
+        switch_factory: ``f(switch_entry) -> (cls, params)`` for the plan's BMv2 and external switches.
         link_node_class: the node class of userspace links (``DelayLineNode``).
         wait_connected: seconds to wait for switches to reach the controller (0: do not wait).
         run: an existing (entered) RunRegistry to record into instead of a new one.
@@ -66,8 +66,9 @@ class Replica:
                                     f"got {type(plan).__name__}")
         if controller is not None and (len(controller) != 2 or not isinstance(controller[1], int)):
             raise SpecError("controller", f"must be None or (ip, port), got {controller!r}")
-        if any(s.kind == "bmv2" for s in plan.switches) and switch_factory is None:
-            raise SpecError("switch_factory", "the plan has BMv2 switches: pass bmv2_switch_factory(...)")
+        if any(s.kind in ("bmv2", "external") for s in plan.switches) and switch_factory is None:
+            raise SpecError("switch_factory", "the plan has BMv2 or external switches: pass a switch_factory "
+                                              "(plan_switch_factory(plan), ocs_switch_factory(...))")
         if any(e.backend == "userspace" for e in plan.links) and link_node_class is None:
             raise SpecError("link_node_class", "the plan has userspace links: pass testbed.links.node.DelayLineNode")
         self.plan = plan
@@ -149,8 +150,12 @@ class Replica:
 
     # ----------------------------------------------------------------------------- build
     def _switch_class(self, sw, mn_node):
-        if sw.kind == "bmv2":
-            cls, params = self.switch_factory(sw)
+        if sw.kind in ("bmv2", "external"):
+            made = self.switch_factory(sw)
+            if made is None:
+                raise EmulationError(f"switch {sw.node}: the switch_factory has no node class for a {sw.kind} "
+                                     f"switch ({sw.reason})")
+            cls, params = made
             return cls, {"dpid": f"{sw.dpid:016x}", **params}, False
         params = {"dpid": f"{sw.dpid:016x}", "failMode": "standalone" if self.controller is None else "secure",
                   "datapath": sw.datapath, "protocols": "OpenFlow13", "batch": True}

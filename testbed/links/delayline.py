@@ -281,10 +281,12 @@ class DelayLine:
                        max_lateness_s=p.max_late, mean_late_lateness_s=(p.late_sum / p.late if p.late else 0.0),
                        in_flight=len(p.pending), lateness_histogram=_histogram(p.late_hist))
             directions[p.name] = doc
-        return {"ready": ready, "pid": os.getpid(), "interfaces": {"a": self.intfs[0], "b": self.intfs[1]},
+        cpu = os.times()
+        return {"ready": ready, "pid": os.getpid(), "core": "python", "interfaces": {"a": self.intfs[0], "b": self.intfs[1]},
                 "params": self.params.to_dict(), "late_tolerance_s": self.late_tolerance,
                 "realtime": self.realtime,
                 "uptime_s": round(time.monotonic() - self.started, 3),
+                "cpu_s": round(cpu.user + cpu.system, 6),
                 "emulator_late": sum(p.late for p in self.paths),
                 "rx_kernel_drops": sum(self.kernel_drops.values()),
                 "directions": directions}

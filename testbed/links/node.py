@@ -3,10 +3,10 @@
 ::
 
     u --veth-- [dl3-eth1]  DelayLineNode dl3  [dl3-eth2] --veth-- v
-                      python -m testbed.links.delayline (SCHED_FIFO, AF_PACKET)
+                      linkcore forward (C; or python -m testbed.links.delayline), SCHED_FIFO, AF_PACKET
 
-:class:`~testbed.emu.replica.Replica` inserts it on an edge when the link-node factory of
-:mod:`testbed.links.emulation` says so, and gives it ``self.run`` (the run registry) before ``start``.
+:class:`~testbed.emu.replica.Replica` inserts it on every edge the replica plan (:mod:`testbed.plan`) gives
+the userspace backend, and gives it ``self.run`` (the run registry) before ``start``.
 ``start()`` turns offloads off, launches the process, records it and polls its stats file until it says
 ready; ``stop()`` ends it and keeps its final stats (counters + queue-depth series) in ``stats_path``.
 """
@@ -21,7 +21,8 @@ from mininet.node import Switch
 
 from testbed.emu import ops
 from testbed.errors import EmulationError
-from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S, build_argv, read_stats
+from testbed.links.core import line_argv
+from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S, read_stats
 from testbed.links.model import LinkParams
 from testbed.links.wire import _repo_path, stop_delayline, wait_ready
 
@@ -35,16 +36,22 @@ class DelayLineNode(Switch):
         out_dir: folder for ``<name>-delayline.json`` (stats) and ``.log``.
         seed: random seed of the loss/RED/jitter draws (None: from the OS).
         late_tolerance_s: lateness counted as ``emulator_late``.
+        core: ``c`` (compiled, the default), ``python`` or ``bare``; see :mod:`testbed.links.core`.
+        cpu: pin the compiled core to this CPU (None: let the scheduler place it).
     """
 
     def __init__(self, name: str, link: LinkParams | None = None, out_dir: str | os.PathLike | None = None,
-                 seed: int | None = None, late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S, **params):
+                 seed: int | None = None, late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S,
+                 core: str | None = None, cpu: int | None = None, **params):
         if link is None:
             raise EmulationError(f"link node {name}: no link parameters given")
         self.link = link
         self.out_dir = Path(out_dir) if out_dir else Path(tempfile.gettempdir()) / f"testbed-links-{os.getpid()}"
         self.seed = seed
         self.late_tolerance_s = late_tolerance_s
+        self.core = core
+        self.cpu = cpu
+        self.core_in_use: str | None = None
         self.stats_path = self.out_dir / f"{name}-delayline.json"
         self.log_path = self.out_dir / f"{name}-delayline.log"
         self.proc = None
@@ -66,7 +73,8 @@ class DelayLineNode(Switch):
                     check=False)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.stats_path.unlink(missing_ok=True)
-        argv = build_argv(a, b, self.link, self.stats_path, seed=self.seed, late_tolerance_s=self.late_tolerance_s)
+        self.core_in_use, argv = line_argv(a, b, self.link, self.stats_path, core=self.core, seed=self.seed,
+                                           late_tolerance_s=self.late_tolerance_s, cpu=self.cpu)
         run = getattr(self, "run", None)
         if run is None:
             raise EmulationError(f"link node {self.name}: no run registry (start it through Replica)")

@@ -161,3 +161,30 @@ class Direction:
         if with_series:
             doc["queue_series"] = [list(s) for s in self.samples]
         return doc
+
+
+#: Fate of a frame, by the counter its admission moved (the C core's trace mode prints the same words).
+_FATES = (("drop_tail", "tail"), ("drop_red", "red"), ("drop_loss", "loss"), ("ce_marked", "ce"),
+          ("ecn_marks_already_ce", "already_ce"))
+
+
+def run_trace(params: LinkParams, seed: int, trace) -> tuple[list[tuple], dict]:
+    """Feed ``trace`` ([(arrival_s, frame)]) to one :class:`Direction` seeded with ``seed``.
+
+    The reference side of the equivalence test with the compiled core
+    (:func:`testbed.links.core.run_trace` returns the same shape).
+
+    Returns:
+        ([(fate, release_s | None, marked frame | None)], counters incl. max_queue_packets/bytes).
+    """
+    d = Direction(params, random.Random(seed))
+    rows = []
+    for t, frame in trace:
+        before = dict(d.counters)
+        release, out = d.admit(t, bytes(frame))
+        fate = next((name for key, name in _FATES if d.counters[key] != before[key]), "fwd")
+        rows.append((fate, release, out if fate == "ce" else None))
+    counters = dict(d.counters)
+    counters.update(max_queue_packets=d.max_queue_packets, max_queue_bytes=d.max_queue_bytes,
+                    samples=len(d.samples))
+    return rows, counters

@@ -24,7 +24,8 @@ from pathlib import Path
 from testbed.emu import ops
 from testbed.emu.registry import RunRegistry
 from testbed.errors import EmulationError
-from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S, build_argv, read_stats
+from testbed.links.core import line_argv
+from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S, read_stats
 from testbed.links.model import LinkParams
 from testbed.poll import poll
 
@@ -40,8 +41,9 @@ def name_prefix(tag: str = "") -> str:
 class Wire:
     """Host A -- delay line -- host B. Create with :func:`open_wire`."""
 
-    def __init__(self, run: RunRegistry, prefix: str, workdir: Path):
+    def __init__(self, run: RunRegistry, prefix: str, workdir: Path, core: str | None = None):
         self.run = run
+        self.default_core = core
         self.prefix = prefix
         self.ns_a, self.ns_b = f"{prefix}A", f"{prefix}B"
         self.if_a, self.if_b = f"{prefix}a0", f"{prefix}b0"
@@ -51,6 +53,7 @@ class Wire:
         self.stats_path = self.workdir / f"{prefix}-delayline.json"
         self.log_path = self.workdir / f"{prefix}-delayline.log"
         self.proc: subprocess.Popen | None = None
+        self.core: str | None = None
 
     def build(self) -> None:
         run = self.run
@@ -71,14 +74,21 @@ class Wire:
                     what=f"disable IPv6 in {ns}", check=False)
 
     def start(self, params: LinkParams, *, seed: int | None = None,
-              late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S, spin_s: float | None = None) -> dict:
-        """Start the delay line with the *emulated* ``params``; returns its first stats document."""
+              late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S, spin_s: float | None = None,
+              core: str | None = None, cpu: int | None = None, poll_window_s: float | None = None) -> dict:
+        """Start the link node with the *emulated* ``params``; returns its first stats document.
+
+        Args:
+            core: ``c``, ``python`` or ``bare`` (see :mod:`testbed.links.core`; None: the default).
+            cpu: pin the compiled core to this CPU.
+            poll_window_s: the compiled core's busy-read window after a frame (None: its default).
+        """
         if self.proc is not None:
             raise EmulationError(f"delay line on {self.dl_a}/{self.dl_b} already running")
         self.stats_path.unlink(missing_ok=True)
-        argv = build_argv(self.dl_a, self.dl_b, params, self.stats_path, seed=seed,
-                          late_tolerance_s=late_tolerance_s, stats_interval_s=0.5,
-                          **({} if spin_s is None else {"spin_s": spin_s}))
+        self.core, argv = line_argv(self.dl_a, self.dl_b, params, self.stats_path, core=core or self.default_core, seed=seed,
+                                    late_tolerance_s=late_tolerance_s, stats_interval_s=0.5, spin_s=spin_s,
+                                    cpu=cpu, poll_window_s=poll_window_s)
         self.proc = self.run.spawn(argv, log=self.log_path, env={**os.environ, "PYTHONPATH": _repo_path()})
         return wait_ready(self.proc, self.stats_path, self.log_path, what=f"delay line {self.prefix}")
 
@@ -195,10 +205,13 @@ def stop_delayline(proc: subprocess.Popen, stats_path: Path, log_path: Path, tim
     return read_stats(stats_path) or {}
 
 
-def open_wire(run: RunRegistry, workdir: Path, params: LinkParams | None = None, tag: str = "", **start_kwargs
-              ) -> Wire:
-    """Build host A -- link -- host B inside ``run``; start the delay line when ``params`` is given."""
-    wire = Wire(run, name_prefix(tag), workdir)
+def open_wire(run: RunRegistry, workdir: Path, params: LinkParams | None = None, tag: str = "",
+              core: str | None = None, **start_kwargs) -> Wire:
+    """Build host A -- link -- host B inside ``run``; start the link node when ``params`` is given.
+
+    ``core`` is the default link core of this wire's starts (``c``, ``python``, ``bare``; None: the default).
+    """
+    wire = Wire(run, name_prefix(tag), workdir, core=core)
     wire.workdir.mkdir(parents=True, exist_ok=True)
     wire.build()
     if params is not None:

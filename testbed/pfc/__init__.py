@@ -8,7 +8,8 @@
     trace.py     one direction's ingress/egress pair driven by a text trace: the compiled core's reference
     watchdog.py  storm detection, drop/ignore, restoration
     deadlock.py  buffer-dependency graph per priority from the routing brain's routes; cycles
-    sim.py       a discrete-event model check chaining the above (incast), not an emulation result
+    sim.py       a discrete-event model check chaining the above (incast, ring deadlock, watchdog),
+                 not an emulation result
 
 Nothing here needs root or starts processes; see docs/pfc.md.
 """

@@ -60,14 +60,23 @@ def dependency_graph(G: nx.Graph, routes, backups: bool = False) -> nx.DiGraph:
 
     Each edge records the prefixes that create it (``prefixes`` attribute), to explain a cycle.
     """
+    switches = {n for n in G.nodes if G.nodes[n].get("role") != HOST}
+    return dependencies(next_hops(G, routes, backups), switches)
+
+
+def dependencies(table: dict, switches) -> nx.DiGraph:
+    """The dependency graph of a next-hop table ``{destination: {switch: [next node, ...]}}``.
+
+    The form any forwarding model reduces to (the brain's routes via :func:`next_hops`, or a simulator's
+    static routes); ``switches`` are the nodes with buffers that PFC can fill.
+    """
     D = nx.DiGraph()
-    is_switch = {n: G.nodes[n].get("role") != HOST for n in G.nodes}
-    for prefix, table in next_hops(G, routes, backups).items():
-        for v, outs in table.items():
-            ups = [u for u, hops in table.items() if v in hops and is_switch[u]]
+    for prefix, hops_of in table.items():
+        for v, outs in hops_of.items():
+            ups = [u for u, hops in hops_of.items() if v in hops and u in switches]
             for u in ups:
                 for w in outs:
-                    if not is_switch[w]:
+                    if w not in switches:
                         continue
                     if D.has_edge((u, v), (v, w)):
                         D.edges[(u, v), (v, w)]["prefixes"].add(prefix)
@@ -113,14 +122,17 @@ def find_deadlocks(G: nx.Graph, routes, priorities=(3,), backups: bool = False) 
         one :class:`Deadlock` per cyclic strongly connected component per priority; empty = deadlock-free.
     """
     per_priority = routes if isinstance(routes, dict) else {p: routes for p in priorities}
+    return cycles({p: dependency_graph(G, per_priority.get(p, ()), backups) for p in priorities})
+
+
+def cycles(graphs: dict) -> list[Deadlock]:
+    """One :class:`Deadlock` per cyclic strongly connected component of each ``{priority: graph}``."""
     found = []
-    for p in priorities:
-        D = dependency_graph(G, per_priority.get(p, ()), backups)
+    for p, D in graphs.items():
         for comp in nx.strongly_connected_components(D):
             if len(comp) == 1 and not any(D.has_edge(c, c) for c in comp):
                 continue
-            sub = D.subgraph(comp)
-            edges = nx.find_cycle(sub)
+            edges = nx.find_cycle(D.subgraph(comp))
             cycle = tuple(a for a, _ in edges)
             prefixes = set()
             for a, b in edges:

@@ -114,9 +114,12 @@ def port_headrooms(G: nx.Graph, pfc: PfcConfig, mtu: int | None = None) -> dict:
     """Headroom of every port of the fabric: ``{node: {port: Headroom-or-fixed dict}}``.
 
     Both ends of a link see the same cable and rate, so they get the same figure. A fixed
-    ``pfc.headroom`` is reported as given (with what ``auto`` would have computed, to compare).
+    ``pfc.headroom`` is reported as given (with what ``auto`` would have computed, to compare). When the
+    graph has a per-port ``buffer_bytes``, ``fits_buffer`` says whether xoff + headroom fit in it (one
+    lossless priority): a port where it does not cannot be lossless under a sustained incast.
     """
     mtu = mtu if mtu is not None else G.graph.get("mtu", 1500)
+    buffer = G.graph.get("buffer_bytes")
     out: dict = {}
     for a, b, d in G.edges(data=True):
         h = headroom(d["rate_bps"], d.get("delay_s") or 0.0, mtu)
@@ -124,6 +127,8 @@ def port_headrooms(G: nx.Graph, pfc: PfcConfig, mtu: int | None = None) -> dict:
         if pfc.headroom_bytes is not None:
             doc = {"bytes": pfc.headroom_bytes, "fixed": True, "auto_bytes": h.total, "rate_bps": h.rate_bps,
                    "one_way_delay_s": h.one_way_delay_s}
+        if buffer:
+            doc["fits_buffer"] = pfc.xoff_bytes + doc["bytes"] <= buffer
         for node in (a, b):
             out.setdefault(node, {})[d["ports"][node]] = doc
     return out

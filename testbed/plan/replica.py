@@ -48,6 +48,9 @@ LINK_BACKENDS = ("auto", "netem", "userspace")
 ECN_MODES = ("off", "ecn", "fast-cnp", "both")
 LINK_MODES = ("spec", "rates", "off")
 ETHERNET_HEADER = 14
+#: Switch roles the plan does not build itself: their node class comes from the run's ``switch_factory``
+#: (e.g. the optical circuit switch of testbed/ocs/node.py, layer 1, no queues of its own).
+EXTERNAL_ROLES = ("ocs",)
 #: BMv2's egress queue depth is 19 bits wide.
 MAX_QDEPTH = (1 << 19) - 1
 #: DCQCN's CNP interval and QP retransmission timeout of the real fabric (DOMAIN.md).
@@ -88,6 +91,7 @@ class Overrides:
     cnp_interval_s: float = CNP_INTERVAL_S
     thrift_base: int = 9090
     p4_program: str | None = None
+    external_roles: tuple = EXTERNAL_ROLES
 
     def __post_init__(self):
         backend = "netem" if self.link_backend == "kernel" else self.link_backend
@@ -136,7 +140,7 @@ class SwitchEntry:
     node: object
     name: str
     role: str
-    kind: str                         # ovs | bmv2
+    kind: str                         # ovs | bmv2 | external (built by the run's switch_factory)
     dpid: int
     program: str | None = None        # P4 program (bmv2)
     datapath: str | None = None       # OVS: user | kernel
@@ -388,7 +392,10 @@ def plan_replica(G: nx.Graph, capabilities: Capabilities = ASSUMED, overrides: O
                                        e.emulated.rate_bps if ov.links != "off" else None, None, None))
         ports.sort(key=lambda p: p.port)
         role = roles[sw.node]
-        if sw.node in bmv2:
+        if role in ov.external_roles:
+            switches.append(SwitchEntry(sw.node, sw.name, role, "external", sw.dpid, ports=tuple(ports),
+                                        reason=f"role {role}: its node class comes from the run's switch_factory"))
+        elif sw.node in bmv2:
             nums = alloc.switch(sw.name)
             switches.append(SwitchEntry(sw.node, sw.name, role, "bmv2", sw.dpid, program=p4[sw.node],
                                         thrift_port=nums["thrift_port"], device_id=nums["device_id"],

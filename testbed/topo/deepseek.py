@@ -25,7 +25,8 @@ from counts this module derives itself (formulas, not their table):
           every global port used: g*a*h/2 global links)
 
 So FT2/FT3 agree by construction (calibration), MPFT checks the multi-plane counting, SF and DF are
-genuine out-of-sample checks of both the counts and the two-term price model.
+genuine out-of-sample checks of both the counts and the two-term price model. Provenance of the table
+(a secondary summary for MPFT/FT3/DF; FT2, SF and the links column as recalled): docs/cost.md.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ Architectures (``KINDS``):
 * ``big-switch``   fewest-tier Clos of chassis: inside a chassis the leaf/spine stages are a backplane
   (no cables, no optics); beyond one chassis, chassis leaves under chassis spines
 * ``multi-plane``  P planes of 2-tier Clos over H/P hosts each (DeepSeek's MPFT)
+* ``slim-fly``     the smallest MMS slim fly (prime power q, p = ceil(k'/2) hosts per router) holding H
+  hosts whose routers fit the radix (p + k' <= R); every router link inter-rack (``len_leaf_spine_m``)
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 from testbed.errors import SpecError
 from testbed.topo.cost import Prices, link_breakdown
 
-KINDS = ("fat-tree", "spine-leaf", "rail-optimized", "rail-only", "big-switch", "multi-plane")
+KINDS = ("fat-tree", "spine-leaf", "rail-optimized", "rail-only", "big-switch", "multi-plane", "slim-fly")
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,29 @@ def _clos_bom(kind, hosts, speed, prices, tiers, host_len, form="fixed", copies=
     return Bom(kind, copies * hosts, speed, tiers, switches, tuple(links), tuple(notes))
 
 
+def _slim_fly_bom(hosts: int, speed: int, prices: Prices) -> Bom:
+    from testbed.topo.galois import prime_power
+    from testbed.topo.generators import slim_fly_degree
+
+    radix = prices.radix(speed)
+    q = 3
+    while True:
+        if prime_power(q):
+            k_net = slim_fly_degree(q)
+            p = -(-k_net // 2)
+            if p + k_net > radix:
+                raise Infeasible(f"{hosts} hosts need a slim fly beyond {radix}-port routers "
+                                 f"(largest fits q < {q})")
+            if 2 * q * q * p >= hosts:
+                break
+        q += 1
+    routers = 2 * q * q
+    return Bom("slim-fly", hosts, speed, 2, {("router", "fixed"): (routers, radix)},
+               (LinkTier("host", hosts, prices.table["len_host_rack_m"], host=True),
+                LinkTier("router-router", q * q * k_net, prices.table["len_leaf_spine_m"])),
+               (f"MMS q = {q}: {routers} routers, k' = {k_net}, {p} hosts per router",))
+
+
 def bom(kind: str, hosts: int, speed: int, prices: Prices, gpus_per_server: int = 8, planes: int = 8) -> Bom:
     """The bill of materials of ``kind`` for ``hosts`` host ports at ``speed`` Gbit/s.
 
@@ -135,6 +160,8 @@ def bom(kind: str, hosts: int, speed: int, prices: Prices, gpus_per_server: int 
                          roles=("chassis-leaf", "chassis-spine", "chassis-core"),
                          between_len=t["len_chassis_chassis_m"],
                          notes=(f"{crad}-port chassis; stages inside a chassis are its backplane",))
+    if kind == "slim-fly":
+        return _slim_fly_bom(hosts, speed, prices)
     per_plane = math.ceil(hosts / planes)
     return _clos_bom(kind, per_plane, speed, prices, 2, t["len_host_rack_m"], copies=planes,
                      notes=(f"{planes} planes of {per_plane} hosts",))

@@ -2,7 +2,8 @@
 
     netns A [10.77.0.1] --veth-- delay line --veth-- [10.77.0.2] netns B
 
-One namespace pair for the module; each test restarts the delay line with its own parameters.
+One namespace pair per link core (the compiled core, the default, and the Python reference line); each
+test restarts the delay line with its own parameters.
 Figures are checked with tolerances on ratios, never on wall-clock durations.
 """
 
@@ -23,11 +24,11 @@ from testbed.poll import poll
 pytestmark = [pytest.mark.root]
 
 
-@pytest.fixture(scope="module")
-def wire(tmp_path_factory):
+@pytest.fixture(scope="module", params=["c", "python"])
+def wire(request, tmp_path_factory):
     # unique names (lk<pid>...): no clash with other runs, so no need to queue for the machine-wide lock
     with RunRegistry("link-tests", exclusive=False) as run:
-        w = open_wire(run, tmp_path_factory.mktemp("links"))
+        w = open_wire(run, tmp_path_factory.mktemp("links"), tag=request.param[0], core=request.param)
         yield w
         w.stop()
 
@@ -39,6 +40,7 @@ def test_50ms_one_way_delay_by_ping(wire):
     avg_rtt_ms = float(re.search(r"= [\d.]+/([\d.]+)/", out).group(1))
     assert avg_rtt_ms / 2 == pytest.approx(50.0, rel=0.05), out
     stats = wire.stop()
+    assert stats["core"] == wire.default_core  # the core asked for ran (no silent fallback)
     assert stats["directions"]["a>b"]["tx_packets"] >= 10 and stats["rx_kernel_drops"] == 0
 
 

@@ -36,6 +36,7 @@ def test_delayed_edge_gets_a_delay_line(tmp_path):
         assert avg / 2 == pytest.approx(20.0, rel=0.10), out
         assert dl.stats()["params"]["rate_bps"] == pytest.approx(5e6)
     assert dl.final_stats["directions"]["a>b"]["tx_packets"] >= 6  # ping requests went s1 -> h2
+    assert dl.final_stats["core"] == "c"  # the compiled core is the default link node
     written = json.loads((tmp_path / "plan.json").read_text())
     backends = {frozenset((e["u"], e["v"])): e["backend"] for e in written["links"]}
     assert backends == {frozenset({"h1", "s1"}): "htb", frozenset({"s1", "h2"}): "userspace"}

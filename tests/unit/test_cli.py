@@ -57,7 +57,7 @@ def test_doctor_json_shape_as_non_root():
     doc = json.loads(res.stdout)
     assert set(doc) == {"capabilities", "backends"}
     assert list(doc["capabilities"]) == ["root", "netns", "veth", "netem", "red", "ovs_kernel", "ovs_user",
-                                         "bmv2", "p4c", "rxe", "tshark"]
+                                         "bmv2", "p4c", "rxe", "tshark", "link_core"]
     assert doc["capabilities"]["root"]["present"] is False
     assert "needs root" in doc["capabilities"]["netns"]["detail"]
     assert set(doc["backends"]) == {"switch", "delay", "ecn", "rdma"}

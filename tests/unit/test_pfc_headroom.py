@@ -68,3 +68,16 @@ def test_port_headrooms_per_port_from_the_graph():
     fixed = port_headrooms(G, PfcConfig(headroom_bytes=1e6))
     assert fixed[a][G.edges[a, b]["ports"][a]] == {"bytes": 1e6, "fixed": True, "auto_bytes": 3_779_914,
                                                     "rate_bps": 100e9, "one_way_delay_s": pytest.approx(150e-6)}
+    assert "fits_buffer" not in fixed[a][G.edges[a, b]["ports"][a]]      # the spec sets no buffer
+
+
+def test_a_long_haul_port_that_cannot_hold_its_headroom_is_flagged():
+    spec = parse_spec({
+        "name": "cc", "kind": "cross-campus", "buffer": "2MB", "pfc": {"xoff": "100KB"},
+        "params": {"campuses": [{"kind": "big-switch", "params": {"hosts": 1}},
+                                {"kind": "big-switch", "params": {"hosts": 1}}], "distance": "30km"},
+        "links": {"default": {"rate": "100G"}}})
+    G = build_graph(spec)
+    docs = [(G.edges[a, b]["tier"], d) for a, b in G.edges for node in (a, b)
+            for d in [port_headrooms(G, spec.pfc)[node][G.edges[a, b]["ports"][node]]]]
+    assert {t: d["fits_buffer"] for t, d in docs} == {"dci": False, "campus-dci": True, "host": True}

@@ -158,3 +158,74 @@ def test_pause_frame_wire_fields_and_validation():
         PauseFrame.of({8: 1})
     with pytest.raises(ValueError):
         PauseFrame.of({3: 0x10000})
+
+
+def test_random_traffic_keeps_the_invariants():
+    """Random arrivals/departures of random sizes: what must hold after every event, whatever the order."""
+    import random
+
+    rng = random.Random(16)
+    cfg = PfcConfig(priorities=(3, 4), xoff_bytes=20_000, xon_bytes=12_000)
+    for trial in range(30):
+        ing = PfcIngress(cfg, rate_bps=100e9, headroom_bytes=rng.choice((1600, 8000, 30_000)))
+        held = {3: [], 4: []}
+        outstanding = {3: False, 4: False}
+        now = 0.0
+        for _ in range(400):
+            now += rng.random() * 1e-6
+            p = rng.choice((3, 4))
+            if held[p] and rng.random() < 0.45:
+                length = held[p].pop(rng.randrange(len(held[p])))
+                frames = ing.depart(now, p, length)
+                if frames:                                       # XON only for an outstanding PAUSE, at xon
+                    assert frames == [PauseFrame.of({p: 0})] and outstanding[p]
+                    assert ing.bytes[p] <= cfg.xon_bytes
+                    outstanding[p] = False
+            else:
+                length = rng.randint(64, 1538)
+                reason, frames = ing.arrive(now, p, length)
+                if reason is None:
+                    held[p].append(length)
+                else:                                            # dropped only when it would overflow
+                    assert reason == DROP_HEADROOM
+                    assert ing.bytes[p] + length > cfg.xoff_bytes + ing.headroom_bytes
+                if frames:                                       # PAUSE once, on reaching xoff
+                    assert frames == [PauseFrame.of({p: cfg.quanta})] and not outstanding[p]
+                    assert ing.bytes[p] >= cfg.xoff_bytes
+                    outstanding[p] = True
+            for q in (3, 4):
+                assert ing.bytes[q] == sum(held[q])              # accounting is exact
+                assert ing.bytes[q] <= cfg.xoff_bytes + ing.headroom_bytes
+                assert ing.xoff[q] == outstanding[q]
+                assert (ing.next_refresh[q] is not None) == outstanding[q]
+                if ing.bytes[q] >= cfg.xoff_bytes:
+                    assert outstanding[q]                        # never above xoff without a PAUSE out
+        c = ing.counters
+        assert all(c[q]["pause_sent"] - c[q]["xon_sent"] == int(outstanding[q]) for q in (3, 4)), trial
+
+
+def test_random_pause_sequences_match_a_sampled_reference():
+    """paused() and paused_time() against a reference that looks only at the last frame before each instant."""
+    import random
+
+    rng = random.Random(3)
+    e = PfcEgress(CONFIG, rate_bps=100e9)
+    frames = []                                   # (time, quanta) received for priority 3
+    t = 0.0
+    for _ in range(60):
+        t += rng.random() * 8e-6
+        q = rng.choice((0, 100, 1000, 2000))     # XON, 0.5 us, 5 us, 10 us at 100G
+        frames.append((t, q))
+    step = 1e-8
+    samples = [i * step for i in range(int((t + 20e-6) / step))]
+    paused_ref = 0
+    k = 0
+    for s in samples:                             # feed frames as time passes, as a port would
+        while k < len(frames) and frames[k][0] <= s:
+            e.receive(frames[k][0], PauseFrame.of({3: frames[k][1]}))
+            k += 1
+        last = frames[k - 1] if k else None
+        ref = last is not None and last[1] > 0 and s < last[0] + last[1] * 512 / 100e9
+        assert e.paused(s, 3) == ref
+        paused_ref += ref
+    assert e.paused_time(samples[-1], 3) == pytest.approx(paused_ref * step, rel=0.01)

@@ -139,3 +139,12 @@ def test_cli_topo_cost_json_plot_and_bad_input(tmp_path, capsys):
         assert cli.main(["topo", "cost", *argv]) == 2
         err = capsys.readouterr().err
         assert word in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_slim_fly_bill_of_materials_uses_the_smallest_fitting_q():
+    P = Prices.from_table()
+    b = sizing.bom("slim-fly", 10_000, 400, P)   # q = 19 (722 routers x 15 hosts = 10,830) is the first >= 10k
+    assert b.switches == {("router", "fixed"): (722, 128)}
+    assert [lt.links for lt in b.links] == [10_000, 19 * 19 * 29]
+    with pytest.raises(sizing.Infeasible):
+        sizing.bom("slim-fly", 10_000, 800, Prices.from_table({"fixed_capacity_gbps": 800 * 40}))  # radix 40

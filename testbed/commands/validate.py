@@ -1,0 +1,260 @@
+"""``testbed validate [--quick] [--json]``: the replica against independent references, as one table.
+
+    reference                       metric                               replica  reference  error  pass  backends
+    DCQCN fluid model (CoNEXT'16)   rate trajectory, 2 flows (RMS / C)   ...
+    ideal link                      one-way delay, delivered rate, gaps  ...
+    RED curve (configured)          marked share on the ramp             ...
+    min(rate, window/RTT)           single-flow goodput                  ...
+    physics / fluid gain            from a long-haul results folder (--long-haul DIR)
+
+References are computed from published equations (the fluid model, the ideal link, the RED curve,
+min(rate, window/RTT), 5 us/km), never from the code under test. The table goes to stdout (JSON with
+``--json``), a plot per row and ``validate.json`` into the results folder. Exit status 1 when a measured row
+fails; rows without input (no ``--long-haul``) are listed as missing and do not count.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from testbed.console import console, print_json, require_root
+from testbed.errors import SpecError
+
+GROUPS = ("dcqcn", "link", "red", "goodput", "long-haul")
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("validate", help="alignment table: replica vs fluid model, ideal link, RED, physics",
+                            description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="shorter runs, fewer cases (a few minutes)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    parser.add_argument("--out", metavar="DIR", help="results folder (default results/validate/<timestamp>)")
+    parser.add_argument("--rows", default=",".join(GROUPS), help=f"row groups to run: {', '.join(GROUPS)}")
+    parser.add_argument("--long-haul", metavar="DIR",
+                        help="a 'testbed run long_haul_cnp' results folder for the physics and gain rows")
+    parser.set_defaults(func=run)
+
+
+def plan(quick: bool) -> dict:
+    """What to run (pure): real-world DCQCN experiments and emulated goodput cases."""
+    from testbed.validate.replica import DcqcnRun
+
+    # NIC-like senders: the window (2048 packets) exceeds 2 x (BDP + buffer), so only DCQCN limits them
+    two = DcqcnRun(kmax_pkts=300, pmax=0.2, limit_pkts=1000, starts_s=(0.0, 0.05), duration_s=0.4, window=2048)
+    dcqcn = [two] if quick else [replace(two, duration_s=0.6),
+                                 replace(two, starts_s=(0.0, 0.05, 0.1, 0.15), duration_s=0.8)]
+    # window-limited with a long-haul RTT (100 ms emulated), so per-packet endpoint costs stay small beside it
+    goodput = [{"rate_bps": 50e6, "one_way_s": 0.050, "window": 32, "seconds": 4.0 if quick else 8.0},
+               {"rate_bps": 10e6, "one_way_s": 0.002, "window": 128, "seconds": 3.0 if quick else 6.0}]
+    # backlogged gap checks at rates a loaded 2-core machine forwards (the bench goes to 200 Mb/s)
+    gap_rates = (10e6, 20e6) if quick else (10e6, 50e6, 100e6, 200e6)
+    return {"dcqcn": dcqcn, "goodput": goodput, "gap_rates_bps": gap_rates}
+
+
+def _groups(text: str) -> list[str]:
+    groups = [g.strip() for g in text.split(",") if g.strip()]
+    bad = [g for g in groups if g not in GROUPS]
+    if bad or not groups:
+        raise SpecError("--rows", f"unknown group {bad[0] if bad else text!r}; allowed: {', '.join(GROUPS)}")
+    return groups
+
+
+def run(args) -> int:
+    from testbed.scenario import Results
+
+    groups = _groups(args.rows)
+    replica_groups = [g for g in groups if g != "long-haul"]
+    long_haul = None
+    if "long-haul" in groups and args.long_haul:
+        from testbed.validate.longhaul import load
+
+        long_haul = load(Path(args.long_haul))
+    if replica_groups:
+        require_root("testbed validate")
+    p = plan(args.quick)
+    started = time.monotonic()
+    with Results("validate", args, {"groups": groups, "quick": args.quick,
+                                    "dcqcn": [vars(r) for r in p["dcqcn"]], "goodput": p["goodput"]}) as res:
+        raw, health = _measure(replica_groups, p, res.dir, args.quick) if replica_groups else ({}, {})
+        res.write_json("raw.json", raw)
+        rows = _rows(groups, p, raw, long_haul)
+        doc = _document(rows, res.dir, health, args, time.monotonic() - started)
+        res.write_json("validate.json", doc)
+        if args.json:
+            print_json(doc)
+        else:
+            _print(doc)
+        console.print(f"results in [bold]{res.dir}[/bold]")
+    failed = [r for r in doc["rows"] if r["kind"] not in ("missing", "info") and not r["passed"]]
+    return 1 if failed else 0
+
+
+def _measure(groups: list, p: dict, out: Path, quick: bool) -> tuple[dict, dict]:
+    """Run the replica experiments on one wire, under the machine-wide lock (root glue)."""
+    from testbed.emu.registry import RunRegistry
+    from testbed.validate import replica
+
+    raw: dict = {"dcqcn": [], "goodput": []}
+    work = out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    with RunRegistry("validate") as reg:
+        wire = replica.open_validation_wire(reg, work)
+        if "link" in groups or "red" in groups:
+            console.print("link: delay, gaps, RED (testbed bench link cases)")
+            raw["link"] = replica.run_link(wire, work, quick, p["gap_rates_bps"])
+        if "dcqcn" in groups:
+            for i, r in enumerate(p["dcqcn"]):
+                console.print(f"DCQCN: {len(r.starts_s)} flows, {r.duration_s * 1e3:g} ms real at scale {r.scale:g}")
+                d = work / f"dcqcn{i}"
+                d.mkdir(exist_ok=True)
+                raw["dcqcn"].append(replica.run_dcqcn(wire, d, r))
+        if "goodput" in groups:
+            for c in p["goodput"]:
+                console.print(f"goodput: {c['rate_bps'] / 1e6:g} Mb/s, window {c['window']}")
+                res = replica.run_goodput(wire, work, c["rate_bps"], c["one_way_s"], c["window"], c["seconds"])
+                raw["goodput"].append({**c, **res})
+        wire.stop()
+    return raw, _health(raw, p)
+
+
+def _late(stats: dict, one_way_s: float) -> dict:
+    """Delay-line lateness of one run; it counts (as in the long-haul scenario) only when more than 1% of
+    frames were late by more than 2% of the emulated one-way delay on average."""
+    sent = stats.get("tx_packets") or stats.get("forwarded_packets") or 0
+    share = (stats.get("emulator_late") or 0) / max(1, sent)
+    mean = stats.get("mean_late_lateness_s") or 0.0
+    return {"late_share": round(share, 4), "mean_late_ms": round(mean * 1e3, 3),
+            "late": bool(share > 0.01 and mean > 0.02 * one_way_s)}
+
+
+def _health(raw: dict, p: dict) -> dict:
+    """Emulator health of every replica run: delay-line lateness, kernel drops, machine load."""
+    runs = []
+    for r, d in zip(p["dcqcn"], raw.get("dcqcn", []), strict=False):
+        runs.append({"run": "dcqcn", **_late(d["link_stats"], r.one_way_s * r.scale),
+                     "rx_kernel_drops": d.get("rx_kernel_drops"), "realtime": d.get("realtime"),
+                     "retransmissions": sum(s["retransmissions"] for s in d["senders"])})
+    for g in raw.get("goodput", []):
+        runs.append({"run": f"goodput {g['rate_bps'] / 1e6:g}M", **_late(g["link_stats"], g["one_way_s"])})
+    link = raw.get("link")
+    if link:
+        for c in link["delay_cases"] + link["gap_captures"]:
+            name = f"delay {c['delay_ms']:g}ms" if "delay_ms" in c else f"gaps {c['rate_bps'] / 1e6:g}M"
+            runs.append({"run": name, "emulator_late": c.get("emulator_late"), "rx_kernel_drops": c.get("rx_kernel_drops")})
+    healthy = all(not r.get("late") and not r.get("rx_kernel_drops") for r in runs)
+    return {"healthy": healthy, "runs": runs, "load_average": os.getloadavg(), "cpus": os.cpu_count()}
+
+
+def _rows(groups: list, p: dict, raw: dict, long_haul: dict | None) -> list:
+    from testbed.validate import rows as R
+    from testbed.validate.replica import FRAME_BYTES
+
+    out = []
+    if "dcqcn" in groups:
+        for r, d in zip(p["dcqcn"], raw["dcqcn"], strict=True):
+            out += R.dcqcn_rows(d, r, FRAME_BYTES)
+    if "link" in groups:
+        link = raw["link"]
+        gaps = [R.gap_case_summary(g["rate_bps"], g["arrivals_ns"], link["frame"]) for g in link["gap_captures"]]
+        out += R.link_rows(link["delay_cases"], gaps)
+    if "red" in groups:
+        out += R.red_rows(raw["link"]["red"])
+    if "goodput" in groups:
+        out += R.goodput_rows(raw["goodput"])
+    if "long-haul" in groups:
+        if long_haul is None:
+            for metric in ("ECN feedback >= physics bound", "feedback saved by fast CNP",
+                           "goodput ratio fast/ECN vs distance"):
+                out.append(R.skipped_row("physics / fluid gain (long haul)", metric,
+                                         "needs --long-haul DIR (a long_haul_cnp results folder)"))
+        else:
+            from testbed.validate.longhaul import long_haul_rows
+
+            out += long_haul_rows(long_haul)
+    return out
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60]
+
+
+def _plot(i: int, row, folder: Path) -> str | None:
+    from testbed.validate import plots
+
+    name = folder / f"{i:02d}-{_slug(row.metric)}.png"
+    if row.kind == "trajectory" and "model_rates" in row.plot:
+        return str(plots.plot_dcqcn(row.plot, name))
+    if "errors" in row.plot:
+        return str(plots.plot_ccdf(row.plot["errors"], name, row.metric))
+    if "bins" in row.plot:
+        return str(plots.plot_red(row.plot["bins"], row.plot["red"], name))
+    if row.replica is not None and row.expected is not None and row.kind in ("scalar", "bound"):
+        return str(plots.plot_bars(row.metric, row.replica, row.expected, row.unit, name))
+    return None
+
+
+def _document(rows: list, folder: Path, health: dict, args, seconds: float) -> dict:
+    from testbed.validate.longhaul import gain_points
+    from testbed.validate.plots import plot_gain_vs_distance
+
+    plots = folder / "plots"
+    docs = []
+    shared = {}
+    for i, row in enumerate(rows):
+        doc = row.to_json()
+        key = id(row.plot) if row.plot else None
+        if key in shared:
+            doc["plot"] = shared[key]
+        else:
+            doc["plot"] = _plot(i, row, plots)
+            if key is not None:
+                shared[key] = doc["plot"]
+        docs.append(doc)
+    for case, points in gain_points(rows).items():
+        path = plot_gain_vs_distance(points, plots / f"gain-vs-distance-{case}.png",
+                                     predicted=[{"distance_km": p["distance_km"], "gain": p["predicted"]}
+                                                for p in points], title=f"fast CNP gain over ECN, {case}")
+        for d in docs:
+            if d["metric"].startswith(case) and "goodput ratio" in d["metric"]:
+                d["plot"] = str(path)
+    measured = [d for d in docs if d["kind"] not in ("missing", "info")]
+    return {"rows": docs, "passed": sum(d["passed"] for d in measured), "measured": len(measured),
+            "missing": sum(d["kind"] == "missing" for d in docs), "all_passed": all(d["passed"] for d in measured),
+            "health": health, "quick": args.quick, "seconds": round(seconds, 1)}
+
+
+def _fmt(v, unit: str = "") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _print(doc: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    out = Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200)
+    t = Table(title="testbed validate: replica vs independent references")
+    for col in ("reference", "metric", "replica", "reference value", "unit", "error", "tol.", "pass", "backends"):
+        t.add_column(col)
+    for r in doc["rows"]:
+        verdict = "missing" if r["kind"] == "missing" else ("info" if r["kind"] == "info" else
+                                                             ("yes" if r["passed"] else "NO"))
+        err = "-" if r["error"] is None else f"{r['error'] * 100:.1f}%"
+        t.add_row(r["reference"], r["metric"], _fmt(r["replica"]), _fmt(r["expected"]), r["unit"], err,
+                  f"{r['tolerance'] * 100:g}%", verdict, ",".join(r["backends"]))
+    out.print(t)
+    h = doc["health"]
+    out.print(f"{doc['passed']}/{doc['measured']} measured rows pass, {doc['missing']} missing; emulator "
+              f"{'healthy' if h.get('healthy', True) else 'UNHEALTHY'}; load {h.get('load_average')}; "
+              f"{doc['seconds']} s")
+    for r in doc["rows"]:
+        if r["note"]:
+            console.print(f"  {r['metric']}: {r['note']}", markup=False)

@@ -1,0 +1,187 @@
+"""Alignment rows from the long-haul experiment's results (pure): feedback-delay physics and the fast-CNP gain
+against the fluid model. The scenario produces the trials; this module only reads them.
+
+Input: a results folder of ``testbed run long_haul_cnp`` (``config.json`` + ``rows.json``) or the same two
+documents as one dict ``{"config": {...}, "rows": [...]}``. Fields read (docs/validation.md lists them):
+
+    config.config: scale, frame_bytes, line_rate_bps, local_fibre_m (optional, default 0)
+    each row:      case, distance_km, mode, repetition, throughput_mbps (real), feedback_delay_ms (real),
+                   switch_cnps, cnps_at_senders | cnps_rx, marks, unaccounted_losses, saturation,
+                   bottleneck: {real_rate_bps, kmin_bytes, kmax_bytes, pmax}
+
+Every row is checked with :func:`testbed.validate.trials.trial_validity` first; invalid trials are counted
+and left out, never averaged in.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from testbed.errors import SpecError
+from testbed.models.dcqcn_fluid import FluidParams
+from testbed.validate.rows import SCALAR_TOLERANCE, Row, scalar_row, skipped_row
+from testbed.validate.stats import confidence_interval
+from testbed.validate.trials import (
+    CNP_FRAME_BYTES,
+    feedback_bound_s,
+    feedback_paths_m,
+    predicted_gain,
+    propagation_s,
+    trial_validity,
+)
+
+REF_PHYSICS = "physics (5 us/km + serialisation)"
+REF_GAIN = "DCQCN fluid model, feedback shortened"
+ROW_FIELDS = ("case", "distance_km", "mode", "throughput_mbps", "feedback_delay_ms")
+
+
+def load(path: Path) -> dict:
+    """``{"config", "rows"}`` from a results folder or a JSON file holding both."""
+    path = Path(path)
+    try:
+        if path.is_dir():
+            config = json.loads((path / "config.json").read_text()).get("config", {})
+            return {"config": config, "rows": json.loads((path / "rows.json").read_text())}
+        doc = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise SpecError("--long-haul", f"{exc.filename} does not exist; give a long_haul_cnp results folder") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError("--long-haul", f"{path}: not JSON ({exc.msg})") from None
+    if not isinstance(doc, dict) or "rows" not in doc:
+        raise SpecError("--long-haul", f"{path}: expected {{'config': ..., 'rows': [...]}}")
+    return {"config": doc.get("config", {}), "rows": doc["rows"]}
+
+
+def _check(rows: list) -> None:
+    for i, r in enumerate(rows):
+        missing = [f for f in ROW_FIELDS if f not in r]
+        if missing:
+            raise SpecError(f"rows[{i}].{missing[0]}", "missing; the long-haul scenario must emit it "
+                                                       "(see docs/validation.md)")
+
+
+def _valid(rows: list) -> tuple[list, list]:
+    good, bad = [], []
+    for r in rows:
+        v = trial_validity({**r, "cnps_rx": r.get("cnps_rx", r.get("cnps_at_senders"))})
+        (good if v["valid"] else bad).append((r, v["reasons"]))
+    return [r for r, _ in good], bad
+
+
+def _groups(rows: list) -> dict:
+    out: dict = {}
+    for r in rows:
+        out.setdefault((r["case"], float(r["distance_km"]), r["mode"]), []).append(r)
+    return out
+
+
+def _serialisation(config: dict, row: dict) -> float:
+    """The marked frame leaving the congestion point and the CNP on its first hop, at the bottleneck rate."""
+    rate = (row.get("bottleneck") or {}).get("real_rate_bps") or config.get("line_rate_bps")
+    if not rate:
+        return 0.0
+    return (config.get("frame_bytes", 1082) + CNP_FRAME_BYTES) * 8 / rate
+
+
+def long_haul_rows(doc: dict, model_duration_s: float | None = None) -> list[Row]:
+    """Physics and gain rows from the long-haul trials (see the module docstring for the fields).
+
+    Args:
+        model_duration_s: simulated time of each fluid run (default: :func:`predicted_gain`'s).
+    """
+    config, rows = doc["config"], doc["rows"]
+    _check(rows)
+    valid, invalid = _valid(rows)
+    out: list[Row] = []
+    if invalid:
+        out.append(Row("trial validity", "invalid trials left out", float(len(invalid)), 0.0, "trials", None,
+                       SCALAR_TOLERANCE, True, (), "info",
+                       "; ".join(sorted({reason for _, rs in invalid for reason in rs}))[:300]))
+    groups = _groups(valid)
+    local = float(config.get("local_fibre_m", 0.0))
+    backends = tuple(config.get("backends", ("bmv2", "userspace")))
+    for (case, km, mode), trials in sorted(groups.items()):
+        delays = [t["feedback_delay_ms"] / 1e3 for t in trials if t.get("feedback_delay_ms") is not None]
+        if not delays or mode != "ecn":
+            continue
+        bound = feedback_bound_s(feedback_paths_m(case, km * 1e3, local)["ecn"], _serialisation(config, trials[0]))
+        ci = confidence_interval(delays)
+        ok = min(delays) >= bound * 0.99
+        out.append(Row(REF_PHYSICS, f"{case} {km:g} km: ECN feedback >= bound", ci.mean * 1e3, bound * 1e3,
+                       "ms (real)", (ci.mean - bound) / bound if bound else None, 0.0, ok, backends, "bound",
+                       f"{len(delays)} valid trials; min {min(delays) * 1e3:.4f} ms"))
+    for (case, km, mode), trials in sorted(groups.items()):
+        if mode != "fast-cnp" or (case, km, "ecn") not in groups:
+            continue
+        fast = [t["feedback_delay_ms"] / 1e3 for t in trials if t.get("feedback_delay_ms") is not None]
+        ecn = [t["feedback_delay_ms"] / 1e3 for t in groups[(case, km, "ecn")] if t.get("feedback_delay_ms") is not None]
+        paths = feedback_paths_m(case, km * 1e3, local)
+        saved = propagation_s(paths["ecn"] - paths["fast-cnp"])
+        if not fast or not ecn:
+            continue
+        measured = confidence_interval(ecn).mean - confidence_interval(fast).mean
+        if saved <= 0 or km == 0:
+            continue
+        out.append(scalar_row(REF_PHYSICS, f"{case} {km:g} km: feedback saved by fast CNP", measured * 1e3,
+                              saved * 1e3, "ms (real)", backends=backends,
+                              note=f"ECN {len(ecn)}, fast CNP {len(fast)} valid trials"))
+    out += _gain_rows(config, groups, backends, model_duration_s)
+    return out
+
+
+def _paired_gain(ecn: list, fast: list) -> list[float]:
+    """Per-repetition gains (fast / ecn - 1) paired by repetition index; unpaired: every fast vs the ECN mean."""
+    by_rep = {t.get("repetition"): t["throughput_mbps"] for t in ecn}
+    if all(t.get("repetition") in by_rep for t in fast) and None not in by_rep:
+        return [t["throughput_mbps"] / by_rep[t["repetition"]] - 1 for t in fast if by_rep[t["repetition"]] > 0]
+    mean = sum(t["throughput_mbps"] for t in ecn) / len(ecn)
+    return [t["throughput_mbps"] / mean - 1 for t in fast] if mean > 0 else []
+
+
+def _gain_rows(config: dict, groups: dict, backends, duration_s: float | None) -> list[Row]:
+    out = []
+    cases = sorted({c for c, _, _ in groups})
+    for case in cases:
+        kms = sorted({km for c, km, _ in groups if c == case and (c, km, "ecn") in groups
+                      and (c, km, "fast-cnp") in groups})
+        for km in kms:
+            ecn, fast = groups[(case, km, "ecn")], groups[(case, km, "fast-cnp")]
+            gains = _paired_gain(ecn, fast)
+            if not gains:
+                continue
+            b = fast[0].get("bottleneck") or {}
+            needed = ("real_rate_bps", "kmin_bytes", "kmax_bytes", "pmax")
+            if any(k not in b for k in needed) or "line_rate_bps" not in config:
+                out.append(skipped_row(REF_GAIN, f"{case} {km:g} km: goodput ratio fast/ECN",
+                                       "trial lacks bottleneck.{real_rate_bps,kmin_bytes,kmax_bytes,pmax} or "
+                                       "config.line_rate_bps"))
+                continue
+            base = FluidParams(capacity_bps=b["real_rate_bps"], line_rate_bps=config["line_rate_bps"],
+                               packet_bytes=config.get("frame_bytes", 1082), kmin_bytes=b["kmin_bytes"],
+                               kmax_bytes=b["kmax_bytes"], pmax=b["pmax"],
+                               feedback_delay_s=config.get("local_feedback_s", 5e-6),
+                               starts_s=tuple([0.0] * int(config.get("flows", 2))),
+                               rate_ai_bps=config["line_rate_bps"] * 4e-4)
+            pred = predicted_gain(base, [km], case, duration_s=duration_s)[0]["gain"]
+            ci = confidence_interval(gains)
+            note = f"{len(gains)} paired repetitions; gain {ci.mean * 100:+.1f}%"
+            if ci.half_width is not None:
+                note += f" +- {ci.half_width * 100:.1f}% (95%)"
+            row = scalar_row(REF_GAIN, f"{case} {km:g} km: goodput ratio fast/ECN", 1 + ci.mean, 1 + pred, "",
+                             backends=backends, note=note + f"; model {pred * 100:+.1f}%")
+            row.plot = {"distance_km": km, "mean": ci.mean, "low": ci.low, "high": ci.high, "predicted": pred,
+                        "case": case}
+            out.append(row)
+    return out
+
+
+def gain_points(rows: list[Row]) -> dict:
+    """Per case, the gain rows' plot points (for :func:`testbed.validate.plots.plot_gain_vs_distance`)."""
+    out: dict = {}
+    for r in rows:
+        if r.reference == REF_GAIN and r.plot:
+            out.setdefault(r.plot["case"], []).append(r.plot)
+    return out
+
+

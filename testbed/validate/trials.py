@@ -1,0 +1,192 @@
+"""Trustworthy trials for the long-haul experiment (pure): is a trial valid, what did physics allow, what
+does the fluid model predict, and which RED thresholds does a link get.
+
+The long-haul scenario calls these; ``testbed validate`` reads their output back::
+
+    trial (dict, the scenario's trial.json + mode/case/distance)
+        |--> trial_validity(trial)        {"valid": bool, "reasons": [...]}     checked before it is shown
+        |--> feedback_bound_s(...)        the floor light in fibre puts under the feedback delay
+    repetitions of one point --> stats.confidence_interval(...)
+    marking_profile(name, rate, rtt)  --> Kmin/Kmax/Pmax/buffer, printed with the config
+    predicted_gain(...)               --> the fluid model's fast-CNP gain at each distance
+
+Field names of a trial (see docs/validation.md, "What the long-haul scenario must emit"):
+``mode`` (``ecn`` | ``fast-cnp``), ``switch_cnps``, ``cnps_rx`` (CNPs the senders received), ``marks``,
+``unaccounted_losses`` (frames lost without an attributed reason; or ``accounting.unaccounted``),
+``saturation`` (list of emulator-health reasons; empty = healthy) or ``health.healthy``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from testbed.errors import SpecError
+from testbed.models.dcqcn_fluid import FluidParams, simulate
+from testbed.units import FIBRE_DELAY_S_PER_M
+
+MODES = ("ecn", "fast-cnp")
+#: A RoCEv2 CNP on the wire: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + 16 reserved + ICRC 4 (+ FCS 4).
+CNP_FRAME_BYTES = 14 + 20 + 8 + 12 + 16 + 4 + 4
+
+
+# -- validity -----------------------------------------------------------------------------------------------
+def _unaccounted(trial: dict) -> int | None:
+    if trial.get("unaccounted_losses") is not None:
+        return int(trial["unaccounted_losses"])
+    acc = trial.get("accounting")
+    if isinstance(acc, dict) and "unaccounted" in acc:
+        return int(acc["unaccounted"])
+    return None
+
+
+def _health_reasons(trial: dict) -> list[str]:
+    health = trial.get("health")
+    if isinstance(health, dict) and "healthy" in health:
+        if health["healthy"]:
+            return []
+        return [f"emulator unhealthy: {r}" for r in health.get("reasons", ["(no reason given)"])]
+    if "saturation" in trial:
+        sat = trial["saturation"]
+        if isinstance(sat, dict):
+            sat = [f"{k}: {v}" for k, v in sat.items()]
+        return [f"emulator unhealthy: {r}" for r in (sat or [])]
+    if "emulator_saturated" in trial:
+        return ["emulator unhealthy: saturated"] if trial["emulator_saturated"] else []
+    return ["no emulator health in the trial (field health or saturation)"]
+
+
+def trial_validity(trial: dict, mode: str | None = None) -> dict:
+    """Whether one trial may be shown as a result of its mode, and every reason it may not.
+
+    Args:
+        trial: the trial document (``mode`` inside it, or given as ``mode``).
+        mode: ``ecn`` or ``fast-cnp`` when the trial does not carry it.
+
+    Returns:
+        ``{"valid": bool, "reasons": [str, ...]}`` (reasons empty when valid).
+
+    Raises:
+        SpecError: the mode is missing or unknown (a programming error in the caller, not a bad trial).
+    """
+    mode = trial.get("mode", mode)
+    if mode not in MODES:
+        raise SpecError("trial.mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
+    reasons = []
+    cnps_rx = trial.get("cnps_rx", trial.get("cnps_at_senders"))
+    if mode == "fast-cnp":
+        if not trial.get("switch_cnps"):
+            reasons.append("fast-cnp trial: the switch sent no CNP (this is a run without congestion control)")
+        if not cnps_rx:
+            reasons.append("fast-cnp trial: the senders received no CNP")
+    elif trial.get("marks") and not cnps_rx:
+        reasons.append("ecn trial: packets were marked but the senders received no CNP")
+    lost = _unaccounted(trial)
+    if lost is None:
+        reasons.append("no loss accounting in the trial (field unaccounted_losses)")
+    elif lost > 0:
+        reasons.append(f"{lost} lost frames are not accounted for")
+    reasons += _health_reasons(trial)
+    return {"valid": not reasons, "reasons": reasons}
+
+
+# -- marking profiles ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MarkingProfile:
+    """RED/ECN thresholds of one port, in bytes (and packets of ``frame_bytes``)."""
+
+    name: str
+    kmin_bytes: float
+    kmax_bytes: float
+    pmax: float
+    buffer_bytes: float | None
+    frame_bytes: int
+
+    def packets(self, nbytes: float | None) -> int | None:
+        return None if nbytes is None else max(1, int(round(nbytes / self.frame_bytes)))
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kmin_bytes": self.kmin_bytes, "kmax_bytes": self.kmax_bytes, "pmax": self.pmax,
+                "buffer_bytes": self.buffer_bytes, "kmin_pkts": self.packets(self.kmin_bytes),
+                "kmax_pkts": self.packets(self.kmax_bytes), "buffer_pkts": self.packets(self.buffer_bytes),
+                "frame_bytes": self.frame_bytes}
+
+
+PROFILES = ("bdp", "per-25g")
+
+
+def marking_profile(name: str, rate_bps: float, rtt_s: float, frame_bytes: int = 1082,
+                    pmax: float = 0.2) -> MarkingProfile:
+    """Kmin/Kmax (and buffer) of a port from its real-world rate and the path's RTT.
+
+    * ``bdp`` (Juniper's long-haul profile, ConnectX-7 over 50-500 km): buffer 2.5 x BDP, Kmin 0.75 x BDP,
+      Kmax 1.5 x BDP, with BDP = RTT x rate; Juniper does not publish Pmax: ``pmax`` (default 20%).
+    * ``per-25g`` (Alibaba production): Kmin 100 KB x rate/25G, Kmax 400 KB x rate/25G, Pmax 20%; no buffer
+      rule (None: the port's own).
+    """
+    if rate_bps <= 0:
+        raise SpecError("marking.rate", f"must be positive, got {rate_bps!r}")
+    if name == "bdp":
+        if rtt_s <= 0:
+            raise SpecError("marking.rtt", f"the bdp profile needs a positive RTT, got {rtt_s!r}")
+        bdp = rtt_s * rate_bps / 8
+        return MarkingProfile(name, 0.75 * bdp, 1.5 * bdp, pmax, 2.5 * bdp, frame_bytes)
+    if name == "per-25g":
+        share = rate_bps / 25e9
+        return MarkingProfile(name, 100e3 * share, 400e3 * share, 0.2, None, frame_bytes)
+    raise SpecError("marking.profile", f"unknown profile {name!r}; allowed: {', '.join(PROFILES)}")
+
+
+# -- physics of feedback delay ------------------------------------------------------------------------------
+def propagation_s(distance_m: float) -> float:
+    """One-way light-in-fibre delay (5 us/km)."""
+    return distance_m * FIBRE_DELAY_S_PER_M
+
+
+def feedback_bound_s(path_m: float, serialisation_s: float = 0.0) -> float:
+    """The least time feedback can take over ``path_m`` of fibre plus the frames' serialisation."""
+    return propagation_s(path_m) + serialisation_s
+
+
+def feedback_paths_m(case: str, distance_m: float, local_m: float = 0.0) -> dict:
+    """Fibre each mode's feedback crosses in the long-haul topology (sender - ToR - DCI == DCI - ToR - receiver).
+
+    ``sender-dci`` (congestion at the sender-side DCI): ECN goes DCI -> receiver -> sender, 2 x long haul;
+    fast CNP goes DCI -> sender. ``receiver-tor`` (at the receiver-side ToR): ECN goes ToR -> receiver ->
+    sender (1 x long haul); fast CNP goes ToR -> sender (1 x long haul). ``local_m`` is one campus' cabling.
+    """
+    if case == "sender-dci":
+        return {"ecn": 2 * distance_m + 4 * local_m, "fast-cnp": 2 * local_m}
+    if case == "receiver-tor":
+        return {"ecn": distance_m + 4 * local_m, "fast-cnp": distance_m + 2 * local_m}
+    raise SpecError("case", f"unknown case {case!r}; allowed: sender-dci, receiver-tor")
+
+
+def serialisation_s(hops_bps, frame_bytes: int) -> float:
+    """One frame serialised on each hop of rates ``hops_bps``."""
+    return sum(frame_bytes * 8 / r for r in hops_bps)
+
+
+# -- the fluid model's fast-CNP gain ------------------------------------------------------------------------
+def predicted_gain(base: FluidParams, distances_km, case: str = "sender-dci", duration_s: float | None = None,
+                   settle: float = 0.5) -> list[dict]:
+    """Fast CNP's throughput gain over ECN predicted by the fluid model at each distance.
+
+    Both modes run the same model; only the feedback delay differs: ``base.feedback_delay_s`` (the local part)
+    plus 5 us/km of the fibre of :func:`feedback_paths_m`. The gain is the ratio
+    of the bottleneck's utilisation after ``settle`` of the run, minus one.
+    """
+    out = []
+    step = min(base.cnp_interval_s, base.alpha_timer_s, base.rate_increase_timer_s) / 10
+    for km in distances_km:
+        paths = feedback_paths_m(case, km * 1e3)
+        util = {}
+        for mode, path in paths.items():
+            tau = base.feedback_delay_s + propagation_s(path)
+            dur = duration_s or max(0.2, 400 * tau)
+            tr = simulate(replace(base, feedback_delay_s=tau), dur, dt_s=step)
+            util[mode] = tr.utilisation(settle * dur, dur)
+        gain = util["fast-cnp"] / util["ecn"] - 1 if util["ecn"] > 0 else math.inf
+        out.append({"distance_km": km, "utilisation": util, "gain": gain,
+                    "feedback_s": {m: base.feedback_delay_s + propagation_s(p) for m, p in paths.items()}})
+    return out

@@ -1,0 +1,51 @@
+"""``testbed validate --quick --json``: the alignment table on this machine (root, about a minute on 2 cores).
+
+Runs the replica rows (DCQCN senders vs the fluid model, link delay/rate/gap CCDF, RED curve, single-flow
+goodput) and checks their verdicts. The long-haul rows need a long_haul_cnp results folder and must be
+listed as missing, never as passed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.root]
+
+#: Rows measured and shown but not yet within tolerance on main (docs/validation.md, "Open rows"): the replica's
+#: DCQCN limit cycle is deeper and slower than the fluid model's (its queue passes Kmax every cycle), and its
+#: first congestion episode varies from run to run (queue RMS 0.07-0.22 of Kmax over five healthy runs).
+#: They must still be measured, finite and plotted; the fair-share row is asserted.
+KNOWN_OPEN = ("rate trajectory", "queue trajectory", "aggregate goodput", "convergence time")
+
+
+def test_validate_quick_rows(tmp_path):
+    env = {**os.environ, "TESTBED_LOCK_WAIT": os.environ.get("TESTBED_LOCK_WAIT", "1800")}
+    proc = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", "--quick", "--json", "--out",
+                           str(tmp_path)], capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode in (0, 1) and proc.stdout.strip(), proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["health"]["healthy"], doc["health"]
+    rows = doc["rows"]
+    refs = {r["reference"] for r in rows}
+    assert {"DCQCN fluid model (CoNEXT'16)", "ideal link", "ideal link (Mininet-HiFi gap CCDF)",
+            "RED curve (configured)", "min(rate, window/RTT)"} <= refs
+    detail = [(r["metric"], r["replica"], r["expected"], r["error"]) for r in rows]
+    for r in rows:
+        if r["kind"] == "missing":
+            assert r["reference"].startswith("physics") and not r["passed"]
+            continue
+        assert r["replica"] is not None and math.isfinite(r["replica"]), detail
+        assert r["backends"], r
+        assert r["plot"] and Path(r["plot"]).is_file(), r
+        if not r["metric"].startswith(KNOWN_OPEN):
+            assert r["passed"], (r, detail)
+    assert doc["missing"] == 3
+    assert (proc.returncode == 0) == doc["all_passed"]
+    assert (tmp_path / "validate.json").is_file() and (tmp_path / "raw.json").is_file()

@@ -1,0 +1,112 @@
+"""The DCQCN fluid model (CoNEXT'16) against properties and algebra it must satisfy."""
+
+import math
+
+import pytest
+
+from testbed.errors import SpecError
+from testbed.models.dcqcn_fluid import (
+    FluidParams,
+    alpha_fixed_point,
+    fixed_point,
+    hyper_free,
+    mark_probability,
+    simulate,
+)
+
+G40 = dict(capacity_bps=40e9, line_rate_bps=40e9, packet_bytes=1000)
+
+
+def test_red_curve():
+    assert float(mark_probability(4e3, 5e3, 200e3, 0.01)) == 0.0
+    assert float(mark_probability(102.5e3, 5e3, 200e3, 0.01)) == pytest.approx(0.005)
+    assert float(mark_probability(201e3, 5e3, 200e3, 0.01)) == 1.0
+
+
+@pytest.mark.parametrize("starts", [(0.0, 0.0), (0.0, 0.005, 0.01, 0.015)])
+def test_flows_converge_to_fair_share(starts):
+    p = FluidParams(**G40, starts_s=starts, feedback_delay_s=10e-6)
+    tr = simulate(p, 0.16, dt_s=10e-6)
+    share = p.capacity_bps / len(starts)
+    for rate in tr.mean_rates(0.13, 0.16):
+        assert rate == pytest.approx(share, rel=0.03)
+
+
+def test_steady_queue_sits_on_the_red_ramp_at_the_closed_form_fixed_point():
+    p = FluidParams(**G40, starts_s=(0.0, 0.0), feedback_delay_s=10e-6)
+    tr = simulate(p, 0.2)
+    w = tr.window(0.15, 0.2)
+    q = tr.queue[w].mean()
+    assert p.kmin_bytes < q < p.kmax_bytes
+    fp = fixed_point(p)
+    assert q == pytest.approx(fp["queue_bytes"], rel=0.02)
+    assert tr.alpha[w].mean() == pytest.approx(fp["alpha"], rel=0.02)
+    assert (tr.targets[w] - tr.rates[w]).mean() == pytest.approx(fp["target_gap_bps"], rel=0.05)
+
+
+def test_alpha_and_rate_under_constant_marking_match_the_algebra():
+    p = FluidParams(**G40, starts_s=(0.0,), marking=0.002, feedback_delay_s=0.0)
+    tr = simulate(p, 0.4)
+    w = tr.window(0.35, 0.4)
+    rate = tr.rates[w, 0].mean()
+    assert tr.alpha[w, 0].mean() == pytest.approx(alpha_fixed_point(0.002, rate, p), rel=0.01)
+    # the open-loop rate is the one whose fixed-point marking is the imposed 0.002
+    assert fixed_point(p, rate_bps=rate)["p"] == pytest.approx(0.002, rel=0.03)
+
+
+def test_longer_feedback_delay_oscillates_more_and_loses_utilisation():
+    stds, utils, peaks = [], [], []
+    for delay in (10e-6, 100e-6, 400e-6):
+        tr = simulate(FluidParams(**G40, starts_s=(0.0, 0.0), feedback_delay_s=delay), 0.2)
+        w = tr.window(0.1, 0.2)
+        stds.append(tr.queue[w].std())
+        peaks.append(tr.queue[w].max())
+        utils.append(tr.utilisation(0.1, 0.2))
+    assert stds[0] < 0.01 * stds[1] and stds[1] < stds[2]
+    assert peaks[0] < peaks[1] < peaks[2]
+    assert utils[0] > 0.999 and utils[2] < utils[1] < 1.0
+
+
+def test_queue_delay_in_the_loop_lengthens_feedback():
+    # 4:1 overload of a 10G port: the marked packets wait q/C (tens of us) before their feedback leaves
+    base = FluidParams(capacity_bps=10e9, line_rate_bps=40e9, packet_bytes=1000, starts_s=(0.0,),
+                       feedback_delay_s=20e-6)
+    plain = simulate(base, 0.002, sample_every_s=1e-6)
+    from dataclasses import replace
+    queued = simulate(replace(base, queue_delay=True), 0.002, sample_every_s=1e-6)
+
+    def first_cut(tr):
+        return tr.t[tr.rates[:, 0] < 0.95 * 40e9][0]
+
+    assert first_cut(queued) > first_cut(plain) + 5e-6
+    assert queued.queue.max() > 1.2 * plain.queue.max()
+
+
+def test_first_cut_halves_the_rate_with_alpha_one():
+    # before any mark returns (tau* later) the flows stay at line rate, then alpha = 1 cuts fast
+    p = FluidParams(capacity_bps=20e9, line_rate_bps=40e9, packet_bytes=1000, starts_s=(0.0,),
+                    feedback_delay_s=200e-6)
+    tr = simulate(p, 0.002, sample_every_s=1e-6)
+    assert tr.rates[tr.window(0, 190e-6), 0].min() == pytest.approx(40e9)
+    assert tr.rates[tr.window(400e-6, 2e-3), 0].min() < 25e9
+
+
+def test_tail_drop_limit_counts_drops():
+    p = FluidParams(capacity_bps=10e9, line_rate_bps=40e9, packet_bytes=1000, starts_s=(0.0,),
+                    feedback_delay_s=500e-6, buffer_bytes=50e3)
+    tr = simulate(p, 0.01)
+    assert tr.queue.max() <= 50e3 + 1e-6 and tr.dropped_bytes > 0
+
+
+def test_hyper_scope():
+    assert hyper_free(10e6, 5, [1e6, 30e6])
+    assert not hyper_free(10e6, 5, [1e6, 60e6])
+    assert not hyper_free(10e6, 5, [])
+
+
+def test_bad_parameters_name_the_field():
+    with pytest.raises(SpecError, match="fluid.kmin_bytes"):
+        FluidParams(**G40, kmin_bytes=5e3, kmax_bytes=1e3)
+    with pytest.raises(SpecError, match="fluid.starts_s"):
+        FluidParams(**G40, starts_s=())
+    assert math.isfinite(fixed_point(FluidParams(**G40))["p"])

@@ -1,0 +1,146 @@
+"""Alignment rows: the reference side and the verdicts, from synthetic measurements (no root)."""
+
+import functools
+import json
+
+import numpy as np
+import pytest
+
+from testbed.errors import SpecError
+from testbed.models.dcqcn_fluid import FluidParams, simulate
+from testbed.validate import rows as R
+from testbed.validate.longhaul import gain_points, load, long_haul_rows
+from testbed.validate.replica import FRAME_BYTES, DcqcnRun
+from testbed.validate.trials import predicted_gain
+
+
+def test_goodput_reference_is_min_of_rate_and_window_over_rtt():
+    # 100 ms RTT, 32 packets of 1024 B -> 2.62 Mb/s, well below 50 Mb/s
+    assert R.goodput_reference(50e6, 0.05, 32) == pytest.approx(32 * 1024 * 8 / (0.1 + 1082 * 8 / 50e6))
+    assert R.goodput_reference(20e6, 0.002, 128) == pytest.approx(20e6 * 1024 / 1082)
+    rows = R.goodput_rows([{"rate_bps": 20e6, "one_way_s": 0.002, "window": 128, "goodput_mbps": 17.5,
+                            "retransmissions": 0, "timeouts": 0}])
+    assert "rate-limited" in rows[0].metric and rows[0].passed is True
+    low = R.goodput_rows([{"rate_bps": 20e6, "one_way_s": 0.002, "window": 128, "goodput_mbps": 15.0,
+                           "retransmissions": 0, "timeouts": 0}])
+    assert low[0].passed is False and low[0].error == pytest.approx(1 - 15 / 18.927, rel=1e-3)
+
+
+def test_gap_summary_of_an_ideal_and_a_jittery_link():
+    ser_ns = 1514 * 8 / 10e6 * 1e9
+    ideal = [int(i * ser_ns) for i in range(500)]
+    s = R.gap_case_summary(10e6, ideal, 1514)
+    assert s["delivered_mbps"] == pytest.approx(10.0, rel=1e-3) and s["p90_error_pct"] < 0.1
+    rng = np.random.default_rng(1)
+    jitter = np.cumsum(ser_ns * (1 + rng.uniform(-0.3, 0.3, 500))).astype(int)
+    rows = R.link_rows([], [R.gap_case_summary(10e6, jitter, 1514)])
+    gap_row = [r for r in rows if "gap deviation" in r.metric][0]
+    assert gap_row.passed is False and gap_row.replica > 0.2
+
+
+def test_red_row_weights_bins_by_probes():
+    bins = [{"depth_from": 10, "depth_to": 14, "samples": 100, "expected": 0.05, "observed": 0.06, "abs_error": 0.01},
+            {"depth_from": 15, "depth_to": 19, "samples": 300, "expected": 0.15, "observed": 0.14, "abs_error": 0.01}]
+    row = R.red_rows({"bins": bins, "pmax": 0.5, "kmin": 10, "kmax": 50})[0]
+    assert row.expected == pytest.approx((5 + 45) / 400) and row.replica == pytest.approx((6 + 42) / 400)
+    assert row.passed
+    assert R.red_rows({"bins": [], "pmax": 0.5})[0].kind == "missing"
+
+
+def _fake_replica(run: DcqcnRun, tr, lag_s: float = 0.0, gain: float = 1.0) -> dict:
+    """A replica whose senders follow the model's trajectory (shifted by ``lag_s``, rates x ``gain``)."""
+    senders = []
+    for i, start in enumerate(tr.params.starts_s):
+        mask = tr.t >= start
+        t = tr.t[mask] - start
+        acked = np.cumsum(tr.rates[mask, i] * gain) * (tr.t[1] - tr.t[0]) / 8 * 1024 / FRAME_BYTES
+        rows = [[float(a), float(r * gain), 0.0, 0.0, 0, 0, 0, float(b)]
+                for a, r, b in zip(t, tr.rates[mask, i], acked, strict=True)]
+        senders.append({"series": {"columns": ["t", "rate_bps", "target_bps", "alpha", "cnps_rx", "cnps_tx",
+                                               "retransmissions", "acked_bytes"], "rows": rows},
+                        "started_at": 1000.0 + start + lag_s, "wall_minus_monotonic": 0.0})
+    queue = [[1000.0 + t + lag_s, q / FRAME_BYTES, q] for t, q in zip(tr.t, tr.queue, strict=True)]
+    return {"senders": senders, "queue_series": queue}
+
+
+def test_dcqcn_rows_pass_for_a_replica_that_follows_the_model_and_fail_for_one_that_does_not():
+    run = DcqcnRun(kmax_pkts=300, pmax=0.2, limit_pkts=1000, starts_s=(0.0, 0.05), duration_s=0.2)
+    fp = R.fluid_params_for(run, FRAME_BYTES)
+    tr = simulate(fp, run.duration_s * run.scale, sample_every_s=fp.cnp_interval_s / 4)
+    good = R.dcqcn_rows(_fake_replica(run, tr), run, FRAME_BYTES, model=tr)
+    assert all(r.passed for r in good), [(r.metric, r.replica, r.expected) for r in good]
+    slow = R.dcqcn_rows(_fake_replica(run, tr, gain=0.6), run, FRAME_BYTES, model=tr)
+    by = {r.metric.split(",")[0].split(" (")[0]: r for r in slow}
+    assert not by["rate trajectory"].passed and not by["aggregate goodput"].passed
+
+
+def test_fluid_params_follow_the_run():
+    run = DcqcnRun()
+    fp = R.fluid_params_for(run, FRAME_BYTES)
+    assert fp.capacity_bps == run.bottleneck_bps / run.scale
+    assert fp.cnp_interval_s == pytest.approx(50e-6 * run.scale)
+    assert fp.feedback_delay_s > 2 * run.one_way_s * run.scale
+    assert fp.starts_s == (0.0, run.starts_s[1] * run.scale)
+
+
+def _trial(case, km, mode, rep, thr, fb_ms, **kw):
+    return {"case": case, "distance_km": km, "mode": mode, "repetition": rep, "throughput_mbps": thr,
+            "feedback_delay_ms": fb_ms, "switch_cnps": 5 if mode == "fast-cnp" else 0, "cnps_at_senders": 7,
+            "marks": 9, "unaccounted_losses": 0, "saturation": [],
+            "bottleneck": {"real_rate_bps": 10e9, "kmin_bytes": 40e3, "kmax_bytes": 160e3, "pmax": 0.2}, **kw}
+
+
+MODEL_S = None   # simulated seconds of each fluid run: the default, as `testbed validate` uses (shorter runs have not settled)
+
+
+@functools.cache
+def _model_gain_30km() -> float:
+    """The fluid model's gain at 30 km for the trials' bottleneck, computed independently of longhaul.py."""
+    return predicted_gain(FluidParams(capacity_bps=10e9, line_rate_bps=10e9, packet_bytes=1082, kmin_bytes=40e3,
+                                      kmax_bytes=160e3, pmax=0.2, feedback_delay_s=5e-6, rate_ai_bps=4e6),
+                          [30], duration_s=MODEL_S)[0]["gain"]
+
+
+def _doc(ecn_fb_ms=0.32, fast_fb_ms=0.02, extra=()):
+    config = {"line_rate_bps": 10e9, "frame_bytes": 1082, "scale": 1000}
+    base = _model_gain_30km()
+    rows = []
+    for rep in range(5):
+        rows.append(_trial("sender-dci", 30, "ecn", rep, 1000.0 + rep, ecn_fb_ms + 0.001 * rep))
+        rows.append(_trial("sender-dci", 30, "fast-cnp", rep, (1000.0 + rep) * (1 + base), fast_fb_ms))
+    return {"config": config, "rows": rows + list(extra)}
+
+
+def test_long_haul_rows_from_trials_that_agree_with_physics_and_the_model():
+    rows = long_haul_rows(_doc(), MODEL_S)
+    by = {r.metric: r for r in rows}
+    bound = by["sender-dci 30 km: ECN feedback >= bound"]
+    assert bound.passed and bound.expected == pytest.approx(0.3 + (1082 + 78) * 8 / 10e9 * 1e3)
+    saved = by["sender-dci 30 km: feedback saved by fast CNP"]
+    assert saved.passed and saved.expected == pytest.approx(0.3)
+    gain = by["sender-dci 30 km: goodput ratio fast/ECN"]
+    assert gain.passed and gain.plot["low"] <= gain.plot["mean"] <= gain.plot["high"]
+    assert gain_points(rows)["sender-dci"][0]["distance_km"] == 30
+
+
+def test_long_haul_rows_catch_impossible_feedback_and_leave_invalid_trials_out():
+    too_fast = long_haul_rows(_doc(ecn_fb_ms=0.2), MODEL_S)
+    by = {r.metric: r for r in too_fast}
+    assert not by["sender-dci 30 km: ECN feedback >= bound"].passed       # faster than light in fibre
+    assert not by["sender-dci 30 km: feedback saved by fast CNP"].passed
+    bogus = _trial("sender-dci", 30, "fast-cnp", 9, 5000.0, 0.01, switch_cnps=0, cnps_at_senders=0)
+    rows = long_haul_rows(_doc(extra=[bogus]), MODEL_S)
+    info = [r for r in rows if r.kind == "info"][0]
+    assert info.replica == 1.0 and "switch sent no CNP" in info.note
+    assert {r.metric: r for r in rows}["sender-dci 30 km: goodput ratio fast/ECN"].passed   # the bogus 5x is out
+
+
+def test_long_haul_input_errors_name_the_field(tmp_path):
+    with pytest.raises(SpecError, match=r"rows\[0\].feedback_delay_ms"):
+        long_haul_rows({"config": {}, "rows": [{"case": "sender-dci", "distance_km": 30, "mode": "ecn",
+                                               "throughput_mbps": 1.0}]})
+    with pytest.raises(SpecError, match="--long-haul"):
+        load(tmp_path / "nope")
+    (tmp_path / "config.json").write_text(json.dumps({"config": {"line_rate_bps": 1e10}}))
+    (tmp_path / "rows.json").write_text(json.dumps(_doc()["rows"]))
+    assert load(tmp_path)["config"]["line_rate_bps"] == 1e10

@@ -1,0 +1,116 @@
+"""Trial validity, confidence intervals, marking profiles, feedback physics and the fluid gain prediction."""
+
+import math
+
+import pytest
+
+from testbed.errors import SpecError
+from testbed.models.dcqcn_fluid import FluidParams
+from testbed.validate.stats import confidence_interval, normalised_rms, relative_error, t_cdf, t_quantile
+from testbed.validate.trials import (
+    feedback_bound_s,
+    feedback_paths_m,
+    marking_profile,
+    predicted_gain,
+    trial_validity,
+)
+
+GOOD = {"mode": "fast-cnp", "switch_cnps": 12, "cnps_rx": 11, "marks": 0, "unaccounted_losses": 0,
+        "saturation": []}
+
+
+def test_a_fast_cnp_trial_that_fired_is_valid():
+    assert trial_validity(GOOD) == {"valid": True, "reasons": []}
+
+
+def test_the_demo_trial_without_switch_cnps_is_invalid():
+    # the demo's trial.json: switch_cnps 0, cnps_rx 0, cnp_skipped.qp_unknown 8
+    v = trial_validity({**GOOD, "switch_cnps": 0, "cnps_rx": 0, "cnp_skipped": {"qp_unknown": 8}})
+    assert not v["valid"]
+    assert any("switch sent no CNP" in r for r in v["reasons"])
+    assert any("senders received no CNP" in r for r in v["reasons"])
+
+
+def test_switch_cnps_that_never_arrived_are_invalid():
+    v = trial_validity({**GOOD, "cnps_rx": 0})
+    assert not v["valid"] and v["reasons"] == ["fast-cnp trial: the senders received no CNP"]
+
+
+def test_losses_and_health():
+    assert trial_validity({**GOOD, "unaccounted_losses": 3})["reasons"] == ["3 lost frames are not accounted for"]
+    assert not trial_validity({k: v for k, v in GOOD.items() if k != "unaccounted_losses"})["valid"]
+    assert trial_validity({**GOOD, "unaccounted_losses": None, "accounting": {"unaccounted": 2}})["valid"] is False
+    acc = {k: v for k, v in GOOD.items() if k != "unaccounted_losses"} | {"accounting": {"unaccounted": 0}}
+    assert trial_validity(acc)["valid"]
+    sat = trial_validity({**GOOD, "saturation": ["delay line late 4%"]})
+    assert sat["reasons"] == ["emulator unhealthy: delay line late 4%"]
+    assert not trial_validity({**GOOD, "saturation": None, "health": {"healthy": False, "reasons": ["cpu"]}})["valid"]
+    no_health = {k: v for k, v in GOOD.items() if k != "saturation"}
+    assert not trial_validity(no_health)["valid"]
+
+
+def test_ecn_trial_marked_without_cnps_is_invalid_and_mode_is_required():
+    ecn = {**GOOD, "mode": "ecn", "switch_cnps": 0}
+    assert trial_validity(ecn)["valid"]
+    assert not trial_validity({**ecn, "marks": 40, "cnps_rx": 0})["valid"]
+    with pytest.raises(SpecError, match="trial.mode"):
+        trial_validity({k: v for k, v in GOOD.items() if k != "mode"})
+    assert trial_validity({k: v for k, v in GOOD.items() if k != "mode"}, mode="fast-cnp")["valid"]
+
+
+@pytest.mark.parametrize(("df", "t"), [(1, 12.706), (4, 2.776), (9, 2.262), (29, 2.045)])
+def test_student_t_quantiles_match_the_table(df, t):
+    assert t_quantile(0.975, df) == pytest.approx(t, abs=1e-3)
+    assert t_cdf(t_quantile(0.9, df), df) == pytest.approx(0.9, abs=1e-9)
+
+
+def test_confidence_interval():
+    ci = confidence_interval([9.1, 10.4, 9.8, 10.0, 9.6])
+    sd = math.sqrt(sum((x - 9.78) ** 2 for x in [9.1, 10.4, 9.8, 10.0, 9.6]) / 4)
+    assert ci.mean == pytest.approx(9.78)
+    assert ci.half_width == pytest.approx(2.776 * sd / math.sqrt(5), rel=1e-3)
+    assert ci.low < 9.78 < ci.high and ci.n == 5
+    assert confidence_interval([3.0]).half_width is None
+    with pytest.raises(ValueError):
+        confidence_interval([])
+
+
+def test_error_helpers():
+    assert relative_error(1.1, 1.0) == pytest.approx(0.1)
+    assert relative_error(0.0, 0.0) == 0.0 and relative_error(1.0, 0.0) == math.inf
+    assert normalised_rms([1.0, 3.0], [2.0, 2.0], 2.0) == pytest.approx(0.5)
+
+
+def test_marking_profiles_from_link_parameters():
+    # Juniper: 100G, 50 km: RTT 500 us + local -> BDP 6.25 MB
+    bdp = marking_profile("bdp", 100e9, 500e-6)
+    assert bdp.kmin_bytes == pytest.approx(0.75 * 6.25e6)
+    assert bdp.kmax_bytes == pytest.approx(1.5 * 6.25e6)
+    assert bdp.buffer_bytes == pytest.approx(2.5 * 6.25e6)
+    ali = marking_profile("per-25g", 100e9, 0.0)
+    assert (ali.kmin_bytes, ali.kmax_bytes, ali.pmax) == (400e3, 1.6e6, 0.2)
+    assert ali.to_json()["kmin_pkts"] == round(400e3 / 1082)
+    with pytest.raises(SpecError, match="marking.profile"):
+        marking_profile("juniper", 1e9, 1e-3)
+    with pytest.raises(SpecError, match="marking.rtt"):
+        marking_profile("bdp", 1e9, 0.0)
+
+
+def test_feedback_physics():
+    p = feedback_paths_m("sender-dci", 30e3)
+    assert feedback_bound_s(p["ecn"]) == pytest.approx(300e-6)
+    assert feedback_bound_s(p["fast-cnp"]) == 0.0
+    r = feedback_paths_m("receiver-tor", 30e3)
+    assert r["ecn"] == r["fast-cnp"] == 30e3
+    assert feedback_bound_s(1000.0, 2e-6) == pytest.approx(7e-6)
+    with pytest.raises(SpecError, match="case"):
+        feedback_paths_m("middle", 1.0)
+
+
+def test_fluid_model_predicts_a_gain_growing_with_distance():
+    base = FluidParams(capacity_bps=10e9, line_rate_bps=10e9, packet_bytes=1082, kmin_bytes=40e3,
+                       kmax_bytes=160e3, pmax=0.2, feedback_delay_s=5e-6, rate_ai_bps=4e6)
+    rows = predicted_gain(base, [0, 50], duration_s=0.12)
+    assert rows[0]["gain"] == pytest.approx(0.0, abs=1e-3)
+    assert rows[1]["gain"] > 0.05
+    assert rows[1]["feedback_s"]["ecn"] == pytest.approx(5e-6 + 500e-6)
