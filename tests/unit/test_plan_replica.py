@@ -228,3 +228,14 @@ def test_thrift_ports_skip_ports_in_use():
     plan = plan_replica(G, Capabilities(tcp_ports_in_use=frozenset({9090, 9092})))
     assert [s.thrift_port for s in plan.switches] == [9091, 9093]
     assert [s.device_id for s in plan.switches] == [1, 2]
+
+
+def test_ocs_nodes_are_external_switches_built_by_the_run():
+    G = _two_switches(rate_bps=1e9)
+    G.nodes["b"]["role"] = "ocs"
+    kinds = {s.node: s.kind for s in plan_replica(G).switches}
+    assert kinds == {"a": "ovs", "b": "external"}
+    from testbed.emu.replica import Replica
+
+    with pytest.raises(SpecError, match="switch_factory"):
+        Replica(plan_replica(G))
