@@ -1,9 +1,15 @@
-"""``testbed rdma server|write-bw|send-bw|write-lat``: perftest-like tests over soft RDMA (RoCEv2 in
-user space, UDP port 4791), runnable inside replica hosts (``mnexec -a PID`` / ``ip netns exec``).
+"""``testbed rdma server|write-bw|send-bw|write-lat|read-bw|read-lat|atomic-bw``: perftest-like tests
+over soft RDMA (RoCEv2 in user space, UDP port 4791), runnable inside replica hosts (``mnexec -a PID`` /
+``ip netns exec``).
 
     testbed rdma server [--once]                       # on the target host
     testbed rdma write-bw HOST --size 64KB --iters 1000 [--verify] [--json]
+    testbed rdma read-bw HOST --size 64KB --qps 4 --duration 5s --verify
+    testbed rdma send-bw HOST --connection UD --size 1KB
     testbed rdma write-bw HOST --size 1MB --duration 10s --dcqcn --line-rate 100G --scale 1000
+
+The server listens on every address inside a network namespace of its own (a replica host, an
+``ip netns exec``), on 127.0.0.1 in the machine's own namespace; ``--bind ADDR`` overrides both.
 """
 
 from __future__ import annotations
@@ -19,22 +25,27 @@ from testbed.units import parse_duration, parse_rate, parse_size
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("rdma", help="soft-RDMA perftest: server, write-bw, send-bw, write-lat",
+    parser = sub.add_parser("rdma", help="soft-RDMA perftest: server, write/send/read/atomic bw, write/read lat",
                             description=__doc__)
     verbs = add_verbs(parser)
     server = verbs.add_parser("server", help="answer perftest clients (like ib_write_bw without a host)")
     server.add_argument("--bind", default=None,
-                        help="address for the TCP exchange (default: all addresses inside a replica host's "
-                             "namespace, 127.0.0.1 in the machine's own)")
+                        help="address for the TCP exchange (default: all addresses in a network namespace of "
+                             "its own, e.g. a replica host or 'ip netns exec'; 127.0.0.1 in the machine's own)")
     _ports(server)
     server.add_argument("--once", action="store_true", help="exit after one client")
     server.add_argument("--json", action="store_true", help="print the served results as JSON")
     server.set_defaults(func=_server)
-    for name, test in (("write-bw", "write_bw"), ("send-bw", "send_bw"), ("write-lat", "write_lat")):
+    for name, test in (("write-bw", "write_bw"), ("send-bw", "send_bw"), ("write-lat", "write_lat"),
+                       ("read-bw", "read_bw"), ("read-lat", "read_lat"), ("atomic-bw", "atomic_bw")):
         p = verbs.add_parser(name, help=f"{test.replace('_', ' ')} test against a server",
                              description=__doc__)
         p.add_argument("host", metavar="HOST", help="address of the host running 'testbed rdma server'")
-        p.add_argument("--size", default="64KB" if test != "write_lat" else "2B", help="message size")
+        default_size = {"write_lat": "2B", "read_lat": "2B", "atomic_bw": "8B"}.get(test, "64KB")
+        p.add_argument("--size", default=default_size, help=f"message size (default {default_size})")
+        p.add_argument("--qps", "-q", type=int, default=1, help="queue pairs, work spread round-robin (perftest -q)")
+        p.add_argument("--connection", "-c", default="RC", type=str.upper, choices=("RC", "UC", "UD"),
+                       help="transport (perftest -c): RC for every test, UC for write/send, UD for send")
         group = p.add_mutually_exclusive_group()
         group.add_argument("--iters", type=int, help="messages to send (default 1000)")
         group.add_argument("--duration", help="run for this long instead (e.g. 10s)")
@@ -56,6 +67,48 @@ def register(sub) -> None:
         _ports(p)
         p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
         p.set_defaults(func=_client, test=test)
+    _pingpong_parser(verbs)
+
+
+def _pingpong_parser(verbs) -> None:
+    p = verbs.add_parser("rc-pingpong", help="ibv_rc_pingpong's protocol: server without HOST, client with it",
+                         description="Speak rdma-core's ibv_rc_pingpong (TCP 18515 records LID:QPN:PSN:GID, then "
+                                     "a SEND ping-pong) so either side can be the real tool on a kernel rxe host.")
+    p.add_argument("host", metavar="HOST", nargs="?", help="server to connect to (omit to be the server)")
+    p.add_argument("-p", "--port", type=int, default=18515, help="TCP port (default 18515)")
+    p.add_argument("-s", "--size", default="4096", help="message size (default 4096)")
+    p.add_argument("-n", "--iters", type=int, default=1000, help="exchanges (default 1000)")
+    p.add_argument("-r", "--rx-depth", type=int, default=500, help="receives posted (default 500)")
+    p.add_argument("-m", "--mtu", type=int, default=1024, help="path MTU (default 1024)")
+    p.add_argument("-c", "--chk", action="store_true", help="client: mark page starts as rc_pingpong --chk does")
+    p.add_argument("--bind", metavar="ADDR", help="server: listen address (default: see 'testbed rdma server')")
+    p.add_argument("--wait", default="0s", help="client: keep trying to reach a starting server this long")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.set_defaults(func=_pingpong)
+
+
+def _pingpong(args) -> int:
+    from testbed.rdma.pingpong import pingpong_client, report_text, serve_pingpong
+    from testbed.rdma.qp import QpConfig
+    from testbed.rdma.verbs import RdmaError
+
+    size = int(parse_size(args.size, "--size"))
+    if args.iters < 1 or args.rx_depth < 1:
+        raise SpecError("--iters" if args.iters < 1 else "--rx-depth", "must be >= 1")
+    try:
+        cfg = QpConfig(mtu=args.mtu)
+    except RdmaError as exc:
+        raise UsageError(str(exc)) from exc
+    if args.host:
+        r = pingpong_client(args.host, args.port, size, args.iters, args.rx_depth, args.chk, cfg,
+                            connect_wait=parse_duration(args.wait, "--wait"))
+    else:
+        r = serve_pingpong(args.bind, args.port, size, args.iters, args.rx_depth, cfg)
+    if args.json:
+        print_json(r)
+    else:
+        console.print(report_text(r), markup=False)
+    return 0 if r["verified"] else 1
 
 
 def _ports(p) -> None:
@@ -90,7 +143,7 @@ def _server(args) -> int:
 
 def _client(args) -> int:
     from testbed.rdma.dcqcn import DcqcnParams
-    from testbed.rdma.perf import report_text, run_client
+    from testbed.rdma.perf import check_test, report_text, run_client
     from testbed.rdma.qp import QpConfig
     from testbed.rdma.verbs import RdmaError
 
@@ -105,12 +158,14 @@ def _client(args) -> int:
         cfg = QpConfig(mtu=args.mtu, window=args.window, timeout=dilation.time(parse_duration(args.timeout, "--timeout")),
                        retry_limit=args.retry, dcqcn=dcqcn, loss=parse_share(args.loss, "--loss"),
                        reorder=args.reorder)
+        check_test(args.test, args.connection.lower(), args.qps, size, args.mtu)
     except RdmaError as exc:
         raise UsageError(str(exc)) from exc
     result = run_client(args.host, args.test, size, iters=args.iters, duration=duration, port=args.port,
                         roce_port=args.roce_port, config=cfg, verify=args.verify, tx_depth=args.tx_depth,
                         series_every=1e-3 * args.scale if args.series else None,
-                        connect_wait=parse_duration(args.wait, "--wait"), source=args.bind)
+                        connect_wait=parse_duration(args.wait, "--wait"), source=args.bind, qps=args.qps,
+                        transport=args.connection.lower())
     if args.series:
         _write_series(Path(args.series), result)
     if args.json:

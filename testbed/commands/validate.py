@@ -45,8 +45,8 @@ def plan(quick: bool) -> dict:
     from testbed.validate.replica import DcqcnRun
 
     # NIC-like senders: the window (2048 packets) exceeds 2 x (BDP + buffer), so only DCQCN limits them
-    two = DcqcnRun(kmax_pkts=300, pmax=0.2, limit_pkts=1000, starts_s=(0.0, 0.05), duration_s=0.4, window=2048)
-    dcqcn = [two] if quick else [replace(two, duration_s=0.6),
+    two = DcqcnRun(kmax_pkts=300, pmax=0.2, limit_pkts=1000, starts_s=(0.0, 0.05), duration_s=0.6, window=2048)
+    dcqcn = [two] if quick else [replace(two, duration_s=1.0),
                                  replace(two, starts_s=(0.0, 0.05, 0.1, 0.15), duration_s=0.8)]
     # window-limited with a long-haul RTT (100 ms emulated), so per-packet endpoint costs stay small beside it
     goodput = [{"rate_bps": 50e6, "one_way_s": 0.050, "window": 32, "seconds": 4.0 if quick else 8.0},
@@ -83,6 +83,9 @@ def run(args) -> int:
         raw, health = _measure(replica_groups, p, res.dir, args.quick) if replica_groups else ({}, {})
         res.write_json("raw.json", raw)
         rows = _rows(groups, p, raw, long_haul)
+        for row in rows:   # name the delay line's core: "userspace (c)" or "userspace (python)"
+            row.backends = tuple(f"userspace ({raw['core']})" if b == "userspace" and raw.get("core") else b
+                                 for b in row.backends)
         doc = _document(rows, res.dir, health, args, time.monotonic() - started)
         res.write_json("validate.json", doc)
         if args.json:
@@ -102,21 +105,26 @@ def _measure(groups: list, p: dict, out: Path, quick: bool) -> tuple[dict, dict]
     raw: dict = {"dcqcn": [], "goodput": []}
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
+    from testbed.links.core import selected_core
+
+    core, detail = selected_core()
+    console.print(f"link core {core}: {detail}")
+    raw["core"] = core
     with RunRegistry("validate") as reg:
         wire = replica.open_validation_wire(reg, work)
         if "link" in groups or "red" in groups:
             console.print("link: delay, gaps, RED (testbed bench link cases)")
-            raw["link"] = replica.run_link(wire, work, quick, p["gap_rates_bps"])
+            raw["link"] = replica.run_link(wire, work, quick, p["gap_rates_bps"], core)
         if "dcqcn" in groups:
             for i, r in enumerate(p["dcqcn"]):
                 console.print(f"DCQCN: {len(r.starts_s)} flows, {r.duration_s * 1e3:g} ms real at scale {r.scale:g}")
                 d = work / f"dcqcn{i}"
                 d.mkdir(exist_ok=True)
-                raw["dcqcn"].append(replica.run_dcqcn(wire, d, r))
+                raw["dcqcn"].append(replica.run_dcqcn(wire, d, r, core))
         if "goodput" in groups:
             for c in p["goodput"]:
                 console.print(f"goodput: {c['rate_bps'] / 1e6:g} Mb/s, window {c['window']}")
-                res = replica.run_goodput(wire, work, c["rate_bps"], c["one_way_s"], c["window"], c["seconds"])
+                res = replica.run_goodput(wire, work, c["rate_bps"], c["one_way_s"], c["window"], c["seconds"], core)
                 raw["goodput"].append({**c, **res})
         wire.stop()
     return raw, _health(raw, p)

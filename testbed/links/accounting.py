@@ -22,6 +22,8 @@ CPU per process) that a scenario writes into ``metrics.json`` (:func:`metrics_bl
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
 
 #: Upper edges (us) of the link node's lateness histogram buckets, in its label order.
 _LATE_EDGES_US = {"<10us": 10, "10-20us": 20, "20-50us": 50, "50-100us": 100, "100-200us": 200,
@@ -185,13 +187,55 @@ def _nonzero(d: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in d.items() if v) or "none"
 
 
+def link_node_processes(link_stats: dict) -> dict:
+    """{name: {"cpu_s", "wall_s", "core"}} of the link nodes, from their stats documents (both cores
+    write ``cpu_s`` and ``uptime_s``)."""
+    return {name: {"cpu_s": doc.get("cpu_s", 0.0), "wall_s": doc.get("uptime_s", 0.0), "core": doc.get("core")}
+            for name, doc in link_stats.items() if "cpu_s" in doc}
+
+
 def metrics_block(sent: dict, delivered: dict, link_stats: dict | None = None, interface_deltas: dict | None = None,
                   bmv2_drops: dict | None = None, processes: dict | None = None) -> dict:
     """What a scenario puts into ``metrics.json``: ``{"accounting": ledger, "emulator": health}``,
-    with the lateness percentiles of every link node's directions in the health evidence."""
+    with the lateness percentiles of every link node's directions and CPU per process (the link nodes'
+    own, added to ``processes``) in the health evidence.
+
+    Example (a scenario, after its trial)::
+
+        doc = accounting.metrics_block({"h0>h2": sent}, {"h0>h2": got}, {"dl6": rep.link_node("d0", "d1").stats()})
+        metrics["emulator_ok"], metrics["accounting"] = doc["emulator_ok"], doc
+    """
+    processes = {**link_node_processes(link_stats or {}), **(processes or {})}
     ledger = account(sent, delivered, link_stats, interface_deltas, bmv2_drops)
     for name, doc in (link_stats or {}).items():
         ledger["links"][name]["lateness_us"] = {d: lateness_percentiles(x)
                                                 for d, x in doc.get("directions", {}).items()}
     health = emulator_health(ledger, processes)
     return {"accounting": ledger, "emulator": health, "emulator_ok": health["emulator_ok"]}
+
+
+#: Kernel drop reasons that are not losses of emulated traffic: a veth's own stack discarding the copy
+#: of a frame meant for another MAC (every switch port and link-node port sees those), IPv6 switched off.
+BENIGN_DROP_REASONS = ("OTHERHOST", "IPV6DISABLED")
+
+
+def kernel_drop_trace_argv(seconds: float, out: str) -> list[str]:
+    """``perf record`` of every ``skb:kfree_skb`` (drop location and reason) on the machine for ``seconds``.
+
+    Machine-wide: on a shared machine other runs' drops are in it too; read it next to the ledger.
+    """
+    return ["perf", "record", "-q", "-e", "skb:kfree_skb", "-a", "-o", str(out), "--", "sleep", repr(float(seconds))]
+
+
+_DROP_LINE = re.compile(r"^\s*(?P<comm>.+?)\s+skbaddr=\S+.*?location=(?P<loc>[\w.]+)(?:\+0x[0-9a-f]+)?\s+"
+                        r"reason:\s+(?P<reason>\w+)")
+
+
+def summarise_kernel_drops(perf_script_text: str) -> dict:
+    """{"location:REASON": frames} from ``perf script -F comm,trace`` output, benign reasons left out."""
+    counts: Counter = Counter()
+    for line in perf_script_text.splitlines():
+        m = _DROP_LINE.match(line)
+        if m and m.group("reason") not in BENIGN_DROP_REASONS:
+            counts[f"{m.group('loc')}:{m.group('reason')}"] += 1
+    return dict(counts.most_common())

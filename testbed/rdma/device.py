@@ -1,7 +1,12 @@
-"""The soft RoCE "NIC": one UDP socket on port 4791 in this network namespace, a QP table, and the
-progress loop that moves datagrams between the socket and the queue pairs.
+"""The soft RoCE "NIC": one UDP socket on port 4791 in this network namespace that receives for every
+QP, a QP table, and the progress loop that moves datagrams between the sockets and the queue pairs.
 
-The kernel adds IP and UDP; the datagram is BTH .. ICRC. The socket is unconnected with path-MTU
+Each QP sends from its own UDP source port, derived from its QP number as rdma_rxe does
+(:func:`testbed.rdma.wire.qp_source_port`, 0xC000..0xFFFF), so ECMP hashing spreads QPs over paths
+while each QP stays one flow; QPs whose ports collide share a socket. Where that port is taken (two
+devices in one namespace, as in the unit tests) the kernel picks one, and ``qp.path`` records it.
+
+The kernel adds IP and UDP; the datagram is BTH .. ICRC. Sockets are unconnected with path-MTU
 discovery on, so IPv4 packets leave with DF set and IP ID 0, which the ICRC covers (see
 :mod:`testbed.rdma.wire`). Every datagram carries ECT(0) (``IP_TOS``); ``IP_RECVTOS`` hands the
 received ECN bits to the QPs, so CE marks drive DCQCN's notification point::
@@ -67,30 +72,51 @@ class Device:
         self.ipv6 = addr.version == 6
         self.ip = str(addr)
         family = socket.AF_INET6 if self.ipv6 else socket.AF_INET
-        self.sock = socket.socket(family, socket.SOCK_DGRAM)
-        try:
-            if self.ipv6:
-                self.sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, ECT0)
-                self.sock.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVTCLASS, 1)
-            else:
-                self.sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
-                self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
-                self.sock.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
-            _set_buffers(self.sock, 4 << 20)
-            self.sock.bind((self.ip, port))
-        except OSError as exc:
-            self.sock.close()
-            raise RdmaError(f"cannot open RoCE port {ip}:{port}: {exc.strerror}") from exc
-        self.sock.setblocking(False)
+        self._family = family
+        self.sock = self._socket(port)
         self.port = self.sock.getsockname()[1]
+        self._tx: dict[int, socket.socket] = {}   # wanted source port -> socket
         self._rng = random.Random(seed)
         self.qps: dict[int, QueuePair] = {}
         self._rxbuf = bytearray(65536)
         self._rxview = memoryview(self._rxbuf)
-        self._blocked = False
+        self._blocked: set = set()
         self.stats = {"rx": 0, "rx_malformed": 0, "rx_icrc_bad": 0, "rx_unknown_qp": 0, "tx_enobufs": 0}
 
+    def _socket(self, port: int, required: bool = True) -> socket.socket:
+        sock = socket.socket(self._family, socket.SOCK_DGRAM)
+        try:
+            if self.ipv6:
+                sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, ECT0)
+                sock.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVTCLASS, 1)
+            else:
+                sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+                sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
+                sock.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
+            _set_buffers(sock, 4 << 20)
+            try:
+                sock.bind((self.ip, port))
+            except OSError as exc:
+                if required or exc.errno != errno.EADDRINUSE:
+                    raise
+                sock.bind((self.ip, 0))
+        except OSError as exc:
+            sock.close()
+            raise RdmaError(f"cannot open RoCE port {self.ip}:{port}: {exc.strerror}") from exc
+        sock.setblocking(False)
+        return sock
+
+    def _tx_socket(self, qpn: int) -> socket.socket:
+        want = wire.qp_source_port(qpn)
+        sock = self._tx.get(want)
+        if sock is None:
+            sock = self._tx[want] = self._socket(want, required=False)
+        return sock
+
     def close(self) -> None:
+        for sock in self._tx.values():
+            sock.close()
+        self._tx.clear()
         self.sock.close()
 
     def __enter__(self):
@@ -104,30 +130,37 @@ class Device:
         return ProtectionDomain(seed if seed is not None else self._rng.getrandbits(32))
 
     def create_qp(self, pd: ProtectionDomain, cq: CompletionQueue, config: QpConfig | None = None,
-                  recv_cq: CompletionQueue | None = None) -> QueuePair:
+                  recv_cq: CompletionQueue | None = None, transport: str = "rc",
+                  qkey: int = 0x11111111, psn: int = 0) -> QueuePair:
+        """A new QP; a UD QP is ready at once (``psn`` its first PSN), RC/UC wait for :meth:`connect`."""
         while True:
             qpn = self._rng.randrange(2, 1 << 24)
             if qpn not in self.qps:
                 break
-        qp = QueuePair(qpn, pd, cq, config or QpConfig(), self._sender(qpn), recv_cq)
+        sock = self._tx_socket(qpn)
+        qp = QueuePair(qpn, pd, cq, config or QpConfig(), self._sender(qpn, sock), recv_cq, transport, qkey)
+        qp.sport = sock.getsockname()[1]
         self.qps[qpn] = qp
+        if transport == "ud":
+            qp.ready_ud(self.ip, qp.sport, self.port, psn, time.monotonic())
         return qp
 
     def connect(self, qp: QueuePair, remote: Remote, my_psn: int) -> None:
-        qp.connect(remote, wire.Path(self.ip, self.port, remote.ip, remote.port), my_psn, time.monotonic())
+        path = wire.Path(self.ip, qp.sport, remote.ip, remote.port, rx_port=self.port)
+        qp.connect(remote, path, my_psn, time.monotonic())
 
     def destroy_qp(self, qp: QueuePair) -> None:
         self.qps.pop(qp.qpn, None)
 
-    def _sender(self, qpn: int) -> Callable[[list, bool], bool]:
-        sock = self.sock
-
-        def out(parts: list, ect: bool) -> bool:
-            qp = self.qps[qpn]
+    def _sender(self, qpn: int, sock: socket.socket) -> Callable[..., bool]:
+        def out(parts: list, ect: bool, dest: tuple | None = None) -> bool:
+            if dest is None:
+                path = self.qps[qpn].path
+                dest = (path.remote_ip, path.remote_port)
             try:
-                sock.sendmsg(parts, (), 0, (qp.path.remote_ip, qp.path.remote_port))
+                sock.sendmsg(parts, (), 0, dest)
             except BlockingIOError:
-                self._blocked = True
+                self._blocked.add(sock)
                 return False
             except OSError as exc:
                 if exc.errno == errno.ENOBUFS:
@@ -153,8 +186,8 @@ class Device:
             return did
         deadlines = [d for d in (qp.next_deadline() for qp in self.qps.values()) if d is not None]
         wait = min([timeout] + [max(0.0, d - now) for d in deadlines])
-        writers = [self.sock] if self._blocked else []
-        self._blocked = False
+        writers = list(self._blocked)
+        self._blocked = set()
         select.select([self.sock], writers, [], wait)
         return 0
 
@@ -187,10 +220,14 @@ class Device:
                 self.stats["rx_malformed"] += 1
                 continue
             qp = qps.get(int.from_bytes(buf[5:8], "big"))
-            if qp is None or qp.path is None:
+            if qp is not None and qp.transport == "ud" and qp.state.value == "rts":
+                path = qp.ud_path(addr[0], addr[1])
+            else:
+                path = qp.path if qp is not None else None
+            if path is None:
                 self.stats["rx_unknown_qp"] += 1
                 continue
-            if addr[0] != qp.path.remote_ip or not qp.path.rx_icrc_ok(view, n, addr[1]):
+            if addr[0] != path.remote_ip or not path.rx_icrc_ok(view, n, addr[1]):
                 self.stats["rx_icrc_bad"] += 1
                 continue
             try:

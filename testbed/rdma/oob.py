@@ -44,8 +44,10 @@ class Channel:
         try:
             sock = poll(attempt, wait, 0.05, f"RDMA server at {host}:{port}") if wait > 0 else attempt()
         except (OSError, TimeoutError) as exc:
-            raise RdmaError(f"cannot reach the RDMA server at {host}:{port} ({getattr(exc, 'strerror', None) or exc}); "
-                            "is 'testbed rdma server' running there?") from exc
+            raise RdmaError(f"cannot reach the RDMA server at {host}:{port} "
+                            f"({getattr(exc, 'strerror', None) or exc}); is 'testbed rdma server' running "
+                            f"there and listening on {host}? In the machine's own namespace it listens on "
+                            "127.0.0.1 only unless started with --bind ADDR") from exc
         sock.settimeout(None)
         return cls(sock)
 

@@ -1,9 +1,12 @@
-"""The RC queue pair protocol engine (IBA Vol. 1 ch. 9.7, reliable connected service), pure: it takes
-``now`` and hands datagrams to an ``out`` callable, so it runs over sockets or an in-memory wire.
+"""The queue pair protocol engine (IBA Vol. 1 ch. 9.7), pure: it takes ``now`` and hands datagrams to an
+``out`` callable, so it runs over sockets or an in-memory wire. Transports: RC (reliable connected), UC
+(unreliable connected: no ACKs, a loss drops the message) and UD (datagrams with a DETH carrying the
+Q_Key and the source QP; one packet per message, each WR names its destination).
 
 Requester (this side posts work)::
 
-    post_write/post_send -> WRs, each a PSN range of ceil(len / MTU) packets
+    post_write/post_send/post_read/post_atomic -> WRs, each a PSN range: ceil(len / MTU) packets
+                            (a READ sends one request and reserves that many PSNs for its responses)
     pump(now):  send PSNs [send, min(next, acked + window)) as the DCQCN rate allows;
                 AckReq on each message's last packet and every ``ackreq_every`` PSNs
     ACK  psn p:             everything <= p done -> completions
@@ -11,17 +14,15 @@ Requester (this side posts work)::
     NAK  RNR:               go back to p after ``rnr_delay``
     NAK  access/invalid:    QP -> ERROR, WR completes with the error, the rest flush
     timeout, no progress:   go back to acked; after ``retry_limit`` tries QP -> ERROR (RETRY_EXC_ERR)
+    READ response psn p:    data placed at (p - first) * MTU; implicitly ACKs the SENDs/WRITEs
+                            before it; out of sequence: re-request from the first missing PSN
+    ATOMIC ACK psn p:       the original remote value lands in the local 8-byte buffer
     CNP:                    DCQCN reaction point cuts the rate
+    UC/UD:                  a WR completes when its last packet is sent
 
-Responder (the peer's requests arrive here)::
-
-    PSN == expected: place data byte-exactly (RETH va/rkey checked against the PD), advance,
-                     ACK when AckReq is set (coalescing: one ACK covers everything before it)
-    PSN <  expected: duplicate; re-ACK if AckReq
-    PSN >  expected: held back (up to ``reorder`` packets: veth's per-CPU backlogs reorder a stream
-                     when the sender migrates between CPUs, which a real fabric would not); beyond
-                     that, NAK PSN sequence error, once until the expected PSN arrives
-    CE-marked:       DCQCN notification point: CNP to the requester QP, <= 1 per interval
+The responder half is :mod:`testbed.rdma.responder`. Early packets are held back (up to ``reorder``:
+veth's per-CPU backlogs reorder a stream when the sender migrates between CPUs, which a real fabric
+would not) before a NAK.
 """
 
 from __future__ import annotations
@@ -34,8 +35,38 @@ from typing import Callable
 
 from testbed.rdma import wire
 from testbed.rdma.dcqcn import DcqcnParams, NotificationPoint, ReactionPoint
+from testbed.rdma.responder import (
+    ACK,
+    ATOMIC_ACK,
+    CMP_SWAP,
+    CNP,
+    FETCH_ADD,
+    PAD,
+    READ_FIRST,
+    READ_LAST,
+    READ_MIDDLE,
+    READ_ONLY,
+    READ_REQUEST,
+    REQUESTS,
+    SEND_FIRST,
+    SEND_LAST,
+    SEND_LAST_IMM,
+    SEND_MIDDLE,
+    SEND_ONLY,
+    SEND_ONLY_IMM,
+    SENDS,
+    U64,
+    U64_HOST,
+    WRITE_FIRST,
+    WRITE_LAST,
+    WRITE_LAST_IMM,
+    WRITE_MIDDLE,
+    WRITE_ONLY,
+    WRITE_ONLY_IMM,
+    WRITES,
+    Responder,
+)
 from testbed.rdma.verbs import (
-    REMOTE_WRITE,
     CompletionQueue,
     MemoryRegion,
     ProtectionDomain,
@@ -46,22 +77,13 @@ from testbed.rdma.verbs import (
 )
 from testbed.roce import opcodes as ops
 
-# RC opcodes used by the engine
-SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_LAST_IMM, SEND_ONLY, SEND_ONLY_IMM = 0x00, 0x01, 0x02, 0x03, 0x04, 0x05
-WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_LAST_IMM, WRITE_ONLY, WRITE_ONLY_IMM = 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B
-ACK = ops.ACK
-CNP = ops.CNP
-SYN_ACK = 0x1F
-SYN_NAK_SEQ, SYN_NAK_INV, SYN_NAK_ACCESS, SYN_NAK_OP = 0x60, 0x61, 0x62, 0x63
-SYN_RNR = 0x20 | 0x0E  # RNR NAK, timer code 14 (~1 ms, IBA Table 45)
-_PAD = (b"", b"\x00", b"\x00\x00", b"\x00\x00\x00")
-
-_FIRST = {SEND_FIRST, WRITE_FIRST}
-_LAST = {SEND_LAST, SEND_LAST_IMM, WRITE_LAST, WRITE_LAST_IMM}
-_ONLY = {SEND_ONLY, SEND_ONLY_IMM, WRITE_ONLY, WRITE_ONLY_IMM}
-_IMM = {SEND_LAST_IMM, SEND_ONLY_IMM, WRITE_LAST_IMM, WRITE_ONLY_IMM}
-_WRITES = {WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_LAST_IMM, WRITE_ONLY, WRITE_ONLY_IMM}
-_SENDS = {SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_LAST_IMM, SEND_ONLY, SEND_ONLY_IMM}
+TRANSPORTS = ("rc", "uc", "ud")
+UD_SEND_ONLY, UD_SEND_ONLY_IMM = ops.UD_SEND_ONLY, ops.UD_SEND_ONLY_IMM
+#: Room a UD receive buffer keeps for the GRH before the payload (IBA §11.4.1.2; rxe fills it).
+GRH_LEN = 40
+_WC_OP = {"write": WcOpcode.RDMA_WRITE, "send": WcOpcode.SEND, "read": WcOpcode.RDMA_READ,
+          "cas": WcOpcode.COMP_SWAP, "faa": WcOpcode.FETCH_ADD}
+_RD_KINDS = ("read", "cas", "faa")   # completed by responses, not by ACKs
 
 
 class QpState(enum.Enum):
@@ -84,13 +106,14 @@ class QpConfig:
     dcqcn: DcqcnParams | None = None
     loss: float = 0.0            # drop this share of our own datagrams (loss injection for tests)
     reorder: int = 32            # hold up to this many early packets before NAKing a PSN gap
+    max_rd_atomic: int = 16      # READs and atomics outstanding (ibv_qp_attr.max_rd_atomic)
     seed: int | None = None
 
     def __post_init__(self):
         if self.mtu not in wire.IB_MTUS:
             raise RdmaError(f"mtu must be one of {wire.IB_MTUS}, got {self.mtu}")
-        if self.window < 1 or self.ackreq_every < 1 or self.reorder < 0:
-            raise RdmaError("window and ackreq_every must be >= 1, reorder >= 0")
+        if self.window < 1 or self.ackreq_every < 1 or self.reorder < 0 or self.max_rd_atomic < 1:
+            raise RdmaError("window, ackreq_every and max_rd_atomic must be >= 1, reorder >= 0")
 
 
 @dataclass(frozen=True)
@@ -101,6 +124,16 @@ class Remote:
     psn: int
     ip: str
     port: int
+
+
+@dataclass(frozen=True)
+class UdDest:
+    """A UD work request's destination (an address handle plus remote QPN and Q_Key)."""
+
+    ip: str
+    port: int
+    qpn: int
+    qkey: int
 
 
 @dataclass
@@ -121,13 +154,17 @@ class QpStats:
     out_of_order_rx: int = 0
     malformed_rx: int = 0
     dropped_tx: int = 0
+    reads_rx: int = 0
+    atomics_rx: int = 0
+    read_retries: int = 0
+    ud_dropped_rx: int = 0      # UD: bad Q_Key, no receive posted, or too long for it
     acked_bytes: int = 0   # payload of completed work requests
 
 
 @dataclass
 class _SendWr:
     wr_id: int
-    kind: str           # "write" | "send"
+    kind: str           # "write" | "send" | "read" | "cas" | "faa"
     mr: MemoryRegion
     offset: int
     length: int
@@ -137,6 +174,9 @@ class _SendWr:
     signaled: bool
     first: int          # unwrapped PSNs
     last: int
+    swap_add: int = 0
+    compare: int = 0
+    dest: UdDest | None = None
 
 
 @dataclass
@@ -147,34 +187,33 @@ class _RecvWr:
     length: int
 
 
-@dataclass
-class _Inbound:
-    """Responder cursor of the message being received."""
-
-    kind: str = ""
-    mr: MemoryRegion | None = None
-    offset: int = 0
-    left: int = 0
-    total: int = 0
-    recv: _RecvWr | None = None
-
-
-class QueuePair:
-    """One RC queue pair. ``out(parts, ecn)`` sends a datagram made of ``parts``; False = try later."""
+class QueuePair(Responder):
+    """One queue pair. ``out(parts, ecn[, (ip, port)])`` sends a datagram made of ``parts`` (UD names the
+    destination); False = try later."""
 
     def __init__(self, qpn: int, pd: ProtectionDomain, cq: CompletionQueue, config: QpConfig,
-                 out: Callable[[list, bool], bool], recv_cq: CompletionQueue | None = None):
+                 out: Callable[..., bool], recv_cq: CompletionQueue | None = None, transport: str = "rc",
+                 qkey: int = 0x11111111):
+        if transport not in TRANSPORTS:
+            raise RdmaError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
         self.qpn = qpn
         self.pd = pd
         self.cq = cq
         self.recv_cq = recv_cq or cq
         self.cfg = config
+        self.transport = transport
+        self.uc = transport == "uc"
+        self.unreliable = transport != "rc"
+        self.qkey = qkey
         self._out = out
         self.state = QpState.RESET
         self.error: str | None = None
         self.stats = QpStats()
         self.remote: Remote | None = None
         self.path: wire.Path | None = None
+        self.sport: int | None = None        # UDP source port (the device sets it)
+        self._ud_paths: dict[tuple, wire.Path] = {}
+        self._ud_local: tuple[str, int, int] | None = None
         self.rp: ReactionPoint | None = None
         self.np = NotificationPoint(config.dcqcn) if config.dcqcn else None
         self._rng = random.Random(config.seed)
@@ -191,25 +230,44 @@ class QueuePair:
         self._pause_until = 0.0
         self._tokens = 0.0
         self._refill = 0.0
+        self._rd_retry: int | None = None
         self.pace_due: float | None = None
-        # responder
-        self._epsn = 0
-        self._msn = 0
-        self._nak_sent = False
-        self._stash: dict[int, tuple] = {}   # PSN -> early packet, while waiting for a reordered one
-        self._in = _Inbound()
         self._recvs: deque[_RecvWr] = deque()
+        self._init_responder()
 
     # -- connection --------------------------------------------------------------------------------
     def connect(self, remote: Remote, path: wire.Path, my_psn: int, now: float) -> None:
-        """Move to RTS: ``my_psn`` is our first send PSN, ``remote.psn`` the peer's."""
+        """Move to RTS: ``my_psn`` is our first send PSN, ``remote.psn`` the peer's (RC, UC)."""
+        if self.transport == "ud":
+            raise RdmaError("a UD QP is not connected; use ready_ud() and post_send(dest=...)")
         self.remote, self.path = remote, path
-        self._next = self._send = self._acked = self._max_sent = my_psn & wire.PSN_MASK
+        self._start(my_psn, now)
         self._epsn = remote.psn & wire.PSN_MASK
+
+    def ready_ud(self, local_ip: str, local_port: int, rx_port: int, my_psn: int, now: float) -> None:
+        """Move a UD QP to RTS: it sends from ``local_ip:local_port`` and receives on ``rx_port``."""
+        if self.transport != "ud":
+            raise RdmaError("ready_ud() is for UD QPs")
+        self._ud_local = (local_ip, local_port, rx_port)
+        self._start(my_psn, now)
+
+    def _start(self, my_psn: int, now: float) -> None:
+        self._next = self._send = self._acked = self._max_sent = my_psn & wire.PSN_MASK
         if self.cfg.dcqcn:
             self.rp = ReactionPoint(self.cfg.dcqcn, now)
             self._refill = now
         self.state = QpState.RTS
+
+    def ud_path(self, ip: str, port: int) -> wire.Path:
+        """The path (ICRC headers) between this UD QP and ``ip:port``."""
+        key = (ip, port)
+        path = self._ud_paths.get(key)
+        if path is None:
+            if len(self._ud_paths) > 1024:
+                self._ud_paths.clear()
+            lip, lport, rx = self._ud_local
+            path = self._ud_paths[key] = wire.Path(lip, lport, ip, port, rx_port=rx)
+        return path
 
     # -- verbs ------------------------------------------------------------------------------------
     def _check_postable(self) -> None:
@@ -219,11 +277,37 @@ class QueuePair:
 
     def post_write(self, wr_id: int, mr: MemoryRegion, offset: int, length: int, remote_addr: int,
                    rkey: int, imm: int | None = None, signaled: bool = True) -> None:
+        if self.transport == "ud":
+            raise RdmaError("UD QPs carry SENDs only")
         self._post("write", wr_id, mr, offset, length, remote_addr, rkey, imm, signaled)
 
     def post_send(self, wr_id: int, mr: MemoryRegion, offset: int, length: int, imm: int | None = None,
-                  signaled: bool = True) -> None:
-        self._post("send", wr_id, mr, offset, length, 0, 0, imm, signaled)
+                  signaled: bool = True, dest: UdDest | None = None) -> None:
+        if (self.transport == "ud") != (dest is not None):
+            raise RdmaError("a UD SEND needs dest=UdDest(...); RC/UC SENDs take none")
+        if dest is not None and length > self.cfg.mtu:
+            raise RdmaError(f"a UD message is one packet: {length} B exceeds the {self.cfg.mtu} B MTU")
+        self._post("send", wr_id, mr, offset, length, 0, 0, imm, signaled, dest=dest)
+
+    def post_read(self, wr_id: int, mr: MemoryRegion, offset: int, length: int, remote_addr: int,
+                  rkey: int, signaled: bool = True) -> None:
+        """RDMA READ ``length`` bytes at ``remote_addr`` into ``mr[offset:]`` (RC only)."""
+        if self.unreliable:
+            raise RdmaError("RDMA READ needs an RC QP")
+        self._post("read", wr_id, mr, offset, length, remote_addr, rkey, None, signaled)
+
+    def post_atomic(self, wr_id: int, mr: MemoryRegion, offset: int, remote_addr: int, rkey: int,
+                    op: str, swap_add: int, compare: int = 0, signaled: bool = True) -> None:
+        """Fetch-and-add (``op="faa"``) or compare-and-swap (``"cas"``) on the 8 bytes at ``remote_addr``;
+        the original value lands in ``mr[offset:offset + 8]`` (host byte order) (RC only)."""
+        if self.unreliable:
+            raise RdmaError("atomics need an RC QP")
+        if op not in ("faa", "cas"):
+            raise RdmaError(f"atomic op must be 'faa' or 'cas', got {op!r}")
+        if remote_addr % 8:
+            raise RdmaError(f"atomic address 0x{remote_addr:x} is not 8-byte aligned")
+        self._post(op, wr_id, mr, offset, 8, remote_addr, rkey, None, signaled,
+                   swap_add=swap_add & 0xFFFF_FFFF_FFFF_FFFF, compare=compare & 0xFFFF_FFFF_FFFF_FFFF)
 
     def post_recv(self, wr_id: int, mr: MemoryRegion, offset: int = 0, length: int | None = None) -> None:
         if self.state is QpState.ERROR:
@@ -233,15 +317,15 @@ class QueuePair:
             raise RdmaError(f"receive buffer [{offset}, {offset + length}) outside the region")
         self._recvs.append(_RecvWr(wr_id, mr, offset, length))
 
-    def _post(self, kind, wr_id, mr, offset, length, remote_addr, rkey, imm, signaled) -> None:
+    def _post(self, kind, wr_id, mr, offset, length, remote_addr, rkey, imm, signaled, **extra) -> None:
         self._check_postable()
         if offset < 0 or length < 0 or offset + length > mr.length:
             raise RdmaError(f"local buffer [{offset}, {offset + length}) outside the region of {mr.length} B")
         if length >= 1 << 31:
             raise RdmaError(f"message of {length} B exceeds 2^31 B")
-        npkts = max(1, -(-length // self.cfg.mtu))
+        npkts = 1 if kind in ("cas", "faa") else max(1, -(-length // self.cfg.mtu))
         wr = _SendWr(wr_id, kind, mr, offset, length, remote_addr, rkey, imm, signaled,
-                     self._next, self._next + npkts - 1)
+                     self._next, self._next + npkts - 1, **extra)
         self._wrs.append(wr)
         self._next += npkts
 
@@ -251,11 +335,25 @@ class QueuePair:
         return len(self._wrs)
 
     # -- requester: transmit ----------------------------------------------------------------------
+    def _tokens_for(self, size: int, now: float) -> bool:
+        """DCQCN pacing: enough tokens for a datagram of ``size``? (sets ``pace_due`` if not)."""
+        rp = self.rp
+        if rp is None:
+            return True
+        if self._tokens < size + 42:
+            self.pace_due = now + (size + 42 - self._tokens) / (rp.rate / 8)
+            return False
+        return True
+
+    def _spend(self, size: int, now: float) -> None:
+        if self.rp is not None:
+            self._tokens -= size + 42
+            self.rp.on_sent(size + 42, now)
+
     def pump(self, now: float, budget: int = 64) -> int:
         """Send up to ``budget`` packets allowed by window, pause and rate; returns packets sent."""
-        if self.state is not QpState.RTS or now < self._pause_until:
+        if self.state is not QpState.RTS:
             return 0
-        sent = 0
         rp = self.rp
         if rp is not None:
             rp.advance(now)
@@ -263,28 +361,42 @@ class QueuePair:
             self._tokens = min(self._tokens + (now - self._refill) * rate, 16.0 * (self.cfg.mtu + 100))
             self._refill = now
         self.pace_due = None
+        sent = self._pump_responses(now, budget) if self._rsp_q else 0
+        if now < self._pause_until:
+            return sent
         limit = min(self._next, self._acked + self.cfg.window)
         while sent < budget and self._send < limit:
-            parts, size = self._build(self._send)
-            if rp is not None:
-                if self._tokens < size + 42:
-                    self.pace_due = now + (size + 42 - self._tokens) / (rp.rate / 8)
-                    break
-            if not self._emit(parts, True, size):
+            wr = self._wr_for(self._send)
+            if wr.kind in _RD_KINDS and not self._may_send_rd(wr):
                 break
-            if rp is not None:
-                self._tokens -= size + 42
-                rp.on_sent(size + 42, now)
+            parts, size = self._build(wr, self._send)
+            if not self._tokens_for(size, now):
+                break
+            if not self._emit(parts, True, size, wr.dest):
+                break
+            self._spend(size, now)
             if self._send < self._max_sent:
                 self.stats.retransmissions += 1
-            else:
-                self._max_sent = self._send + 1
+            nxt = wr.last + 1 if wr.kind == "read" else self._send + 1
+            self._max_sent = max(self._max_sent, nxt)
             self.stats.tx_bytes += size
-            self._send += 1
+            self._send = nxt
             sent += 1
-        if sent and self._timer is None:
+            if self.unreliable and nxt > wr.last:
+                self._complete_to(nxt, now)  # UC/UD: done once on the wire
+        if sent and self._timer is None and not self.unreliable and self._acked < self._max_sent:
             self._timer = now + self.cfg.timeout
         return sent
+
+    def _may_send_rd(self, wr: _SendWr) -> bool:
+        """READs/atomics: at most ``max_rd_atomic`` outstanding, and a READ's responses fit the window
+        unless nothing else is in flight (the requester's buffer, not the network, bounds a READ)."""
+        if self._send != wr.first:
+            return True  # a retry from the middle of a READ
+        busy = sum(1 for w in self._wrs if w.kind in _RD_KINDS and w.first < self._send)
+        if busy >= self.cfg.max_rd_atomic:
+            return False
+        return wr.last < self._acked + self.cfg.window or self._send == self._acked
 
     def _wr_for(self, u: int) -> _SendWr:
         wrs = self._wrs
@@ -294,9 +406,27 @@ class QueuePair:
         self._hint = i
         return wrs[i]
 
-    def _build(self, u: int) -> tuple[list, int]:
+    def _build(self, wr: _SendWr, u: int) -> tuple[list, int]:
         """The datagram parts of unwrapped PSN ``u`` (header, payload view[, pad]) and their length."""
-        wr = self._wr_for(u)
+        if wr.kind == "read":
+            off = (u - wr.first) * self.cfg.mtu
+            hdr = wire.bth(READ_REQUEST, self.remote.qpn, u, ackreq=True) + \
+                wire.RETH.pack(wr.remote_addr + off, wr.rkey, wr.length - off)
+            return [hdr], len(hdr)
+        if wr.kind in ("cas", "faa"):
+            hdr = wire.bth(CMP_SWAP if wr.kind == "cas" else FETCH_ADD, self.remote.qpn, u, ackreq=True) + \
+                wire.ATOMIC_ETH.pack(wr.remote_addr, wr.rkey, wr.swap_add, wr.compare)
+            return [hdr], len(hdr)
+        if wr.dest is not None:  # UD SEND ONLY: BTH, DETH, [ImmDt], payload
+            pad = (-wr.length) % 4
+            hdr = wire.bth(UD_SEND_ONLY if wr.imm is None else UD_SEND_ONLY_IMM, wr.dest.qpn, u,
+                           padcount=pad, solicited=False) + wire.DETH.pack(wr.dest.qkey, self.qpn)
+            if wr.imm is not None:
+                hdr += wire.U32.pack(wr.imm)
+            parts = [hdr, wr.mr.view[wr.offset:wr.offset + wr.length]]
+            if pad:
+                parts.append(PAD[pad])
+            return parts, len(hdr) + wr.length + pad
         i = u - wr.first
         mtu = self.cfg.mtu
         off = i * mtu
@@ -313,8 +443,10 @@ class QueuePair:
                 (SEND_LAST if wr.imm is None else SEND_LAST_IMM)
         else:
             opcode = WRITE_MIDDLE if write else SEND_MIDDLE
+        if self.uc:
+            opcode += 0x20
         pad = (-n) % 4 if last else 0
-        ackreq = last or (u + 1) % self._ackreq_every == 0
+        ackreq = not self.uc and (last or (u + 1) % self._ackreq_every == 0)
         hdr = wire.bth(opcode, self.remote.qpn, u, ackreq=ackreq, padcount=pad)
         if first and write:
             hdr += wire.RETH.pack(wr.remote_addr, wr.rkey, wr.length)
@@ -323,16 +455,18 @@ class QueuePair:
         start = wr.offset + off
         parts = [hdr, wr.mr.view[start:start + n]]
         if pad:
-            parts.append(_PAD[pad])
+            parts.append(PAD[pad])
         return parts, len(hdr) + n + pad
 
-    def _emit(self, parts: list, ect: bool, length: int | None = None) -> bool:
-        parts.append(self.path.tx_icrc(parts, length))
+    def _emit(self, parts: list, ect: bool, length: int | None = None, dest: UdDest | None = None) -> bool:
+        path = self.path if dest is None else self.ud_path(dest.ip, dest.port)
+        parts.append(path.tx_icrc(parts, length))
         if self.cfg.loss and self._rng.random() < self.cfg.loss:
             self.stats.dropped_tx += 1
             self.stats.tx_packets += 1
             return True
-        if not self._out(parts, ect):
+        ok = self._out(parts, ect) if dest is None else self._out(parts, ect, (dest.ip, dest.port))
+        if not ok:
             parts.pop()
             return False
         self.stats.tx_packets += 1
@@ -369,6 +503,7 @@ class QueuePair:
             return
         opcode, flags, _pkey, _qpw, psnw = wire.BTH.unpack_from(buf, 0)
         psn = psnw & wire.PSN_MASK
+        pad = (flags >> 4) & 3
         if opcode == CNP:
             self.stats.cnps_rx += 1
             if self.rp is not None:
@@ -376,57 +511,163 @@ class QueuePair:
             return
         if self.state is not QpState.RTS:
             return
-        if opcode == ACK:
+        if self.transport == "ud":
+            if opcode in (UD_SEND_ONLY, UD_SEND_ONLY_IMM):
+                self._on_ud(buf, n, opcode, pad)
+            else:
+                self.stats.malformed_rx += 1
+            return
+        if opcode == ACK and not self.uc:
             if n < 20:
                 self.stats.malformed_rx += 1
                 return
             self._on_ack(psn, buf[12], now)
             return
-        if opcode in _WRITES or opcode in _SENDS:
+        if opcode in (READ_FIRST, READ_MIDDLE, READ_LAST, READ_ONLY) and not self.uc:
+            self._on_read_response(buf, n, opcode, pad, psn, now)
+            return
+        if opcode == ATOMIC_ACK and not self.uc:
+            self._on_atomic_ack(buf, n, psn, now)
+            return
+        base = opcode - 0x20 if self.uc else opcode
+        if (0 <= base < 0x20 and base in REQUESTS and (not self.uc or base in WRITES or base in SENDS)):
             if ce:
                 self.stats.ce_rx += 1
                 if self.np is not None and self.np.on_ce(self.remote.qpn, now):
                     self._send_cnp()
-            self._on_request(buf, n, opcode, (flags >> 4) & 3, bool(psnw >> 31), psn)
+            self._on_request_packet(buf, n, base, pad, bool(psnw >> 31), psn)
             while self._stash and self._epsn in self._stash:  # reordered packets now in sequence
-                self._on_request(*self._stash.pop(self._epsn))
+                self._on_request_packet(*self._stash.pop(self._epsn))
             return
-        self.stats.malformed_rx += 1  # opcodes this endpoint does not implement (read, atomics, UD)
+        self.stats.malformed_rx += 1  # an opcode of another transport, or one this endpoint lacks
+
+    def _unwrap(self, psn: int) -> int:
+        return self._acked + wire.psn_diff(psn, self._acked & wire.PSN_MASK)
+
+    def _first_rd_before(self, u: int) -> _SendWr | None:
+        """The oldest READ/atomic WR that starts before unwrapped PSN ``u`` (responses still owed)."""
+        for w in self._wrs:
+            if w.first >= u:
+                return None
+            if w.kind in _RD_KINDS:
+                return w
+        return None
 
     def _on_ack(self, psn: int, syndrome: int, now: float) -> None:
-        u = self._acked + wire.psn_diff(psn, self._acked & wire.PSN_MASK)
+        u = self._unwrap(psn)
         kind = (syndrome >> 5) & 3
         if kind == 0:
             self.stats.acks_rx += 1
             if u + 1 > self._max_sent or u < self._acked - 1:
                 return  # ACK for something never sent, or stale
-            self._complete_to(u + 1, now)
+            self._complete_to(self._clip(u + 1), now)
         elif kind == 3:
             self.stats.naks_rx += 1
             if not self._acked <= u <= self._max_sent:
                 return  # a NAK for a PSN outside the unacknowledged range is stale (or forged)
             code = syndrome & 0x1F
             if code == 0:
-                self._complete_to(u, now)
-                if self._send > u:
-                    self._send = u
+                self._complete_to(self._clip(u), now)
+                if self._send > self._acked:
+                    self._send = self._acked
                     self._hint = 0
                 return
             status = {1: WcStatus.REM_INV_REQ_ERR, 2: WcStatus.REM_ACCESS_ERR}.get(code, WcStatus.REM_OP_ERR)
-            self._complete_to(u, now)
+            self._complete_to(self._clip(u), now)
             self._to_error(status, f"peer answered PSN {psn} with {status.value}")
         elif kind == 1:
             self.stats.naks_rx += 1
             if not self._acked <= u <= self._max_sent:
                 return
-            self._complete_to(u, now)
+            self._complete_to(self._clip(u), now)
             self._rnr_retries += 1
             if self._rnr_retries > self.cfg.rnr_retry_limit:
                 self._to_error(WcStatus.RNR_RETRY_EXC_ERR, "peer had no receive buffer posted")
                 return
-            self._send = u
+            self._send = self._acked
             self._hint = 0
             self._pause_until = now + self.cfg.rnr_delay
+
+    def _clip(self, u: int) -> int:
+        """An ACK never completes a READ or atomic: only their responses do."""
+        rd = self._first_rd_before(u)
+        return min(u, rd.first) if rd is not None else u
+
+    def _response_in_sequence(self, u: int, wr: _SendWr, now: float) -> bool:
+        """A response for PSN ``u`` of ``wr`` may be taken: it is the next one, or it starts ``wr`` and
+        implicitly acknowledges the SENDs/WRITEs before it (IBA §9.7.5.1.2)."""
+        if u == self._acked:
+            return True
+        if u == wr.first and self._first_rd_before(u) is None:
+            self._complete_to(u, now)
+            return True
+        self.stats.out_of_order_rx += 1
+        if self._rd_retry != self._acked:  # re-request from the first response that is missing
+            self._rd_retry = self._acked
+            self.stats.read_retries += 1
+            self._send = self._acked
+            self._hint = 0
+        return False
+
+    def _on_read_response(self, buf, n: int, opcode: int, pad: int, psn: int, now: float) -> None:
+        u = self._unwrap(psn)
+        if not self._acked <= u < self._max_sent:
+            self.stats.duplicates_rx += 1
+            return
+        wr = self._wr_for(u)
+        if wr.kind != "read":
+            self.stats.malformed_rx += 1
+            return
+        if not self._response_in_sequence(u, wr, now):
+            return
+        start = 12 if opcode == READ_MIDDLE else 16
+        off = (u - wr.first) * self.cfg.mtu
+        length = n - 4 - pad - start
+        if length != min(self.cfg.mtu, wr.length - off) or length < 0:
+            self.stats.malformed_rx += 1
+            return
+        if opcode != READ_MIDDLE and (buf[12] >> 5) & 3:
+            self.stats.malformed_rx += 1
+            return
+        if length:
+            at = wr.offset + off
+            wr.mr.view[at:at + length] = buf[start:start + length]
+        self._rd_retry = None
+        self._complete_to(u + 1, now)
+
+    def _on_atomic_ack(self, buf, n: int, psn: int, now: float) -> None:
+        u = self._unwrap(psn)
+        if n < 12 + 4 + 8 + 4 or not self._acked <= u < self._max_sent:
+            self.stats.duplicates_rx += 1
+            return
+        wr = self._wr_for(u)
+        if wr.kind not in ("cas", "faa") or not self._response_in_sequence(u, wr, now):
+            return
+        U64_HOST.pack_into(wr.mr.view, wr.offset, U64.unpack_from(buf, 16)[0])
+        self._rd_retry = None
+        self._complete_to(u + 1, now)
+
+    def _on_ud(self, buf, n: int, opcode: int, pad: int) -> None:
+        start = 12 + 8 + (4 if opcode == UD_SEND_ONLY_IMM else 0)
+        if n < start + 4:
+            self.stats.malformed_rx += 1
+            return
+        qkey, srcqp = wire.DETH.unpack_from(buf, 12)
+        imm = wire.U32.unpack_from(buf, 20)[0] if opcode == UD_SEND_ONLY_IMM else None
+        length = n - 4 - pad - start
+        if qkey != self.qkey or length < 0 or not self._recvs:
+            self.stats.ud_dropped_rx += 1
+            return
+        rwr = self._recvs.popleft()
+        if GRH_LEN + length > rwr.length:
+            self.stats.ud_dropped_rx += 1
+            self.recv_cq.push(WorkCompletion(rwr.wr_id, WcStatus.LOC_LEN_ERR, WcOpcode.RECV, self.qpn))
+            return
+        at = rwr.offset
+        rwr.mr.view[at:at + GRH_LEN] = bytes(GRH_LEN)
+        rwr.mr.view[at + GRH_LEN:at + GRH_LEN + length] = buf[start:start + length]
+        self.recv_cq.push(WorkCompletion(rwr.wr_id, WcStatus.SUCCESS, WcOpcode.RECV, self.qpn,
+                                         GRH_LEN + length, imm, srcqp & 0xFFFFFF))
 
     def _complete_to(self, u: int, now: float) -> None:
         """Everything below unwrapped PSN ``u`` is acknowledged."""
@@ -440,112 +681,10 @@ class QueuePair:
             self._hint = max(0, self._hint - 1)
             self.stats.acked_bytes += wr.length
             if wr.signaled:
-                op = WcOpcode.RDMA_WRITE if wr.kind == "write" else WcOpcode.SEND
-                self.cq.push(WorkCompletion(wr.wr_id, WcStatus.SUCCESS, op, self.qpn, wr.length))
+                self.cq.push(WorkCompletion(wr.wr_id, WcStatus.SUCCESS, _WC_OP[wr.kind], self.qpn, wr.length))
         if self._send < u:
             self._send = u
-        self._timer = now + self.cfg.timeout if self._acked < self._max_sent else None
-
-    def _on_request(self, buf, n: int, opcode: int, pad: int, ackreq: bool, psn: int) -> None:
-        d = wire.psn_diff(psn, self._epsn)
-        if d < 0:
-            self.stats.duplicates_rx += 1
-            if ackreq:
-                self._send_ack((self._epsn - 1) & wire.PSN_MASK, SYN_ACK)
-            return
-        if d > 0:
-            self.stats.out_of_order_rx += 1
-            if d <= self._reorder and len(self._stash) < self._reorder:
-                self._stash.setdefault(psn, (bytes(buf[:n]), n, opcode, pad, ackreq, psn))
-                return
-            self._stash.clear()
-            if not self._nak_sent:
-                self._nak_sent = True
-                self._send_ack(self._epsn, SYN_NAK_SEQ)
-            return
-        start = 12
-        first = opcode in _FIRST or opcode in _ONLY
-        end_msg = opcode in _LAST or opcode in _ONLY
-        inb = self._in
-        if opcode in _WRITES:
-            if first:
-                if n < 12 + 16 + 4:
-                    self.stats.malformed_rx += 1
-                    return
-                va, rkey, dmalen = wire.RETH.unpack_from(buf, 12)
-                start = 28
-                mr = self.pd.lookup(rkey)
-                if mr is None or not mr.access & REMOTE_WRITE or not mr.contains(va, dmalen):
-                    self._send_ack(psn, SYN_NAK_ACCESS)
-                    return
-                inb.kind, inb.mr, inb.offset, inb.left, inb.total, inb.recv = \
-                    "write", mr, va - mr.addr, dmalen, dmalen, None
-            elif inb.kind != "write":
-                self._send_ack(psn, SYN_NAK_INV)
-                return
-        else:
-            if first:
-                if not self._recvs:
-                    self._send_ack(psn, SYN_RNR)
-                    return
-                rwr = self._recvs[0]
-                inb.kind, inb.mr, inb.offset, inb.left, inb.total, inb.recv = \
-                    "send", rwr.mr, rwr.offset, rwr.length, 0, rwr
-            elif inb.kind != "send":
-                self._send_ack(psn, SYN_NAK_INV)
-                return
-        imm = None
-        if opcode in _IMM:
-            if n < start + 4 + 4:
-                self.stats.malformed_rx += 1
-                return
-            imm = wire.U32.unpack_from(buf, start)[0]
-            start += 4
-            if inb.kind == "write" and not self._recvs:
-                self._send_ack(psn, SYN_RNR)
-                return
-        end = n - 4 - pad
-        length = end - start
-        if length < 0 or length > self.cfg.mtu or length > inb.left:
-            self._send_ack(psn, SYN_NAK_INV)
-            return
-        if inb.kind == "write" and end_msg and inb.left != length:
-            self._send_ack(psn, SYN_NAK_INV)
-            return
-        if length:
-            inb.mr.view[inb.offset:inb.offset + length] = buf[start:end]
-        inb.offset += length
-        inb.left -= length
-        if inb.kind == "send":
-            inb.total += length
-        self._epsn = (self._epsn + 1) & wire.PSN_MASK
-        self._nak_sent = False
-        if end_msg:
-            self._msn = (self._msn + 1) & wire.PSN_MASK
-            if inb.kind == "send":
-                rwr = self._recvs.popleft()
-                self.recv_cq.push(WorkCompletion(rwr.wr_id, WcStatus.SUCCESS, WcOpcode.RECV, self.qpn,
-                                                 inb.total, imm))
-            elif imm is not None:
-                rwr = self._recvs.popleft()
-                self.recv_cq.push(WorkCompletion(rwr.wr_id, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM,
-                                                 self.qpn, inb.total, imm))
-            self._in = _Inbound()
-        if ackreq:
-            self._send_ack(psn, SYN_ACK)
-
-    def _send_ack(self, psn: int, syndrome: int) -> None:
-        if syndrome == SYN_ACK:
-            self.stats.acks_tx += 1
-        else:
-            self.stats.naks_tx += 1
-        parts = [wire.bth(ACK, self.remote.qpn, psn) + wire.AETH.pack((syndrome << 24) | self._msn)]
-        self._emit(parts, False)
-
-    def _send_cnp(self) -> None:
-        self.stats.cnps_tx += 1
-        parts = [wire.bth(CNP, self.remote.qpn, 0, becn=True) + bytes(16)]
-        self._emit(parts, False)
+        self._timer = now + self.cfg.timeout if self._acked < self._max_sent and not self.unreliable else None
 
     # -- errors -----------------------------------------------------------------------------------
     def _to_error(self, status: WcStatus, why: str) -> None:
@@ -555,8 +694,8 @@ class QueuePair:
         first = True
         while self._wrs:
             wr = self._wrs.popleft()
-            op = WcOpcode.RDMA_WRITE if wr.kind == "write" else WcOpcode.SEND
-            self.cq.push(WorkCompletion(wr.wr_id, status if first else WcStatus.WR_FLUSH_ERR, op, self.qpn))
+            self.cq.push(WorkCompletion(wr.wr_id, status if first else WcStatus.WR_FLUSH_ERR, _WC_OP[wr.kind],
+                                        self.qpn))
             first = False
         while self._recvs:
             rwr = self._recvs.popleft()

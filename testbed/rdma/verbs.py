@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from testbed.errors import TestbedError
 
 #: Access flags of a memory region (IBV_ACCESS_*).
-LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ = 1, 2, 4
+LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC = 1, 2, 4, 8
 
 
 class RdmaError(TestbedError):
@@ -36,6 +36,9 @@ class WcStatus(enum.Enum):
 class WcOpcode(enum.Enum):
     SEND = "send"
     RDMA_WRITE = "rdma_write"
+    RDMA_READ = "rdma_read"
+    COMP_SWAP = "comp_swap"
+    FETCH_ADD = "fetch_add"
     RECV = "recv"
     RECV_RDMA_WITH_IMM = "recv_rdma_with_imm"
 
@@ -48,6 +51,7 @@ class WorkCompletion:
     qp_num: int
     byte_len: int = 0
     imm: int | None = None
+    src_qp: int | None = None      # UD receives: the sending QP (from the DETH)
 
 
 class MemoryRegion:

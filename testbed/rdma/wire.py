@@ -3,7 +3,8 @@ per-path prefix cache. No Scapy here: this runs once per packet.
 
 A datagram handed to the kernel is the UDP payload of a RoCEv2 packet::
 
-    BTH (12) | [RETH (16)] | [ImmDt (4)] | [AETH (4)] | payload + pad | ICRC (4)
+    BTH (12) | [RETH (16) | DETH (8) | AtomicETH (28)] | [ImmDt (4)] | [AETH (4) [AtomicAckETH (8)]]
+             | payload + pad | ICRC (4)
 
 The ICRC covers the IP and UDP headers the kernel will add (IBA Annex A17.4.5), so a :class:`Path`
 knows both addresses and ports and rebuilds those headers exactly as sent: IPv4 with DF and ID 0
@@ -21,6 +22,8 @@ from testbed.roce import icrc as _icrc
 
 BTH = struct.Struct("!BBHII")
 RETH = struct.Struct("!QII")
+DETH = struct.Struct("!II")          # Q_Key, reserved byte + source QP
+ATOMIC_ETH = struct.Struct("!QIQQ")  # VA, R_Key, swap/add data, compare data
 U32 = struct.Struct("!I")
 AETH = struct.Struct("!I")
 PSN_MASK = 0xFFFFFF
@@ -68,18 +71,29 @@ def psn_diff(a: int, b: int) -> int:
     return d - PSN_MOD if d >= PSN_MOD // 2 else d
 
 
+def qp_source_port(qpn: int) -> int:
+    """The UDP source port of a QP as Linux rdma_rxe picks it (``rxe_qp.c``: ``RXE_ROCE_V2_SPORT +
+    (hash_32(qp_num, 14) & 0x3fff)``, with ``hash_32`` the golden-ratio multiply of ``linux/hash.h``):
+    one flow per QP, different QPs on different ECMP paths. In 0xC000..0xFFFF."""
+    return 0xC000 + ((((qpn * 0x61C88647) & 0xFFFFFFFF) >> (32 - 14)) & 0x3FFF)
+
+
 @dataclass
 class Path:
-    """Where one QP's packets go: local and remote IP/port; the ICRC prefix per datagram length."""
+    """Where one QP's packets go: local (source) and remote IP/port, the local port datagrams arrive on
+    (``rx_port``, default the source port); the ICRC prefix per datagram length."""
 
     local_ip: str
     local_port: int
     remote_ip: str
     remote_port: int
+    rx_port: int | None = None
     _prefix: dict = field(default_factory=dict, repr=False)
     _rx_prefix: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
+        if self.rx_port is None:
+            self.rx_port = self.local_port
         self._lip = ipaddress.ip_address(self.local_ip)
         self._rip = ipaddress.ip_address(self.remote_ip)
         if self._lip.version != self._rip.version:
@@ -109,7 +123,7 @@ class Path:
             if len(self._rx_prefix) > 4096:
                 self._rx_prefix.clear()
             prefix = self._rx_prefix[key] = self._headers(self._rip, self._lip, src_port,
-                                                          self.local_port, 8 + n)
+                                                          self.rx_port, 8 + n)
         crc = zlib.crc32(buf[5:n - ICRC_LEN], zlib.crc32(_FF, zlib.crc32(buf[:4], prefix)))
         return crc.to_bytes(4, "little") == buf[n - ICRC_LEN:n]
 

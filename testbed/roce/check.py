@@ -2,17 +2,22 @@
 
 Every UDP/4791 packet goes through::
 
-    decode (lengths, opcode, ext headers) --bad--> malformed
-       |-- ICRC (IBA §7.8.1 / A17.4.5) --bad--> icrc_bad   (a NIC would drop it: no further checks)
-       |-- requests  -> per-QP record by PSN: opcode sequence, retransmissions, holes, message sizes
-       |-- ACK/NAK   -> syndrome legal, MSN never goes back, NAK codes counted
-       |-- CNP       -> BECN set, 16 zero bytes, P_Key 0xFFFF, rate per QP >= 1/interval
-       '-- ECN       -> data must be ECN-capable; CE marks counted
+    decode (lengths, opcode, ext headers) --bad--> malformed (fails the check unless allowed)
+       |-- ICRC (IBA §7.8.1 / A17.4.5) --bad--> icrc_bad, reported with QP and PSN (a NIC drops it)
+       |-- requests   -> recorded per QP in capture order (SEND, WRITE, READ request, atomics; RC/UC/UD)
+       |-- responses  -> ACK/NAK, READ responses, atomic ACKs: syndrome legal, MSN never goes back
+       |-- CNP        -> BECN set, 16 zero bytes, P_Key 0xFFFF, rate per QP >= 1/interval
+       '-- ECN        -> CE marks counted; Not-ECT data a violation only with ``expect_ect``
 
-Requests are checked in PSN order after the whole capture is read, so the result does not depend on
-where the capture was taken: before a lossy link (no holes, go-back-N resends show up as duplicates)
-or after it (holes that a retransmission later fills). A QP is identified by (source IP, destination
-IP, destination QP number), since QP numbers are only unique per node.
+After the whole capture is read, :mod:`testbed.roce.analysis` pairs each QP's request stream with the
+reverse stream of its responses and walks both (in capture order, then in PSN order), so the result
+does not depend on where the capture was taken: before a lossy link (no holes, go-back-N resends show
+up as copies) or after it (holes that a retransmission later fills). A QP is identified by (source IP,
+destination IP, destination QP number), plus the source QP for UD, since QP numbers are only unique
+per node.
+
+Exit rule (:func:`failures`): any violation, bad ICRC, malformed packet, corrupt file, or a capture
+without RoCE fails, the last three unless explicitly allowed.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.roce import analysis
 from testbed.roce import icrc as _icrc
 from testbed.roce import opcodes as ops
 from testbed.roce.capture import Malformed, RocePacket, read_records, roce_of
@@ -29,15 +35,35 @@ PSN_MOD = 1 << 24
 #: Violations listed in full; beyond this only the count grows.
 MAX_VIOLATIONS = 200
 _BTH = struct.Struct("!BBHII")
+#: Response opcodes that carry a PSN of the requester's space (and, but MIDDLE, an AETH).
+RESPONSES = {0x0D, 0x0E, 0x0F, 0x10, ops.ACK, ops.ATOMIC_ACK}
 
 
 @dataclass
-class _Pkt:
+class Request:
+    """One request packet as seen (capture order ``idx``); ``u`` is the PSN unwrapped per stream."""
+
+    idx: int
+    ts: float
+    u: int
     opcode: int
     paylen: int        # payload bytes excluding pad
     padcount: int
     dmalen: int | None
+    ce: bool
+
+
+@dataclass
+class Response:
+    """An ACK/NAK, READ response or atomic ACK; ``psn`` is wrapped (the requester's PSN space)."""
+
+    idx: int
     ts: float
+    psn: int
+    opcode: int
+    paylen: int
+    syndrome: int | None
+    ce: bool
 
 
 @dataclass
@@ -45,27 +71,33 @@ class QpState:
     src: str
     dst: str
     dqpn: int
+    srcqp: int | None = None      # UD: the sending QP from the DETH
     packets: int = 0
     requests: int = 0
     retransmissions: int = 0
+    reordered: int = 0
+    duplicates: int = 0
     acks: int = 0
     naks: int = 0
+    read_responses: int = 0
+    atomic_acks: int = 0
     ce_marked: int = 0
     not_ect: int = 0
     cnps: int = 0
     last_cnp_ts: float | None = None
     min_cnp_gap: float | None = None
     msn: int | None = None
-    # requests by unwrapped PSN (first copy seen), the next expected unwrapped PSN
-    by_psn: dict = field(default_factory=dict)
     next_u: int | None = None
-    max_u: int | None = None
     messages: int = 0
     message_bytes: int = 0
+    reqs: list = field(default_factory=list)
+    resps: list = field(default_factory=list)
+    cnp_ts: list = field(default_factory=list)
 
     @property
     def name(self) -> str:
-        return f"{self.src}->{self.dst} qp 0x{self.dqpn:06x}"
+        ud = f" from qp 0x{self.srcqp:06x}" if self.srcqp is not None else ""
+        return f"{self.src}->{self.dst} qp 0x{self.dqpn:06x}{ud}"
 
 
 class Checker:
@@ -74,18 +106,24 @@ class Checker:
     Args:
         cnp_interval: the notification point's minimum CNP spacing per QP (seconds, already dilated);
             CNPs closer than half of it (capture timestamps jitter) are a violation. 0 turns it off.
-        require_ect: data packets without an ECN-capable codepoint are a violation.
+        require_ect: data packets without an ECN-capable codepoint are a violation (DCQCN runs).
+        retx_gap: an idle time on a QP at least this long explains a resend as a timeout (seconds).
+        cnp_wait: how long after CE-marked data its CNP may come (default: max(2 ms, 20 intervals)).
     """
 
-    def __init__(self, cnp_interval: float = 50e-6, require_ect: bool = True):
+    def __init__(self, cnp_interval: float = 50e-6, require_ect: bool = False, retx_gap: float = 1e-3,
+                 cnp_wait: float | None = None):
         self.cnp_interval = cnp_interval
         self.require_ect = require_ect
+        self.retx_gap = retx_gap
+        self.cnp_wait = cnp_wait if cnp_wait is not None else max(2e-3, 20 * cnp_interval)
         self.packets = 0
         self.roce_packets = 0
         self.malformed = 0
         self.truncated = 0
         self.icrc_bad = 0
         self.cnp = 0
+        self.last_ts: float | None = None
         self.violations: list[dict] = []
         self.violation_count = 0
         self.qps: dict[tuple, QpState] = {}
@@ -110,6 +148,8 @@ class Checker:
 
     def feed(self, pkt: RocePacket) -> None:
         t = pkt.transport
+        idx = self.packets
+        self.last_ts = pkt.ts if self.last_ts is None else max(self.last_ts, pkt.ts)
         length = pkt.length or len(t)
         if pkt.truncated:
             self.truncated += 1  # snaplen: headers are checked, ICRC and data cannot be
@@ -129,10 +169,19 @@ class Checker:
         if flags & 0x0F:
             self._malformed("BTH transport header version is not 0")
             return
-        if pkt.truncated:
-            if len(t) < 12 + ext:
-                return
-        else:
+        if pkt.truncated and len(t) < 12 + ext:
+            return
+        dqpn = qpword & 0xFFFFFF
+        psn = psnword & 0xFFFFFF
+        srcqp = None
+        if ops.is_ud(opcode):
+            srcqp = struct.unpack_from("!I", t, 16)[0] & 0xFFFFFF
+        key = (pkt.src, pkt.dst, dqpn, srcqp)
+        qp = self.qps.get(key)
+        if qp is None:
+            qp = self.qps[key] = QpState(pkt.src, pkt.dst, dqpn, srcqp)
+        qp.packets += 1
+        if not pkt.truncated:
             try:
                 crc = _icrc.icrc(pkt.ip, pkt.udp, t[:-4])
             except Exception:  # noqa: BLE001 - SpecError from a broken IP header counts as malformed
@@ -140,25 +189,21 @@ class Checker:
                 return
             if _icrc.icrc_bytes(crc) != t[-4:]:
                 self.icrc_bad += 1
+                self._violation(qp, psn, f"{ops.op_name(opcode)}: ICRC 0x{t[-4:].hex()} on the wire, "
+                                         f"0x{_icrc.icrc_bytes(crc).hex()} computed (a NIC drops it)")
                 return
-        dqpn = qpword & 0xFFFFFF
-        key = (pkt.src, pkt.dst, dqpn)
-        qp = self.qps.get(key)
-        if qp is None:
-            qp = self.qps[key] = QpState(pkt.src, pkt.dst, dqpn)
-        qp.packets += 1
-        psn = psnword & 0xFFFFFF
         if opcode == ops.CNP:
             self._cnp(qp, pkt, t, flags, pkey, qpword)
-        elif opcode == ops.ACK:
-            self._ack(qp, t[12:16], psn)
+        elif opcode in RESPONSES:
+            self._response(qp, pkt, t, length, opcode, flags, psn, ext, idx)
         elif ops.is_request(opcode):
-            self._request(qp, pkt, t, length, opcode, flags, psn, ext)
+            self._request(qp, pkt, t, length, opcode, flags, psn, ext, idx)
 
     # -- per kind ---------------------------------------------------------------------------------
     def _cnp(self, qp: QpState, pkt: RocePacket, t: bytes, flags: int, pkey: int, qpword: int) -> None:
         self.cnp += 1
         qp.cnps += 1
+        qp.cnp_ts.append(pkt.ts)
         if not (qpword >> 30) & 1:
             self._violation(qp, None, "CNP without BECN set")
         if pkey != 0xFFFF:
@@ -175,33 +220,52 @@ class Checker:
                                           f"{self.cnp_interval * 1e6:g} us")
         qp.last_cnp_ts = pkt.ts
 
-    def _ack(self, qp: QpState, aeth: bytes, psn: int) -> None:
-        syndrome = aeth[0]
-        msn = int.from_bytes(aeth[1:4], "big")
-        kind = (syndrome >> 5) & 3
-        if syndrome & 0x80 or kind == 2:
-            self._violation(qp, psn, f"reserved AETH syndrome 0x{syndrome:02x}")
-            return
-        if kind == 3:
-            qp.naks += 1
-            if syndrome & 0x1F > 4:
-                self._violation(qp, psn, f"NAK with reserved code {syndrome & 0x1F}")
-        else:
-            qp.acks += 1
-        if qp.msn is not None and 0 < (qp.msn - msn) % PSN_MOD < PSN_MOD // 2:
-            self._violation(qp, psn, f"MSN went back from {qp.msn} to {msn}")
-        else:
-            qp.msn = msn
-
-    def _request(self, qp: QpState, pkt: RocePacket, t: bytes, length: int, opcode: int, flags: int,
-                 psn: int, ext: int) -> None:
-        qp.requests += 1
+    def _ecn(self, qp: QpState, pkt: RocePacket, psn: int) -> bool:
+        """Counts the ECN codepoint of a data-carrying packet; returns True when CE-marked."""
         if pkt.ecn == 3:
             qp.ce_marked += 1
-        elif pkt.ecn == 0 and self.require_ect:
-            if qp.not_ect == 0:
-                self._violation(qp, psn, "data packet is not ECN-capable (Not-ECT)")
+            return True
+        if pkt.ecn == 0:
+            if qp.not_ect == 0 and self.require_ect:
+                self._violation(qp, psn, "data packet is not ECN-capable (Not-ECT) but --expect-ect")
             qp.not_ect += 1
+        return False
+
+    def _response(self, qp: QpState, pkt: RocePacket, t: bytes, length: int, opcode: int, flags: int,
+                  psn: int, ext: int, idx: int) -> None:
+        syndrome = None
+        if opcode != 0x0E:  # every response but READ RESPONSE MIDDLE carries an AETH
+            syndrome = t[12]
+            msn = int.from_bytes(t[13:16], "big")
+            kind = (syndrome >> 5) & 3
+            if syndrome & 0x80 or kind == 2:
+                self._violation(qp, psn, f"reserved AETH syndrome 0x{syndrome:02x}")
+                return
+            if kind in (1, 3) and opcode != ops.ACK:
+                self._violation(qp, psn, f"{ops.op_name(opcode)} with a NAK syndrome 0x{syndrome:02x}")
+            if kind == 3 and syndrome & 0x1F > 4:
+                self._violation(qp, psn, f"NAK with reserved code {syndrome & 0x1F}")
+            if qp.msn is not None and 0 < (qp.msn - msn) % PSN_MOD < PSN_MOD // 2:
+                self._violation(qp, psn, f"MSN went back from {qp.msn} to {msn}")
+            else:
+                qp.msn = msn
+            if kind == 0:
+                qp.acks += opcode == ops.ACK
+            else:
+                qp.naks += 1
+        ce = False
+        paylen = length - 12 - ext - 4 - ((flags >> 4) & 3)
+        if opcode in (0x0D, 0x0E, 0x0F, 0x10):
+            qp.read_responses += 1
+            ce = self._ecn(qp, pkt, psn)
+        elif opcode == ops.ATOMIC_ACK:
+            qp.atomic_acks += 1
+        qp.resps.append(Response(idx, pkt.ts, psn, opcode, paylen, syndrome, ce))
+
+    def _request(self, qp: QpState, pkt: RocePacket, t: bytes, length: int, opcode: int, flags: int,
+                 psn: int, ext: int, idx: int) -> None:
+        qp.requests += 1
+        ce = self._ecn(qp, pkt, psn)
         padcount = (flags >> 4) & 3
         data = length - 12 - ext - 4
         dmalen = None
@@ -209,76 +273,23 @@ class Checker:
             dmalen = struct.unpack_from("!I", t, 12 + 12)[0]
         if qp.next_u is None:
             u = psn
-            qp.next_u = qp.max_u = psn
         else:
             diff = (psn - qp.next_u) % PSN_MOD
             u = qp.next_u + (diff - PSN_MOD if diff >= PSN_MOD // 2 else diff)
-        record = _Pkt(opcode, data - padcount, padcount, dmalen, pkt.ts)
-        old = qp.by_psn.get(u)
-        if old is not None:
-            qp.retransmissions += 1
-            if old.opcode != opcode or old.paylen != record.paylen:
-                self._violation(qp, psn, f"retransmission changed {ops.op_name(old.opcode)} "
-                                         f"to {ops.op_name(opcode)}")
-            return
-        if u < qp.max_u:
-            qp.retransmissions += 1  # fills a hole: its first copy was lost before this capture point
-        qp.by_psn[u] = record
-        qp.max_u = max(qp.max_u, u)
-        qp.next_u = max(qp.next_u, u + 1)
+        qp.next_u = u + 1 if qp.next_u is None else max(qp.next_u, u + 1)
+        qp.reqs.append(Request(idx, pkt.ts, u, opcode, data - padcount, padcount, dmalen, ce))
 
     # -- after the capture ------------------------------------------------------------------------
-    def _sequence(self, qp: QpState) -> None:
-        """Opcode order, holes and message sizes, walking each QP's requests in PSN order."""
-        prev: _Pkt | None = None
-        msg_len = 0
-        msg_dmalen: int | None = None
-        mtu: int | None = None
-        expect_u: int | None = None
-        for u in sorted(qp.by_psn):
-            cur = qp.by_psn[u]
-            psn = u % PSN_MOD
-            if expect_u is not None and u != expect_u:
-                self._violation(qp, expect_u % PSN_MOD,
-                                f"PSNs {expect_u % PSN_MOD}..{(u - 1) % PSN_MOD} never seen")
-                prev, msg_len, msg_dmalen = None, 0, None  # cannot judge across the hole
-            expect_u = u + 1
-            pos, fam = ops.position(cur.opcode), ops.family(cur.opcode)
-            if prev is not None:
-                in_msg = ops.position(prev.opcode) in (ops.FIRST, ops.MIDDLE)
-                if in_msg and (pos not in (ops.MIDDLE, ops.LAST) or fam != ops.family(prev.opcode)):
-                    self._violation(qp, psn, f"{ops.op_name(cur.opcode)} after "
-                                             f"{ops.op_name(prev.opcode)}")
-                elif not in_msg and pos not in (ops.FIRST, ops.ONLY):
-                    self._violation(qp, psn, f"{ops.op_name(cur.opcode)} outside a message")
-            if pos in (ops.FIRST, ops.MIDDLE) and cur.padcount:
-                self._violation(qp, psn, f"{ops.op_name(cur.opcode)} with pad count {cur.padcount}")
-            if ops.carries_payload(cur.opcode) and (cur.paylen + cur.padcount) % 4:
-                self._violation(qp, psn, "payload plus pad is not a multiple of 4 bytes")
-            if pos in (ops.FIRST, ops.ONLY):
-                msg_len, msg_dmalen, mtu = 0, cur.dmalen, (cur.paylen if pos == ops.FIRST else None)
-            elif pos == ops.MIDDLE and mtu is not None and cur.paylen != mtu:
-                self._violation(qp, psn, f"middle packet of {cur.paylen} B in a message of {mtu} B packets")
-            elif pos == ops.LAST and mtu is not None and not 0 < cur.paylen + cur.padcount <= mtu:
-                self._violation(qp, psn, f"last packet of {cur.paylen} B exceeds the {mtu} B path MTU")
-            msg_len += cur.paylen
-            if pos in (ops.LAST, ops.ONLY):
-                qp.messages += 1
-                qp.message_bytes += msg_len
-                if fam == "write" and msg_dmalen is not None and msg_len != msg_dmalen:
-                    self._violation(qp, psn, f"RDMA WRITE carried {msg_len} B, RETH says {msg_dmalen}")
-            prev = cur
-        if prev is not None and ops.position(prev.opcode) in (ops.FIRST, ops.MIDDLE):
-            self._violation(qp, None, "capture ends inside a message")
-
     def report(self) -> dict:
-        for qp in self.qps.values():
-            self._sequence(qp)
+        analysis.analyse(self)
         qps = []
-        for qp in sorted(self.qps.values(), key=lambda q: (q.src, q.dst, q.dqpn)):
-            qps.append({"src": qp.src, "dst": qp.dst, "dqpn": qp.dqpn, "packets": qp.packets,
-                        "requests": qp.requests, "retransmissions": qp.retransmissions,
-                        "acks": qp.acks, "naks": qp.naks, "ce_marked": qp.ce_marked, "cnps": qp.cnps,
+        for qp in sorted(self.qps.values(), key=lambda q: (q.src, q.dst, q.dqpn, q.srcqp or 0)):
+            qps.append({"src": qp.src, "dst": qp.dst, "dqpn": qp.dqpn, "srcqp": qp.srcqp,
+                        "packets": qp.packets, "requests": qp.requests,
+                        "retransmissions": qp.retransmissions, "reordered": qp.reordered,
+                        "duplicates": qp.duplicates, "acks": qp.acks, "naks": qp.naks,
+                        "read_responses": qp.read_responses, "atomic_acks": qp.atomic_acks,
+                        "ce_marked": qp.ce_marked, "not_ect": qp.not_ect, "cnps": qp.cnps,
                         "min_cnp_gap_us": None if qp.min_cnp_gap is None else qp.min_cnp_gap * 1e6,
                         "messages": qp.messages, "message_bytes": qp.message_bytes})
         return {"packets": self.packets, "roce_packets": self.roce_packets, "malformed": self.malformed,
@@ -297,9 +308,10 @@ class Checker:
             self.violations.append({"qp": qp.name, "dqpn": qp.dqpn, "psn": psn, "what": what})
 
 
-def check_capture(path: str | Path, cnp_interval: float = 50e-6, require_ect: bool = True) -> dict:
+def check_capture(path: str | Path, cnp_interval: float = 50e-6, require_ect: bool = False,
+                  **kw) -> dict:
     """Validate a pcap/pcapng file; returns the report (see :meth:`Checker.report`)."""
-    checker = Checker(cnp_interval=cnp_interval, require_ect=require_ect)
+    checker = Checker(cnp_interval=cnp_interval, require_ect=require_ect, **kw)
     records, state = read_records(path)
     for rec in records:
         checker.feed_record(rec)
@@ -308,6 +320,22 @@ def check_capture(path: str | Path, cnp_interval: float = 50e-6, require_ect: bo
     return report
 
 
-def passed(report: dict) -> bool:
-    """The exit-status rule: no violation and no bad ICRC."""
-    return report["violation_count"] == 0 and report["icrc_bad"] == 0
+def failures(report: dict, allow_malformed: bool = False, allow_empty: bool = False) -> list[str]:
+    """Why the capture fails the check (empty when it passes)."""
+    out = []
+    if report["violation_count"]:
+        out.append(f"{report['violation_count']} protocol violations")
+    if report["icrc_bad"]:
+        out.append(f"{report['icrc_bad']} packets with a bad ICRC")
+    if report["malformed"] and not allow_malformed:
+        out.append(f"{report['malformed']} malformed RoCE packets (--allow-malformed to accept)")
+    if report.get("truncated_file") and not allow_malformed:
+        out.append("the capture file is corrupt or cut mid-record (--allow-malformed to accept)")
+    if not report["roce_packets"] and not allow_empty:
+        out.append(f"no RoCEv2 packet among {report['packets']} (--allow-empty to accept)")
+    return out
+
+
+def passed(report: dict, allow_malformed: bool = False, allow_empty: bool = False) -> bool:
+    """The exit-status rule: see :func:`failures`."""
+    return not failures(report, allow_malformed, allow_empty)

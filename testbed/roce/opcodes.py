@@ -85,16 +85,33 @@ _FAMILY = {0x00: "send", 0x01: "send", 0x02: "send", 0x03: "send", 0x04: "send",
            0x0A: "write", 0x0B: "write", 0x0C: "read", 0x13: "atomic", 0x14: "atomic"}
 
 
+UD_SEND_ONLY, UD_SEND_ONLY_IMM = 0x64, 0x65
+
+
+def is_ud(opcode: int) -> bool:
+    return opcode in (UD_SEND_ONLY, UD_SEND_ONLY_IMM)
+
+
+def is_uc(opcode: int) -> bool:
+    return 0x20 <= opcode < 0x40
+
+
 def is_request(opcode: int) -> bool:
-    """RC/UC request packets (those a requester sends), excluding responses, ACKs and CNPs."""
+    """RC/UC/UD request packets (those a requester sends), excluding responses, ACKs and CNPs."""
+    if is_ud(opcode):
+        return True
     return opcode < 0x40 and operation(opcode) in _POSITION and opcode in OPCODE_NAMES
 
 
 def position(opcode: int) -> str | None:
+    if is_ud(opcode):
+        return ONLY
     return _POSITION.get(operation(opcode)) if opcode < 0x40 else None
 
 
 def family(opcode: int) -> str | None:
+    if is_ud(opcode):
+        return "send"
     return _FAMILY.get(operation(opcode)) if opcode < 0x40 else None
 
 

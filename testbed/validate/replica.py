@@ -128,7 +128,7 @@ def _senders(wire: Wire, workdir: Path, configs: list[dict], timeout: float) -> 
     return outs
 
 
-def run_dcqcn(wire: Wire, workdir: Path, run: DcqcnRun) -> dict:
+def run_dcqcn(wire: Wire, workdir: Path, run: DcqcnRun, core: str | None = None) -> dict:
     """N DCQCN senders through the marking bottleneck; raw series on the monotonic clock (emulated seconds).
 
     Returns:
@@ -136,7 +136,7 @@ def run_dcqcn(wire: Wire, workdir: Path, run: DcqcnRun) -> dict:
         of the first flow, "link_stats": delay-line counters, "emulated": link params}``.
     """
     pairs = add_pairs(wire, len(run.starts_s))
-    wire.restart(run.link(), seed=7)
+    wire.restart(run.link(), seed=7, core=core)
     start = time.monotonic() + 1.5   # leaves the senders time to connect before the first flow starts
     configs = [{"host": dst, "bind": src, "size": 256 * 1024, "scale": run.scale, "line_rate": run.line_rate_bps,
                 "dcqcn": True, "window": run.window, "timeout_s": 0.25 / run.scale,
@@ -151,11 +151,18 @@ def run_dcqcn(wire: Wire, workdir: Path, run: DcqcnRun) -> dict:
             "realtime": stats.get("realtime"), "rx_kernel_drops": stats.get("rx_kernel_drops")}
 
 
-def run_goodput(wire: Wire, workdir: Path, rate_bps: float, one_way_s: float, window: int, seconds: float) -> dict:
+def _ack_timeout(rate_bps: float, one_way_s: float, window: int) -> float:
+    """Four times the worst RTT a window can see (propagation plus a whole window queued at the bottleneck):
+    a shorter ACK timeout fires while the data is still queued and go-back-N refills the queue."""
+    return 4 * (2 * one_way_s + window * FRAME_BYTES * 8 / rate_bps)
+
+
+def run_goodput(wire: Wire, workdir: Path, rate_bps: float, one_way_s: float, window: int, seconds: float,
+                core: str | None = None) -> dict:
     """One sender, no DCQCN, through a rate-limited, delayed link (emulated figures); its result document."""
-    wire.restart(LinkParams(rate_bps=rate_bps, delay_s=one_way_s, limit=max(1000, 4 * window)), seed=8)
+    wire.restart(LinkParams(rate_bps=rate_bps, delay_s=one_way_s, limit=max(1000, 4 * window)), seed=8, core=core)
     c = {"host": wire.ip_b, "bind": wire.ip_a, "size": 64 * 1024, "scale": 1.0, "line_rate": rate_bps,
-         "dcqcn": False, "window": window, "timeout_s": max(0.05, 20 * one_way_s), "start_at": 0.0,
+         "dcqcn": False, "window": window, "timeout_s": _ack_timeout(rate_bps, one_way_s, window), "start_at": 0.0,
          "duration": seconds, "every": 0.01}
     result = _senders(wire, workdir, [c], timeout=seconds + 120)[0]
     stats = wire.stop()
@@ -170,14 +177,14 @@ def open_validation_wire(reg, workdir: Path) -> Wire:
     return open_wire(reg, workdir, tag="v")
 
 
-def run_link(wire: Wire, workdir: Path, quick: bool, gap_rates_bps) -> dict:
+def run_link(wire: Wire, workdir: Path, quick: bool, gap_rates_bps, core: str) -> dict:
     """The link checks of ``testbed bench link`` (delay and RED cases as it runs them) and backlogged gap
     captures kept whole for the CCDF."""
     from testbed.bench import link as bench
     from testbed.links.pcap import read_pcap
 
     plan = bench.cases(quick)
-    delays = [bench._delay_case(wire, d, plan) for d in plan["delays_s"]]
+    delays = [bench._delay_case(wire, d, plan, core) for d in plan["delays_s"]]
     iperf = wire.run.spawn(wire.exec_argv("b", ["iperf3", "-s", "-p", str(bench.IPERF_PORT)]),
                            log=workdir / "iperf3-server.log")
     try:
@@ -186,7 +193,7 @@ def run_link(wire: Wire, workdir: Path, quick: bool, gap_rates_bps) -> dict:
         poll(lambda: bench._listening(wire, bench.IPERF_PORT), timeout=10, what="iperf3 server to listen")
         gaps = []
         for rate in gap_rates_bps:
-            wire.restart(LinkParams(rate_bps=rate, delay_s=0.001, limit=200), seed=2)
+            wire.restart(LinkParams(rate_bps=rate, delay_s=0.001, limit=200), seed=2, core=core)
             with wire.capture("b", bench.IPERF_PORT, f"gaps{rate / 1e6:g}M") as pb:
                 subprocess.run(wire.exec_argv("a", ["iperf3", "-c", wire.ip_b, "-p", str(bench.IPERF_PORT), "-u",
                                                     "-b", str(int(rate * 1.2)), "-l", str(bench.FRAME - 42),
@@ -198,5 +205,5 @@ def run_link(wire: Wire, workdir: Path, quick: bool, gap_rates_bps) -> dict:
     finally:
         iperf.terminate()
         iperf.wait(timeout=10)
-    red = bench._red_case(wire, plan)
+    red = bench._red_case(wire, plan, core)
     return {"delay_cases": delays, "gap_captures": gaps, "red": red, "frame": bench.FRAME}

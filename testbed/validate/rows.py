@@ -186,7 +186,7 @@ def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None) -> list[Row]:
     rows.append(Row("DCQCN fluid model (CoNEXT'16)", f"rate trajectory, {n} flows (RMS / C)", rate_rms, 0.0, "",
                     rate_rms, TRAJECTORY_TOLERANCE, bool(rate_rms <= TRAJECTORY_TOLERANCE), RDMA_BACKENDS, "trajectory",
                     note, plot))
-    rows.append(Row("DCQCN fluid model (CoNEXT'16)", "queue trajectory (RMS / Kmax)", queue_rms, 0.0, "",
+    rows.append(Row("DCQCN fluid model (CoNEXT'16)", f"queue trajectory, {n} flows (RMS / Kmax)", queue_rms, 0.0, "",
                     queue_rms, TRAJECTORY_TOLERANCE, bool(queue_rms <= TRAJECTORY_TOLERANCE), RDMA_BACKENDS, "trajectory",
                     note, plot))
     # fair share: over the last third of the run, each flow's share of the DCQCN rate total
@@ -194,7 +194,7 @@ def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None) -> list[Row]:
     m_share = tr.rates[last].mean(axis=0) / tr.rates[last].sum(axis=1).mean()
     r_share = rep_rates[last].mean(axis=0) / rep_rates[last].sum(axis=1).mean()
     worst = int(np.argmax(np.abs(r_share - m_share)))
-    rows.append(scalar_row("DCQCN fluid model (CoNEXT'16)", f"rate share of flow {worst + 1} (last third)",
+    rows.append(scalar_row("DCQCN fluid model (CoNEXT'16)", f"rate share of flow {worst + 1} of {n} (last third)",
                            float(r_share[worst]), float(m_share[worst]), "", backends=RDMA_BACKENDS,
                            note="fair share is 1/N"))
     # aggregate goodput against the model's delivered rate (payload of the frames the bottleneck forwarded)
@@ -206,7 +206,7 @@ def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None) -> list[Row]:
             good += (f["acked"][inside][-1] - f["acked"][inside][0]) * 8 / (f["t"][inside][-1] - f["t"][inside][0])
     payload = 1024 / frame_bytes
     expected = tr.utilisation(t_lo, t_hi) * cap * payload
-    rows.append(scalar_row("DCQCN fluid model (CoNEXT'16)", "aggregate goodput (last two thirds)",
+    rows.append(scalar_row("DCQCN fluid model (CoNEXT'16)", f"aggregate goodput, {n} flows (last two thirds)",
                            good * run.scale / 1e6, expected * run.scale / 1e6, "Mb/s (real)", backends=RDMA_BACKENDS))
     if n >= 2:
         join = max(rep["starts"][1], fp.starts_s[1])
@@ -215,12 +215,12 @@ def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None) -> list[Row]:
         conv_rep = _convergence(grid, r1s, r2s, rep["starts"][1], hold=10 * rtt)
         conv_mod = _convergence(grid, tr.rates[:, 0], tr.rates[:, 1], fp.starts_s[1], hold=10 * rtt)
         if conv_rep is None or conv_mod is None:
-            rows.append(Row("DCQCN fluid model (CoNEXT'16)", "convergence time (rates within 20%)",
+            rows.append(Row("DCQCN fluid model (CoNEXT'16)", f"convergence time, flows 1-2 of {n} (rates within 20%)",
                             None if conv_rep is None else conv_rep / run.scale * 1e3,
                             None if conv_mod is None else conv_mod / run.scale * 1e3, "ms (real)", None,
                             SCALAR_TOLERANCE, False, RDMA_BACKENDS, "scalar", f"did not converge (join at {join:.3f} s)"))
         else:
-            rows.append(scalar_row("DCQCN fluid model (CoNEXT'16)", "convergence time (rates within 20%)",
+            rows.append(scalar_row("DCQCN fluid model (CoNEXT'16)", f"convergence time, flows 1-2 of {n} (rates within 20%)",
                                    conv_rep / run.scale * 1e3, conv_mod / run.scale * 1e3, "ms (real)",
                                    backends=RDMA_BACKENDS,
                                    note="after the second flow joins; replica rates smoothed over 4 timer periods"))

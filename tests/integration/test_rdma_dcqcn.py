@@ -47,6 +47,6 @@ def test_ce_marks_become_cnps_and_rate_cuts(tmp_path):
     rows = series.read_text().strip().splitlines()[1:]
     rates = [float(row.split(",")[1]) for row in rows]
     assert min(rates) < 0.75 * 100e6                            # the rate was cut below line rate
-    report = check_capture(pcap, cnp_interval=50e-6 * SCALE)
+    report = check_capture(pcap, cnp_interval=50e-6 * SCALE, require_ect=True)
     assert passed(report), report["violations"][:5]
     assert report["cnp"] > 0 and sum(q["ce_marked"] for q in report["qps"]) > 0

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.root]
 
 #: Rows measured and shown but not yet within tolerance on main (docs/validation.md, "Open rows"): the replica's
 #: DCQCN limit cycle is deeper and slower than the fluid model's (its queue passes Kmax every cycle), and its
-#: first congestion episode varies from run to run (queue RMS 0.07-0.22 of Kmax over five healthy runs).
+#: first congestion episode varies from run to run (queue RMS 0.07-0.22 of Kmax over six healthy runs).
 #: They must still be measured, finite and plotted; the fair-share row is asserted.
 KNOWN_OPEN = ("rate trajectory", "queue trajectory", "aggregate goodput", "convergence time")
 

@@ -76,3 +76,22 @@ def test_cpu_per_process_in_the_evidence():
     ledger = accounting.account({"f": 10}, {"f": 10}, {"dl0": _stats(_direction(10, 10))})
     health = accounting.emulator_health(ledger, {"dl0": {"cpu_s": 0.5, "wall_s": 2.0}})
     assert health["cpu"]["dl0"]["cpu_fraction"] == 0.25 and health["emulator_ok"]
+
+
+def test_link_node_cpu_comes_from_its_stats():
+    link = _stats(_direction(10, 10))
+    link.update(cpu_s=0.3, uptime_s=3.0)
+    doc = accounting.metrics_block({"f": 10}, {"f": 10}, {"dl0": link}, processes={"s1": {"cpu_s": 1, "wall_s": 2}})
+    assert doc["emulator"]["cpu"]["dl0"]["cpu_fraction"] == 0.1 and doc["emulator"]["cpu"]["s1"]["cpu_fraction"] == 0.5
+
+
+def test_kernel_drop_summary_keeps_real_drops_and_leaves_out_benign_ones():
+    text = """\
+          python skbaddr=0xffff8882b75880e0 rx_sk=(nil) protocol=2048 location=ip_rcv_core+0x22c reason: OTHERHOST
+ linkcore-c2cac7 skbaddr=0xffff8882b614e300 rx_sk=(nil) protocol=2048 location=tpacket_rcv+0x1a reason: PACKET_SOCK_ERROR
+ simple_switch_f skbaddr=0xffff8882b614e301 rx_sk=0xffff888 protocol=2048 location=udp_queue_rcv_one_skb+0x437 reason: SOCKET_RCVBUFF
+ simple_switch_f skbaddr=0xffff8882b614e302 rx_sk=0xffff888 protocol=2048 location=udp_queue_rcv_one_skb+0x437 reason: SOCKET_RCVBUFF
+"""
+    assert accounting.summarise_kernel_drops(text) == {"udp_queue_rcv_one_skb:SOCKET_RCVBUFF": 2,
+                                                       "tpacket_rcv:PACKET_SOCK_ERROR": 1}
+    assert accounting.kernel_drop_trace_argv(2, "/tmp/x.data")[:4] == ["perf", "record", "-q", "-e"]

@@ -81,10 +81,70 @@ def test_client_without_server_is_a_clear_error(capsys):
     assert "is 'testbed rdma server' running" in capsys.readouterr().err
 
 
-def test_server_listens_on_loopback_by_default_outside_a_replica_host(monkeypatch):
-    from testbed.rdma import perf
+def test_refusal_names_bind(capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["rdma", "write-bw", "127.0.0.1", "--port", str(port), "--roce-port", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "Connection refused" in err and "--bind" in err
 
-    monkeypatch.setattr(perf, "in_initial_netns", lambda: True)
-    assert perf.default_bind() == "127.0.0.1"
-    monkeypatch.setattr(perf, "in_initial_netns", lambda: False)
-    assert perf.default_bind() == "0.0.0.0"
+
+@pytest.mark.parametrize("test,size,qps,transport", [
+    ("read_bw", 100_001, 1, "rc"), ("read_bw", 5000, 3, "rc"), ("atomic_bw", 8, 3, "rc"),
+    ("send_bw", 1000, 2, "ud"), ("write_bw", 20_000, 2, "uc"), ("send_bw", 3000, 1, "uc")])
+def test_every_transport_and_test_verifies(server, test, size, qps, transport):
+    lossy = transport == "rc"  # UC/UD lose messages for good: run them on a clean path
+    cfg = QpConfig(mtu=1024, loss=0.02 if lossy else 0.0, seed=5, timeout=0.02)
+    r = run_client("127.0.0.1", test, size, iters=30, port=server["port"], roce_port=0, config=cfg,
+                   verify=True, tx_depth=4, qps=qps, transport=transport)
+    assert r["iterations"] == 30 and r["verified"] is True, r
+    assert r["qps"] == qps and len({q["qpn"] for q in r["qp_list"]}) == qps
+    assert all(q["acked_bytes"] > 0 for q in r["qp_list"])  # the work was spread over every QP
+    if lossy:
+        assert r["retransmissions"] + r["read_retries"] > 0
+    if test == "send_bw":
+        assert r["server"]["received"] == 30
+    if test == "atomic_bw":
+        assert sum(r["server"]["counters"]) == 30 and min(r["server"]["counters"]) > 0
+    assert "BW average[MB/sec]" in report_text(r)
+
+
+def test_read_latency_is_a_round_trip(server):
+    r = run_client("127.0.0.1", "read_lat", 64, iters=40, port=server["port"], roce_port=0, verify=True)
+    assert r["iterations"] == 40 and r["verified"] and 0 < r["t_min_usec"] <= r["t_typical_usec"]
+    assert "RDMA_Read Latency Test" in report_text(r)
+
+
+def test_qps_send_from_their_own_source_ports(server):
+    from testbed.rdma.wire import qp_source_port
+
+    r = run_client("127.0.0.1", "write_bw", 4096, iters=8, port=server["port"], roce_port=0, qps=4)
+    ports = [q["sport"] for q in r["qp_list"]]
+    assert len(set(ports)) == 4
+    # the rxe-derived port wherever it was free (the server's device shares this namespace)
+    assert sum(p == qp_source_port(q["qpn"]) for p, q in zip(ports, r["qp_list"], strict=True)) >= 3
+
+
+def test_bad_combinations_are_refused_before_connecting():
+    from testbed.rdma.verbs import RdmaError
+
+    with pytest.raises(RdmaError, match="runs over RC"):
+        run_client("127.0.0.1", "read_bw", 10, transport="uc")
+    with pytest.raises(RdmaError, match="one packet"):
+        run_client("127.0.0.1", "send_bw", 5000, transport="ud")
+    with pytest.raises(RdmaError, match="qps"):
+        run_client("127.0.0.1", "write_bw", 10, qps=0)
+
+
+def test_cli_read_bw_with_qps(server, capsys):
+    rc = main(["rdma", "read-bw", "127.0.0.1", "--size", "8KB", "--iters", "12", "--qps", "3", "--port",
+               str(server["port"]), "--roce-port", "0", "--verify", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["verified"] and doc["qps"] == 3 and doc["test"] == "read_bw"
+
+
+def test_cli_refuses_a_transport_the_test_lacks(capsys):
+    assert main(["rdma", "read-bw", "127.0.0.1", "-c", "UD"]) == 2
+    assert "runs over RC" in capsys.readouterr().err
+    assert main(["rdma", "send-bw", "127.0.0.1", "-c", "UD", "--size", "4KB"]) == 2

@@ -109,7 +109,7 @@ def test_ecn_codepoints(tmp_path):
     w[1][IP].tos = 3  # CE: a switch marked it
     rep = _check(tmp_path, w)
     assert passed(rep) and rep["qps"][0]["ce_marked"] == 1
-    rep = _check(tmp_path, rc_write(A, B, QP_B, 0, _data(1024), tos=0))
+    rep = _check(tmp_path, rc_write(A, B, QP_B, 0, _data(1024), tos=0), require_ect=True)
     assert any("ECN" in v["what"] for v in rep["violations"])
 
 

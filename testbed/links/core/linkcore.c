@@ -604,7 +604,9 @@ static double release_due(path_t *p) {
         double t = mono();
         for (int i = 0; i < done; i++) {
             pend_t *e = &p->p[p->head];
-            if (sent >= 0) { p->tx_packets++; account_late(p, t - e->release); }
+            /* lateness when the send began (as the Python line measures it): a send into a veth runs
+             * the receiving namespace's stack before it returns, which is the wire's time, not ours */
+            if (sent >= 0) { p->tx_packets++; account_late(p, now - e->release); }
             free(e->buf);
             p->head = (p->head + 1) % p->cap;
             p->n--;

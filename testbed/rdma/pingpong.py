@@ -1,0 +1,190 @@
+"""``ibv_rc_pingpong`` with the soft-RDMA endpoint: the same TCP exchange (:mod:`testbed.rdma.interop`)
+and the same data phase, so either side can be rdma-core's tool on a kernel rxe host::
+
+    client                                         server (listens on TCP 18515)
+      | --- 52 B "lid:qpn:psn:gid" ------------------> |  QP -> RTR/RTS
+      | <-- 52 B "lid:qpn:psn:gid" ------------------- |
+      | --- "done\\0" ---------------------------------> |
+      | == SEND size B ==> (the server echoes what it received, as rc_pingpong's shared buffer does)
+      | <== SEND size B ==   ... ``iters`` times each way, next SEND once the last SEND and RECV completed
+
+The peer's RoCE address is the IP its GID names, on UDP 4791. The client's buffer is rc_pingpong's:
+0x7b bytes, with the first byte of each page 0 under ``--chk``; every message received is compared
+with it byte for byte.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+
+from testbed.console import console
+from testbed.rdma.device import Device
+from testbed.rdma.interop import (
+    PINGPONG_DONE,
+    PINGPONG_MSG_SIZE,
+    PingpongDest,
+    format_pingpong,
+    gid_of_ip,
+    parse_pingpong,
+)
+from testbed.rdma.listen import default_bind
+from testbed.rdma.oob import DEFAULT_PORT, Channel
+from testbed.rdma.qp import QpConfig, Remote
+from testbed.rdma.verbs import CompletionQueue, RdmaError, WcOpcode, WcStatus
+from testbed.roce.opcodes import ROCE_UDP_PORT
+
+PAGE = 4096
+RECV, SEND = 1, 2
+
+
+def client_buffer(size: int, chk: bool) -> bytearray:
+    """rc_pingpong.c: ``memset(ctx->buf, 0x7b, size)``; with --chk the client sets
+    ``buf[i] = i / page_size % sizeof(char)`` (= 0) at every page start."""
+    buf = bytearray(b"\x7b" * size)
+    if chk:
+        for i in range(0, size, PAGE):
+            buf[i] = 0
+    return buf
+
+
+def _read_exact(sock: socket.socket, n: int, what: str, timeout: float = 30.0) -> bytes:
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise RdmaError(f"peer closed the connection before sending {what} ({len(data)}/{n} B)")
+            data += chunk
+    except socket.timeout as exc:
+        raise RdmaError(f"no {what} from the peer within {timeout:g} s") from exc
+    return data
+
+
+def serve_pingpong(bind: str | None = None, port: int = DEFAULT_PORT, size: int = 4096, iters: int = 1000,
+                   rx_depth: int = 500, config: QpConfig | None = None, roce_port: int = ROCE_UDP_PORT,
+                   peer_roce_port: int = ROCE_UDP_PORT, ready=None, timeout: float = 120.0) -> dict:
+    """One rc_pingpong server run (rc_pingpong without a host name)."""
+    why = "--bind"
+    if bind is None:
+        bind, why = default_bind()
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as lsock:
+        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            lsock.bind((bind, port))
+        except OSError as exc:
+            raise RdmaError(f"cannot listen on {bind}:{port}: {exc.strerror}") from exc
+        lsock.listen(1)
+        if ready:
+            ready(lsock.getsockname()[1])
+        console.print(f"rc_pingpong server listening on {bind}:{lsock.getsockname()[1]} ({why})")
+        conn, _peer = lsock.accept()
+    with conn:
+        peer = parse_pingpong(_read_exact(conn, PINGPONG_MSG_SIZE, "its address"))
+        local_ip = conn.getsockname()[0]
+        with Device(local_ip, roce_port) as dev:
+            qp, my = _qp(dev, config, peer, peer_roce_port)
+            conn.sendall(format_pingpong(my))
+            _read_exact(conn, len(PINGPONG_DONE), '"done"')
+            return _run(dev, qp, my, peer, size, iters, rx_depth, None, timeout)
+
+
+def pingpong_client(host: str, port: int = DEFAULT_PORT, size: int = 4096, iters: int = 1000,
+                    rx_depth: int = 500, chk: bool = False, config: QpConfig | None = None,
+                    roce_port: int = ROCE_UDP_PORT, peer_roce_port: int = ROCE_UDP_PORT,
+                    connect_wait: float = 0.0, timeout: float = 120.0) -> dict:
+    """One rc_pingpong client run against ``host`` (ibv_rc_pingpong or :func:`serve_pingpong`)."""
+    chan = Channel.connect(host, port, wait=connect_wait)
+    sock = chan.sock
+    try:
+        with Device(chan.local_ip, roce_port) as dev:
+            psn = random.getrandbits(24)
+            pd = dev.alloc_pd()
+            cq = CompletionQueue()
+            qp = dev.create_qp(pd, cq, config or QpConfig())
+            my = PingpongDest(0, qp.qpn, psn, gid_of_ip(dev.ip))
+            sock.sendall(format_pingpong(my))
+            peer = parse_pingpong(_read_exact(sock, PINGPONG_MSG_SIZE, "its address"))
+            sock.sendall(PINGPONG_DONE)
+            dev.connect(qp, Remote(peer.qpn, peer.psn, peer.ip, peer_roce_port), psn)
+            return _run(dev, qp, my, peer, size, iters, rx_depth, client_buffer(size, chk), timeout)
+    finally:
+        chan.close()
+
+
+def _qp(dev: Device, config, peer: PingpongDest, peer_roce_port: int):
+    psn = random.getrandbits(24)
+    pd = dev.alloc_pd()
+    qp = dev.create_qp(pd, CompletionQueue(), config or QpConfig())
+    dev.connect(qp, Remote(peer.qpn, peer.psn, peer.ip, peer_roce_port), psn)
+    return qp, PingpongDest(0, qp.qpn, psn, gid_of_ip(dev.ip))
+
+
+def _run(dev: Device, qp, my: PingpongDest, peer: PingpongDest, size: int, iters: int, rx_depth: int,
+         buf: bytearray | None, timeout: float) -> dict:
+    """The data phase of rc_pingpong; ``buf`` is the client's buffer (None: the server echoes)."""
+    pd = qp.pd
+    cq = qp.cq
+    slots = bytearray(max(1, size) * rx_depth)
+    rmr = pd.reg_mr(slots)
+    for k in range(rx_depth):
+        qp.post_recv(k, rmr, k * max(1, size), size)
+    smr = pd.reg_mr(bytearray(buf) if buf is not None else bytearray(max(1, size)))
+    want = bytes(buf) if buf is not None else None
+    scnt = rcnt = bad = 0
+    pending = RECV
+    if buf is not None:
+        qp.post_send(1 << 40, smr, 0, size)
+        pending |= SEND
+    start = time.monotonic()
+    deadline = start + timeout
+    while scnt < iters or rcnt < iters:
+        dev.progress(timeout=0.002)
+        for wc in cq.poll(64):
+            if wc.status is not WcStatus.SUCCESS:
+                raise RdmaError(f"rc_pingpong: work completion {wc.status.value}; QP: {qp.error}")
+            if wc.opcode is WcOpcode.SEND:
+                scnt += 1
+                pending &= ~SEND
+            else:
+                k = wc.wr_id
+                got = slots[k * max(1, size):k * max(1, size) + wc.byte_len]
+                if want is None:
+                    want = bytes(got)  # the server: the first message is what to echo, and to expect
+                    smr.view[:size] = got
+                elif got != want:
+                    bad += 1
+                rcnt += 1
+                qp.post_recv(k, rmr, k * max(1, size), size)
+                pending &= ~RECV
+            if scnt < iters and not pending:
+                qp.post_send(1 << 40, smr, 0, size)
+                pending = RECV | SEND
+        if time.monotonic() > deadline:
+            raise RdmaError(f"rc_pingpong did not finish within {timeout:g} s ({scnt} sent, {rcnt} received)")
+    seconds = time.monotonic() - start
+    nbytes = 2 * size * iters
+    return {"local": {"lid": my.lid, "qpn": my.qpn, "psn": my.psn, "gid": my.gid.hex(), "ip": dev.ip},
+            "remote": {"lid": peer.lid, "qpn": peer.qpn, "psn": peer.psn, "gid": peer.gid.hex(), "ip": peer.ip},
+            "size": size, "iters": iters, "seconds": seconds, "bytes": nbytes,
+            "mbit_per_s": nbytes * 8 / seconds / 1e6 if seconds else 0.0,
+            "usec_per_iter": seconds * 1e6 / iters if iters else 0.0, "bad_messages": bad,
+            "verified": bad == 0 and rcnt == iters, "retransmissions": qp.stats.retransmissions}
+
+
+def report_text(r: dict) -> str:
+    """rc_pingpong's own lines (rc_pingpong.c prints the addresses, then bytes/s and usec/iter)."""
+    def addr(side, d):
+        import ipaddress
+
+        a = ipaddress.IPv6Address(bytes.fromhex(d["gid"]))
+        gid = f"::ffff:{a.ipv4_mapped}" if a.ipv4_mapped else str(a)  # as glibc's inet_ntop writes it
+        return f"  {side} address:  LID 0x{d['lid']:04x}, QPN 0x{d['qpn']:06x}, PSN 0x{d['psn']:06x}, GID {gid}"
+
+    return "\n".join([addr("local", r["local"]), addr("remote", r["remote"]),
+                      f"{r['bytes']} bytes in {r['seconds']:.2f} seconds = {r['mbit_per_s']:.2f} Mbit/sec",
+                      f"{r['iters']} iters in {r['seconds']:.2f} seconds = {r['usec_per_iter']:.2f} usec/iter",
+                      f"verified {r['verified']} ({r['bad_messages']} messages differed)"])
