@@ -354,6 +354,8 @@ def main(argv=None) -> int:
     parser.add_argument("--trial-timeout", type=float, default=180, help="seconds a trial may take")
     args = parser.parse_args(argv)
     args.size = int(parse_size(args.size, "--size"))
+    if args.size < 1:
+        raise SpecError("--size", f"must be at least 1 byte, such as 64KB or 1MB; got {args.size}")
     args.iters = args.iters or (2 if args.quick else 8)
     if not 1 <= args.window <= 1 << 20:
         raise SpecError("--window", f"must be 1..{1 << 20} packets, got {args.window}")

@@ -1,7 +1,9 @@
 """Output conventions shared by every command.
 
-* Human text goes to **stderr** (a rich Console), so that ``--json`` leaves exactly one JSON document on
-  stdout and nothing else.
+* Data (tables, listings, reports: what a user pipes into ``grep``, ``less`` or a file) goes to
+  **stdout**: :data:`out` (a rich Console) or :func:`print_json` with ``--json``.
+* Progress, logs and hints go to **stderr** (:data:`console`), so that ``> file`` keeps only the data and
+  ``--json`` leaves exactly one JSON document on stdout and nothing else.
 * Commands that need root call :func:`require_root` first: one clear line, exit 2.
 """
 
@@ -19,6 +21,9 @@ from testbed.errors import NotRootError
 #: | tee``) rich would fold wide tables to 80 columns; give them room unless COLUMNS says otherwise.
 console = Console(stderr=True, highlight=False,
                   width=None if sys.stderr.isatty() or os.environ.get("COLUMNS") else 160)
+
+#: Console for data (tables, listings): always stdout; plain text (no colour codes) when piped.
+out = Console(highlight=False, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 
 
 def print_json(document) -> None:

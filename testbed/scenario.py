@@ -14,7 +14,9 @@ A scenario is ``scenarios/NAME.py`` with a module docstring (diagram + what it s
         sys.exit(run_main(main))
 
 It runs as ``sudo python scenarios/NAME.py [--quick] [--out DIR] [--json]`` and as ``testbed run NAME``
-with the same flags. Results go to ``results/NAME/<timestamp>/`` (config.json, metrics JSON, plots, logs).
+with the same flags. Results go to ``results/NAME/<timestamp>/``: config.json, metrics.json, summary.json,
+plots, logs, and status.json (ok / failed / interrupted / refused, with the reason) written last. Nothing
+is created before the checks that can refuse a run.
 """
 
 from __future__ import annotations
@@ -22,59 +24,186 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import math
 import os
 import platform
+import signal
 import sys
 from pathlib import Path
 
 from testbed import __version__
 from testbed.console import console, print_json
+from testbed.errors import TestbedError, UsageError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCENARIO_DIR = REPO_ROOT / "scenarios"
 
 
+def _checked_number(cast, flag: str, minimum):
+    """argparse ``type=`` for a numeric scenario flag: finite and >= ``minimum`` (> 0 when None)."""
+    def parse(text):
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if cast is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        if value != value or value in (math.inf, -math.inf):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        if minimum is None and value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text!r}")
+        return value
+    parse.__name__ = cast.__name__  # argparse names the type in "invalid int value"
+    return parse
+
+
 def scenario_parser(doc: str | None, prog: str | None = None) -> argparse.ArgumentParser:
-    """Parser with the flags every scenario accepts; scenarios add their own before parsing."""
+    """Parser with the flags every scenario accepts; scenarios add their own before parsing.
+
+    Numeric flags (``type=int`` or ``type=float``) of a scenario are counts, sizes, rates and durations:
+    they must be positive and finite, checked here once for every scenario (``--iters 0`` or ``-3`` is one
+    line and exit 2, never passed on or silently replaced by a default). A flag that may be zero or
+    negative says so with ``minimum=`` (e.g. ``minimum=0``; ``minimum=-math.inf`` for any finite value).
+    """
     from testbed.cli import _Parser
 
-    parser = _Parser(prog=prog, description=(doc or "").split("\n\n")[0],
-                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
+    class ScenarioParser(_Parser):
+        def add_argument(self, *names, **kwargs):
+            minimum = kwargs.pop("minimum", None)
+            if kwargs.get("type") in (int, float):
+                flag = next((n for n in names if n.startswith("--")), names[0] if names else "?")
+                kwargs["type"] = _checked_number(kwargs["type"], flag, minimum)
+            return super().add_argument(*names, **kwargs)
+
+    parser = ScenarioParser(prog=prog, description=(doc or "").split("\n\n")[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_escape(doc))
     parser.add_argument("--quick", action="store_true", help="reduced run (under 2 minutes), used by tests")
     parser.add_argument("--out", metavar="DIR", help="results folder (default results/NAME/<timestamp>)")
     parser.add_argument("--json", action="store_true", help="print the JSON summary on stdout")
     return parser
 
 
+def _escape(doc: str | None) -> str | None:
+    """A docstring shown as help: its '%' are literal (argparse would read them as format fields)."""
+    return doc.replace("%", "%%") if doc else doc
+
+
+#: What ``status.json`` can say, and what each means.
+STATUSES = {
+    "running": "the run is in progress (or was killed: its pid is gone)",
+    "ok": "the run completed and wrote its summary",
+    "failed": "the run stopped on an error; the reason says which",
+    "interrupted": "Ctrl-C, SIGTERM or SIGHUP stopped the run; everything it built was torn down",
+    "refused": "bad input, a missing privilege or capability, or a busy machine: nothing was measured",
+}
+
+
+def classify(exc: BaseException | None, finished: bool) -> tuple[str, str]:
+    """``(status, reason)`` of a run that ended with ``exc`` (None: normally)."""
+    from testbed.emu.registry import LockBusyError
+    from testbed.emu.signals import Terminated
+    from testbed.errors import TestbedError
+
+    if exc is None:
+        return ("ok", "completed") if finished else ("failed", "the scenario ended without writing a summary")
+    if isinstance(exc, Terminated):
+        return "interrupted", f"stopped by {signal.Signals(exc.signum).name}"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", "stopped by Ctrl-C (SIGINT)"
+    if isinstance(exc, LockBusyError) or (isinstance(exc, TestbedError) and exc.exit_code in (2, 3)):
+        return "refused", str(exc)
+    if isinstance(exc, TestbedError):
+        return "failed", str(exc)
+    return "failed", f"internal error: {type(exc).__name__}: {exc}"
+
+
 class Results:
-    """The results folder of one run; records configuration, environment and metrics."""
+    """The results folder of one run; records configuration, environment, metrics and, last, its status.
+
+    The folder is made only when the run first needs it (``res.dir``, ``write_json``, ``path``), so a run
+    refused by its checks (not root, bad flags, a busy machine) leaves nothing behind. Once made, it holds
+    ``config.json`` and ``status.json`` (``running``, with the pid); leaving the ``with`` block writes
+    ``metrics.json`` if the scenario did not, then ``status.json`` again, last: ok / failed / interrupted /
+    refused with the reason (see :data:`STATUSES`). ``testbed results`` lists them.
+    """
 
     def __init__(self, name: str, args: argparse.Namespace, config: dict | None = None):
         self.name = name
         self.args = args
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        self.dir = Path(args.out) if getattr(args, "out", None) else Path("results") / name / stamp
+        self._out = getattr(args, "out", None)
+        self._dir = Path(self._out) if self._out else Path("results") / name / stamp
         self.config = dict(config or {})
         self.summary: dict | None = None
+        self.started = _dt.datetime.now().isoformat(timespec="seconds")
+        self._made = False
+        self._written: list[str] = []
+
+    @property
+    def dir(self) -> Path:
+        """The results folder, created (with config.json and a ``running`` status.json) on first use."""
+        if not self._made:
+            self._materialise()
+        return self._dir
 
     def __enter__(self) -> "Results":
-        self.dir.mkdir(parents=True, exist_ok=True)
+        _check_creatable(self._dir, "--out" if self._out else "results folder")
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        status, reason = classify(exc, self.summary is not None)
+        if status == "refused" and not self._made:
+            return None  # refused before anything was made: leave nothing behind
+        try:
+            if status == "ok" and "metrics.json" not in self._written:
+                self.write_json("metrics.json", self._metrics_index())
+            self._write_status(status, reason)
+        except (OSError, TestbedError) as err:
+            console.print(f"[red]cannot write the status of {self._dir}: {err}[/red]")
+        if status != "ok":
+            console.print(f"[dim]{self._dir}: status {status}[/dim]")
+        return None
+
+    def _materialise(self) -> None:
+        try:
+            self._dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            flag = "--out" if self._out else "results folder"
+            raise UsageError(f"{flag} {self._dir}: cannot create it ({exc.strerror or exc}); "
+                             "pick a writable folder with --out") from None
+        self._made = True
         meta = {"scenario": self.name, "testbed_version": __version__, "argv": sys.argv,
-                "started": _dt.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
+                "started": self.started, "host": platform.node(),
                 "kernel": platform.release(), "cpus": os.cpu_count(),
                 "args": {k: v for k, v in vars(self.args).items() if not callable(v)}}
         self.write_json("config.json", {**meta, "config": self.config})
-        return self
+        self._write_status("running", "started")
 
-    def __exit__(self, *exc) -> None:
-        return None
+    def _write_status(self, status: str, reason: str) -> None:
+        from testbed.emu.registry import process_start
+
+        doc = {"status": status, "reason": reason, "meaning": STATUSES[status], "scenario": self.name,
+               "started": self.started, "ended": None if status == "running" else
+               _dt.datetime.now().isoformat(timespec="seconds"),
+               "pid": os.getpid(), "pid_start": process_start(os.getpid())}
+        self.write_json("status.json", doc)
+
+    def _metrics_index(self) -> dict:
+        """metrics.json of a scenario that wrote its measurements in other files: the summary and where the
+        rest is (so every results folder has the same entry point)."""
+        return {"scenario": self.name, "summary": self.summary,
+                "files": sorted(n for n in self._written if n not in ("config.json", "status.json", "summary.json"))}
 
     def path(self, name: str) -> Path:
         return self.dir / name
 
     def write_json(self, name: str, document) -> Path:
         p = self.path(name)
+        p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps(document, indent=2, default=str) + "\n")
+        if name not in self._written:
+            self._written.append(name)
         return p
 
     def finish(self, summary: dict) -> None:
@@ -84,6 +213,18 @@ class Results:
         if getattr(self.args, "json", False):
             print_json(summary)
         console.print(f"results in [bold]{self.dir}[/bold]")
+
+
+def _check_creatable(folder: Path, flag: str) -> None:
+    """Refuse (before anything is built) a results folder that cannot be created or written."""
+    probe = folder.absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{flag} {folder}: {str(probe)!r} is a file, not a folder; pick another --out")
+    if not os.access(probe, os.W_OK | os.X_OK, effective_ids=True):
+        raise UsageError(f"{flag} {folder}: cannot create it ({probe} is not writable); "
+                         "pick a writable folder with --out")
 
 
 def run_main(main) -> int:

@@ -1,16 +1,22 @@
-"""``testbed bench rdma``: soft-RDMA goodput against iperf3 UDP on the same emulated path, and the
-data path's packets per second per core on loopback.
+"""``testbed bench rdma``: soft-RDMA goodput against iperf3 UDP on the same emulated path, READ against
+WRITE, ECMP spreading of several QPs across a fat-tree, and the data path's packets per second per core.
 
     netns rdb-a [10.77.9.1] ==veth, HTB at --rate both ways== [10.77.9.2] netns rdb-b
         1. iperf3 -u -b 2x rate for --duration      -> iperf3_mbps (received payload)
         2. testbed rdma write-bw --duration          -> goodput_mbps (acknowledged RDMA WRITE payload)
+        3. testbed rdma read-bw --duration           -> read_goodput_mbps (READ data placed, verified)
+    k=4 fat-tree replica (OVS + the os-ken controller, ECMP hashing IPs and UDP ports):
+        4. write-bw --qps 4 from a pod-0 host to a host of the last pod; port counters of the core
+           switches before/after -> core_paths = core switches that carried >= half a QP's share
     loopback, one process, one thread:
-        3. a 64 MiB RDMA WRITE between two devices   -> pps_per_core = data packets / CPU seconds
+        5. a 64 MiB RDMA WRITE between two devices   -> pps_per_core = data packets / CPU seconds
 
 The default rate, 100 Mbit/s, is the per-link budget the default time-dilation scale assumes
-(:func:`testbed.dilation.pick_scale`). Goal: goodput_ratio_vs_iperf3 >= 0.9.
+(:func:`testbed.dilation.pick_scale`). Goals: goodput_ratio_vs_iperf3 >= 0.9, read_ratio_vs_write >= 0.9,
+core_paths >= 2 (each QP sends from its own UDP source port, as rdma_rxe does).
 
-``--json`` keys: goodput_ratio_vs_iperf3, goodput_mbps, iperf3_mbps, pps_per_core (+ details).
+``--json`` keys: goodput_ratio_vs_iperf3, read_ratio_vs_write, core_paths, goodput_mbps,
+read_goodput_mbps, iperf3_mbps, pps_per_core, load (+ details).
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ def register(sub) -> None:
     parser.add_argument("--rate", default="100M", help="rate of the emulated path (default 100M)")
     parser.add_argument("--duration", default="5s", help="length of each goodput run (default 5s)")
     parser.add_argument("--mtu", type=int, default=1024, help="IB path MTU (default 1024 for a 1500 B link)")
-    parser.add_argument("--size", default="1MiB", help="RDMA WRITE message size (default 1MiB)")
+    parser.add_argument("--size", default="1MiB", help="RDMA WRITE and READ message size (default 1MiB)")
+    parser.add_argument("--no-ecmp", action="store_true", help="skip the fat-tree ECMP run (the slow part)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(func=run)
 
@@ -46,25 +53,51 @@ def run(args) -> int:
     rate = parse_rate(args.rate, "--rate")
     duration = parse_duration(args.duration, "--duration")
     result = {"rate_mbps": rate / 1e6, "duration_s": duration, "mtu": args.mtu}
+    result["load_before"] = _load()
     with RunRegistry("bench-rdma") as reg:
         path = make_path(reg, "rdb", rate_bps=rate, subnet="10.77.9")
         console.print(f"path {path.ns_a} -> {path.ns_b} shaped to {rate / 1e6:g} Mbit/s")
         result["iperf3"] = _iperf3(reg, path, rate, duration)
         result["rdma"] = _rdma(reg, path, duration, args.mtu, args.size)
+        result["read"] = _rdma(reg, path, duration, args.mtu, args.size, test="read-bw")
     result["iperf3_mbps"] = result["iperf3"]["goodput_mbps"]
     result["goodput_mbps"] = result["rdma"]["goodput_mbps"]
+    result["read_goodput_mbps"] = result["read"]["goodput_mbps"]
     result["goodput_ratio_vs_iperf3"] = result["goodput_mbps"] / result["iperf3_mbps"]
+    result["read_ratio_vs_write"] = result["read_goodput_mbps"] / result["goodput_mbps"]
+    if not args.no_ecmp:
+        from testbed.bench.rdma_ecmp import ecmp_qps
+
+        result["ecmp"] = ecmp_qps(qps=4)
+        result["core_paths"] = result["ecmp"]["core_paths"]
     result["loopback"] = loopback_pps()
     result["pps_per_core"] = result["loopback"]["pps_per_core"]
+    result["load"] = _load()
     if args.json:
         print_json(result)
     else:
         console.print(f"iperf3 UDP   {result['iperf3_mbps']:8.1f} Mbit/s")
-        console.print(f"soft RDMA    {result['goodput_mbps']:8.1f} Mbit/s  "
-                      f"(ratio {result['goodput_ratio_vs_iperf3']:.3f}, goal >= 0.9)")
+        console.print(f"RDMA WRITE   {result['goodput_mbps']:8.1f} Mbit/s  "
+                      f"(ratio to iperf3 {result['goodput_ratio_vs_iperf3']:.3f}, goal >= 0.9; "
+                      f"verified {result['rdma']['verified']})")
+        console.print(f"RDMA READ    {result['read_goodput_mbps']:8.1f} Mbit/s  "
+                      f"(ratio to WRITE {result['read_ratio_vs_write']:.3f}, goal >= 0.9; "
+                      f"verified {result['read']['verified']})")
+        if "ecmp" in result:
+            e = result["ecmp"]
+            console.print(f"ECMP         {e['qps']} QPs {e['src']} -> {e['dst']} over {e['core_paths']} of "
+                          f"{len(e['core_bytes'])} core switches (goal >= 2); bytes per core {e['core_bytes']}; "
+                          f"source ports {e['sports']}")
         console.print(f"loopback     {result['pps_per_core']:8.0f} packets/s per core "
                       f"({result['loopback']['goodput_mbps']:.0f} Mbit/s at MTU {result['loopback']['mtu']})")
+        console.print(f"load average {result['load_before']} before, {result['load']} after (2 cores)")
     return 0
+
+
+def _load() -> str:
+    import os
+
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _iperf3(reg, path, rate: float, duration: float) -> dict:
@@ -91,19 +124,19 @@ def _iperf3(reg, path, rate: float, duration: float) -> dict:
             "lost_percent": total.get("lost_percent"), "seconds": seconds}
 
 
-def _rdma(reg, path, duration: float, mtu: int, size: str) -> dict:
+def _rdma(reg, path, duration: float, mtu: int, size: str, test: str = "write-bw") -> dict:
     cli = [sys.executable, "-m", "testbed.cli"]
     reg.spawn(cli + ["rdma", "server", "--once", "--bind", "0.0.0.0"], netns=path.ns_b,
               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    argv = ["ip", "netns", "exec", path.ns_a] + cli + ["rdma", "write-bw", path.ip_b, "--size", size,
+    argv = ["ip", "netns", "exec", path.ns_a] + cli + ["rdma", test, path.ip_b, "--size", size,
                                                        "--duration", f"{duration:g}s", "--mtu", str(mtu),
                                                        "--wait", "20s", "--verify", "--json"]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 120)
     if res.returncode != 0:
-        raise EmulationError(f"soft-RDMA write-bw failed: {res.stderr.strip()[-300:]}")
+        raise EmulationError(f"soft-RDMA {test} failed: {res.stderr.strip()[-300:]}")
     r = json.loads(res.stdout)
     return {k: r[k] for k in ("goodput_mbps", "iterations", "bytes", "seconds", "retransmissions", "timeouts",
-                              "verified")}
+                              "read_retries", "verified")}
 
 
 def loopback_pps(size: int = 64 << 20, mtu: int = 1024) -> dict:

@@ -8,7 +8,7 @@ namespaces.  Live runs are left alone unless ``--force``.
 
 from __future__ import annotations
 
-from testbed.console import console, print_json, require_root
+from testbed.console import out, print_json, require_root
 
 
 def register(sub) -> None:
@@ -35,17 +35,17 @@ def _clean(args) -> int:
         print_json({"dry_run": args.dry_run, "runs": reports})
     verb = "would remove" if args.dry_run else "removed"
     if not reports:
-        console.print("nothing to clean: no recorded runs")
+        out.print("nothing to clean: no recorded runs")
     for r in reports:
         if r["skipped"]:
-            console.print(f"{r['run_id']}: still running, left alone (--force to remove its objects)")
+            out.print(f"{r['run_id']}: still running, left alone (--force to remove its objects)")
             continue
-        console.print(f"{r['run_id']}: {verb} {len(r['removed'])} objects, {len(r['gone'])} already gone"
+        out.print(f"{r['run_id']}: {verb} {len(r['removed'])} objects, {len(r['gone'])} already gone"
                       + (f", [red]{len(r['failed'])} failed[/red]" if r["failed"] else ""))
         for desc in r["removed"]:
-            console.print(f"  {verb} {desc}")
+            out.print(f"  {verb} {desc}")
         for desc in r["kept"]:
-            console.print(f"  [yellow]kept {desc}[/yellow]")
+            out.print(f"  [yellow]kept {desc}[/yellow]")
         for desc in r["failed"]:
-            console.print(f"  [red]failed: {desc}[/red]")
+            out.print(f"  [red]failed: {desc}[/red]")
     return 1 if failed else 0

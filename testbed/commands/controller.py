@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 
 from testbed.cli import add_verbs
-from testbed.console import console, print_json
+from testbed.console import out, print_json
 from testbed.errors import EmulationError
 
 
@@ -41,21 +41,21 @@ def _status(args) -> int:
         print_json(doc)
         return 0
     h = doc["health"]
-    console.print(f"controller {client.url}: {h['status']}, mode {h['mode']}, "
+    out.print(f"controller {client.url}: {h['status']}, mode {h['mode']}, "
                   f"{h['switches_connected']}/{h['switches_expected']} switches, {h['routes']} routes, "
                   f"up {h['uptime_s']:.0f} s")
-    console.print(f"packet-ins {h['packet_ins']} (ARP replies {h['arp_replies']}, malformed {h['malformed']}), "
+    out.print(f"packet-ins {h['packet_ins']} (ARP replies {h['arp_replies']}, malformed {h['malformed']}), "
                   f"handler errors {h['handler_errors']}, unknown datapaths {h['unknown_datapaths'] or 'none'}")
-    console.print(f"links down: {', '.join('-'.join(x) for x in doc['links_down']) or 'none'}; "
+    out.print(f"links down: {', '.join('-'.join(x) for x in doc['links_down']) or 'none'}; "
                   f"LLDP mismatches: {len(doc['lldp_mismatches'])}")
     for ev in doc["events"]["failovers"][-20:]:
         stamp = _dt.datetime.fromtimestamp(ev["time"]).strftime("%H:%M:%S.%f")[:-3]
-        console.print(f"  {stamp} {ev['kind']} {'-'.join(ev['link'])} ({ev['cause']}): "
+        out.print(f"  {stamp} {ev['kind']} {'-'.join(ev['link'])} ({ev['cause']}): "
                       f"{ev['destinations_recomputed']} destinations, {ev['messages']} messages, "
                       f"computed in {ev['compute_ms']:.2f} ms")
     if args.paths:
         p = doc["paths"]
-        console.print(f"paths {p['src']} -> {p['dst']}: {p['equal_cost']}")
+        out.print(f"paths {p['src']} -> {p['dst']}: {p['equal_cost']}")
         for path in p["paths"]:
-            console.print("  " + " ".join(path))
+            out.print("  " + " ".join(path))
     return 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from testbed.console import console, print_json
+from testbed.console import out, print_json
 
 
 def register(sub) -> None:
@@ -31,7 +31,7 @@ def _doctor(args) -> int:
     table.add_column("how we know")
     for name, cap in report["capabilities"].items():
         table.add_row(name, "[green]yes[/green]" if cap["present"] else "[red]no[/red]", cap["detail"])
-    console.print(table)
+    out.print(table)
     backends = report["backends"]
-    console.print("backends: " + ", ".join(f"{k}=[bold]{v}[/bold]" for k, v in backends.items()))
+    out.print("backends: " + ", ".join(f"{k}=[bold]{v}[/bold]" for k, v in backends.items()))
     return 0

@@ -15,7 +15,7 @@ shows the failover events with timestamps.
 from __future__ import annotations
 
 from testbed.cli import add_verbs
-from testbed.console import console, print_json, require_root
+from testbed.console import out, print_json, require_root
 from testbed.errors import EmulationError, UsageError
 
 METHODS = ("portmod", "ifdown")
@@ -93,5 +93,5 @@ def _run(args) -> int:
         print_json(result)
     else:
         target = f"{args.a} - {args.b}" if args.what == "link" else args.s
-        console.print(f"{verb} {args.what} {target}: done ({args.method})")
+        out.print(f"{verb} {args.what} {target}: done ({args.method})")
     return 0

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from testbed.cli import add_verbs
-from testbed.console import console, print_json
+from testbed.console import console, out, print_json
 from testbed.errors import SpecError, UsageError
 
 
@@ -24,7 +24,7 @@ def register(sub) -> None:
     verbs = add_verbs(parser)
     plan = verbs.add_parser("plan", help="show the emulated link and its commands (dry run)")
     for flag, example in (("rate", "400G"), ("delay", "50ms"), ("distance", "30km"), ("jitter", "1ms"),
-                          ("loss", "1%"), ("queue", "1000 (packets), 64p or 10MB")):
+                          ("loss", "1%%"), ("queue", "1000 (packets), 64p or 10MB")):
         plan.add_argument(f"--{flag}", metavar="V", help=f"e.g. {example}")
     plan.add_argument("--red", metavar="KMIN,KMAX,PMAX", help="e.g. 100KB,400KB,20%% or 20p,60p,0.1")
     plan.add_argument("--no-ecn", action="store_true", help="RED drops instead of marking ECT packets")
@@ -87,13 +87,13 @@ def run_plan(args) -> int:
     if args.json:
         print_json(doc)
         return 0
-    console.print(f"real:      {doc['real']}")
-    console.print(f"emulated:  {doc['emulated']}  (scale {doc['scale']:g})")
-    console.print(f"backend:   {doc['backend']} ({doc['reason']})")
+    out.print(f"real:      {doc['real']}")
+    out.print(f"emulated:  {doc['emulated']}  (scale {doc['scale']:g})")
+    out.print(f"backend:   {doc['backend']} ({doc['reason']})")
     for note in doc["notes"]:
         console.print(f"[yellow]{note}[/yellow]")
     for argv in doc["commands"]:
-        console.print("  " + " ".join(argv), markup=False, soft_wrap=True)
+        out.print("  " + " ".join(argv), markup=False, soft_wrap=True)
     return 0
 
 
@@ -122,7 +122,7 @@ def run_stats(args) -> int:
     for k in keys:
         t.add_row(k, *(f"{d.get(k, 0):.6g}" if isinstance(d.get(k), float) else str(d.get(k, 0))
                        for d in doc["directions"].values()))
-    console.print(t)
-    console.print(f"kernel receive drops (line too slow): {doc['rx_kernel_drops']}; "
+    out.print(t)
+    out.print(f"kernel receive drops (line too slow): {doc['rx_kernel_drops']}; "
                   f"late beyond {doc['late_tolerance_s'] * 1e6:g} us: {doc['emulator_late']}")
     return 0

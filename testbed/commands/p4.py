@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from testbed.cli import add_verbs
-from testbed.console import console, print_json
+from testbed.console import out, print_json
 from testbed.errors import UsageError
 from testbed.units import parse_duration, parse_size
 
@@ -50,7 +50,7 @@ def _compile(args) -> int:
     if args.json:
         print_json({"json": str(path)})
     else:
-        console.print(str(path))
+        out.print(str(path))
     return 0
 
 
@@ -102,7 +102,7 @@ def _counters(args) -> int:
     t = Table("port", "ECN marks", "fast CNPs")
     for p in ports:
         t.add_row(str(p), str(doc["marks"][p]), str(doc["cnps"][p]))
-    console.print(t)
-    console.print("drops: " + ", ".join(f"{k} {v}" for k, v in doc["drops"].items()))
-    console.print("CNPs not sent: " + ", ".join(f"{k} {v}" for k, v in doc["cnp_skipped"].items()))
+    out.print(t)
+    out.print("drops: " + ", ".join(f"{k} {v}" for k, v in doc["drops"].items()))
+    out.print("CNPs not sent: " + ", ".join(f"{k} {v}" for k, v in doc["cnp_skipped"].items()))
     return 0

@@ -9,7 +9,8 @@ from __future__ import annotations
 from rich.table import Table
 
 from testbed.cli import add_verbs
-from testbed.console import console, print_json
+from testbed.console import console, out, print_json
+from testbed.errors import UsageError
 from testbed.topo.spec import build_graph, load_spec, resolve_spec, shipped_specs
 
 
@@ -36,10 +37,37 @@ def register(sub) -> None:
     listing.set_defaults(func=_list)
 
 
+#: What ``topo show`` leaves out for a fabric beyond the graph-walk limit.
+NOT_COMPUTED = ("diameter", "avg_hops", "ecmp", "bisection", "oversubscription", "cabling", "cost", "mapping")
+
+
+def too_big_to_walk(spec) -> dict | None:
+    """The closed-form counts of ``spec`` when its graph is beyond :data:`~testbed.topo.counts.WALK_LIMIT`."""
+    from testbed.topo.counts import WALK_LIMIT, closed_form
+
+    counts = closed_form(spec.kind, spec.params)
+    return counts if counts is not None and counts["nodes"] > WALK_LIMIT else None
+
+
 def _show(args) -> int:
+    from testbed.topo.counts import WALK_LIMIT
     from testbed.topo.metrics import summary
 
-    G = build_graph(load_spec(resolve_spec(args.spec)))
+    spec = load_spec(resolve_spec(args.spec))
+    counts = too_big_to_walk(spec)
+    if counts is not None:
+        doc = {"name": spec.name, "kind": spec.kind, "params": dict(spec.params), **counts, "analytic": True,
+               "not_computed": list(NOT_COMPUTED),
+               "note": f"more than {WALK_LIMIT} nodes: counts in closed form, no graph built; "
+                       "`testbed topo cost` prices fabrics of this size"}
+        if args.json:
+            print_json(doc)
+        else:
+            out.print(f"[bold]{doc['name']}[/] ({doc['kind']}): {counts['switches']:,} switches, "
+                      f"{counts['hosts']:,} hosts, {counts['links']:,} links (closed form)")
+            console.print(f"not computed ({doc['note']}): {', '.join(NOT_COMPUTED)}")
+        return 0
+    G = build_graph(spec)
     doc = summary(G)
     if args.json:
         print_json(doc)
@@ -49,12 +77,47 @@ def _show(args) -> int:
 
 
 def _draw(args) -> int:
+    from testbed.topo.counts import WALK_LIMIT
     from testbed.topo.draw import draw
 
-    G = build_graph(load_spec(resolve_spec(args.spec)))
-    out = draw(G, args.out)
-    console.print(f"wrote {out} ({G.number_of_nodes()} nodes, {G.number_of_edges()} links)")
+    target = check_image_path(args.out, "--out")
+    spec = load_spec(resolve_spec(args.spec))
+    counts = too_big_to_walk(spec)
+    if counts is not None:
+        raise UsageError(f"SPEC {args.spec}: {counts['nodes']:,} nodes; a drawing holds at most {WALK_LIMIT:,} "
+                         "(draw a smaller instance of the same kind)")
+    G = build_graph(spec)
+    try:
+        written = draw(G, target)
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot write the drawing ({exc.strerror or exc}); "
+                         "pick a writable path") from None
+    console.print(f"wrote {written} ({G.number_of_nodes()} nodes, {G.number_of_edges()} links)")
     return 0
+
+
+def check_image_path(value: str, flag: str):
+    """The path of a drawing: a known image suffix, in a folder that exists and can be written."""
+    import os
+    from pathlib import Path
+
+    from testbed.topo.draw import FORMATS
+
+    path = Path(value)
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise UsageError(f"{flag} {value}: unknown image format {path.suffix or '(none)'!r}; "
+                         f"end the name with one of: {', '.join('.' + f for f in FORMATS)}")
+    folder = path.absolute().parent
+    while not folder.exists():  # draw() creates missing folders: the first existing one must be writable
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UsageError(f"{flag} {value}: {str(folder)!r} is a file, not a folder; pick another path")
+    if not os.access(folder, os.W_OK | os.X_OK, effective_ids=True) or (path.exists() and not os.access(path, os.W_OK, effective_ids=True)):
+        raise UsageError(f"{flag} {value}: cannot write there (permission denied); pick a writable path")
+    if path.is_dir():
+        raise UsageError(f"{flag} {value}: is a folder; give a file name such as {value.rstrip('/')}/fabric.png")
+    return path
 
 
 def _list(args) -> int:
@@ -63,12 +126,12 @@ def _list(args) -> int:
         print_json(specs)
     else:
         for name, path in specs.items():
-            console.print(f"{name:28s} {path}")
+            out.print(f"{name:28s} {path}", soft_wrap=True)
     return 0
 
 
 def _print_summary(doc: dict) -> None:
-    console.print(f"[bold]{doc['name']}[/] ({doc['kind']}): {doc['switches']} switches, {doc['hosts']} hosts, "
+    out.print(f"[bold]{doc['name']}[/] ({doc['kind']}): {doc['switches']} switches, {doc['hosts']} hosts, "
                   f"{doc['links']} links; scale {doc['scale']:g}, MTU {doc['mtu']}")
     t = Table(show_header=False, box=None)
     roles = ", ".join(f"{r} {n}" for r, n in doc["nodes_by_role"].items())
@@ -98,14 +161,14 @@ def _print_summary(doc: dict) -> None:
                     ("rail-only", "one rail"))
     for key, value in rows:
         t.add_row(key, value)
-    console.print(t)
+    out.print(t)
     cab = Table(title="links by tier", title_justify="left")
     for col in ("tier", "links", "copper", "optical", "modules", "coherent", "fibre km", "cost $"):
         cab.add_column(col, justify="right" if col != "tier" else "left")
     for tier, r in doc["cabling"].items():
         cab.add_row(tier, str(r["links"]), str(r["copper_cables"]), str(r["optical_links"]),
                     str(r["optical_modules"]), str(r["coherent_modules"]), f"{r['fibre_km']:g}", f"{r['cost']:,.0f}")
-    console.print(cab)
+    out.print(cab)
     from testbed.topo.metrics import mapping_table
 
-    console.print(mapping_table(doc["mapping"], doc["scale"]))
+    out.print(mapping_table(doc["mapping"], doc["scale"]))

@@ -43,7 +43,7 @@ import psutil
 from testbed.console import console
 from testbed.emu import ops
 from testbed.emu.signals import deferred_signals, terminate_raises
-from testbed.errors import EmulationError, TestbedError
+from testbed.errors import EmulationError, NotRootError, TestbedError
 from testbed.poll import poll
 
 STATE_DIR_ENV = "TESTBED_STATE_DIR"
@@ -124,9 +124,12 @@ class RunRegistry:
 
     # ----------------------------------------------------------------------------- lifecycle
     def __enter__(self) -> "RunRegistry":
-        (self.root / "runs").mkdir(parents=True, exist_ok=True)
-        if self.exclusive:
-            self._acquire_lock()
+        try:
+            (self.root / "runs").mkdir(parents=True, exist_ok=True)
+            if self.exclusive:
+                self._acquire_lock()
+        except PermissionError:
+            raise NotRootError(f"an emulation run ({self.name}; state in {self.root})") from None
         try:
             if self.exclusive:
                 for report in clean_runs(self.root, only_dead=True):
@@ -359,12 +362,22 @@ def _safe(name: str) -> str:
 
 
 # --------------------------------------------------------------------------------- removal
+#: Bridges deleted per ``ovs-vsctl`` call (one transaction each; OVS's userspace datapath handles a few
+#: hundred port removals per transaction well).
+BRIDGES_PER_CALL = 200
+
+#: Seconds a process gets after its polite signal (SIGTERM, or SIGHUP for a Mininet shell) before SIGKILL.
+KILL_GRACE_S = 3.0
+
+
 def remove_objects(objects: list[dict], dry_run: bool = False, require_identity: bool = False) -> dict:
     """Remove recorded objects: processes first, then bridges, links, namespaces.
 
     Only objects that still exist *and* are still the same object are touched: a process whose start
     time differs, a bridge whose uuid differs, a link whose ifindex differs were re-created by
-    someone else and are left alone.
+    someone else and are left alone. Each kind is removed in one pass, so teardown time does not grow
+    with a per-object timeout: every process is signalled at once and waited for together, bridges go
+    in batched ``ovs-vsctl`` transactions, root-namespace links in one ``ip -batch``.
 
     Args:
         require_identity: keep (report as "kept") bridges and root-namespace links recorded by name only
@@ -375,18 +388,183 @@ def remove_objects(objects: list[dict], dry_run: bool = False, require_identity:
         {"removed": [desc...], "gone": [desc...], "kept": [desc...], "failed": [desc...]}
     """
     report = {"removed": [], "gone": [], "kept": [], "failed": []}
-    order = {"process": 0, "bridge": 1, "link": 2, "netns": 3}
-    for obj in sorted(reversed(objects), key=lambda o: order.get(o.get("kind"), 9)):
-        desc = describe(obj)
+    newest_first = list(reversed(objects))
+    by_kind: dict = {}
+    for obj in newest_first:
+        by_kind.setdefault(obj.get("kind"), []).append(obj)
+    unknown = set(by_kind) - {"process", "bridge", "link", "netns"}
+    for kind in unknown:
+        for obj in by_kind[kind]:
+            report["failed"].append(f"{describe(obj)}: unknown object kind {kind!r} in run record")
+    _kill_all(by_kind.get("process", []), dry_run, report)
+    _remove_bridges(by_kind.get("bridge", []), dry_run, require_identity, report)
+    _remove_links(by_kind.get("link", []), dry_run, require_identity, report)
+    for obj in by_kind.get("netns", []):
         try:
             outcome = _remove_one(obj, dry_run, require_identity)
         except (OSError, EmulationError, TimeoutError) as exc:
-            report["failed"].append(f"{desc}: {exc}")
+            report["failed"].append(f"{describe(obj)}: {exc}")
             continue
-        if outcome == "kept":
-            desc += " (recorded by name only while another run is active)"
-        report[outcome].append(desc)
+        report[outcome].append(describe(obj))
     return report
+
+
+def polite_signal(obj: dict) -> int:
+    """The signal that ends a recorded process cleanly: SIGHUP for a Mininet shell (an interactive bash
+    ignores SIGTERM, and hangs up its jobs on SIGHUP, as Mininet's own ``terminate`` does), else SIGTERM."""
+    argv = obj.get("argv") or [""]
+    return signal.SIGHUP if str(argv[0]).startswith("mininet:") else signal.SIGTERM
+
+
+def _kill_all(objs: list[dict], dry_run: bool, report: dict) -> None:
+    """Signal every live recorded process at once, wait for all together, SIGKILL the survivors."""
+    live = []
+    for obj in objs:
+        if same_process(obj["pid"], obj.get("start")):
+            live.append(obj)
+        else:
+            report["gone"].append(describe(obj))
+    if dry_run:
+        report["removed"].extend(describe(o) for o in live)
+        return
+
+    def send(obj, sig) -> None:
+        pid = obj["pid"]
+        if not same_process(pid, obj.get("start")):
+            return
+        try:
+            os.killpg(pid, sig) if os.getpgid(pid) == pid else os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def survivors() -> list[dict]:
+        return [o for o in live if _alive(o["pid"], o.get("start"))]
+
+    for obj in live:
+        send(obj, polite_signal(obj))
+    try:
+        poll(lambda: not survivors(), timeout=KILL_GRACE_S, interval=0.02, what=f"{len(live)} processes to exit")
+    except TimeoutError:
+        for obj in survivors():
+            send(obj, signal.SIGKILL)
+        try:
+            poll(lambda: not survivors(), timeout=5.0, interval=0.02, what="killed processes to die")
+        except TimeoutError:
+            pass
+    still = survivors()
+    for obj in live:
+        if obj in still:
+            report["failed"].append(f"{describe(obj)}: still running after SIGKILL")
+        else:
+            report["removed"].append(describe(obj))
+
+
+def bridge_uuids() -> dict | None:
+    """``{name: uuid}`` of every OVS bridge in one ovsdb query; None when Open vSwitch is not installed.
+
+    Raises:
+        EmulationError: ovsdb did not answer (a loaded machine): the bridges' fate is unknown, so they
+            must not be reported gone (their record is kept for ``testbed clean``).
+    """
+    try:
+        res = subprocess.run(["ovs-vsctl", "--timeout=30", "-f", "csv", "--no-headings", "--columns=name,_uuid",
+                              "list", "Bridge"], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        return None
+    except subprocess.TimeoutExpired:
+        raise EmulationError("ovsdb did not answer within 60 s") from None
+    if res.returncode != 0:
+        raise EmulationError(f"cannot list OVS bridges: {(res.stderr or res.stdout).strip()[-200:]}")
+    found = {}
+    for line in res.stdout.splitlines():
+        name, _, uuid = line.partition(",")
+        if uuid:
+            found[name.strip().strip('"')] = uuid.strip().strip('"')
+    return found
+
+
+def del_br_argv(names: list[str]) -> list[str]:
+    """One ovs-vsctl transaction deleting every bridge in ``names`` (those already gone are skipped)."""
+    argv = ["ovs-vsctl", f"--timeout={30 + len(names) // 10}"]
+    for name in names:
+        argv += ["--", "--if-exists", "del-br", name]
+    return argv
+
+
+def _remove_bridges(objs: list[dict], dry_run: bool, require_identity: bool, report: dict) -> None:
+    if not objs:
+        return
+    try:
+        have = bridge_uuids()
+    except EmulationError as exc:
+        report["failed"].extend(f"{describe(o)}: {exc}" for o in objs)
+        return
+    if have is None:  # Open vSwitch is not installed: no bridge can exist
+        report["gone"].extend(describe(o) for o in objs)
+        return
+    doomed = []
+    for obj in objs:
+        uuid = have.get(obj["name"])
+        if uuid is None or (obj.get("uuid") and obj["uuid"] != uuid):
+            report["gone"].append(describe(obj))
+        elif require_identity and not obj.get("uuid"):
+            report["kept"].append(describe(obj) + " (recorded by name only while another run is active)")
+        else:
+            doomed.append(obj)
+    if dry_run:
+        report["removed"].extend(describe(o) for o in doomed)
+        return
+    for i in range(0, len(doomed), BRIDGES_PER_CALL):
+        chunk = doomed[i:i + BRIDGES_PER_CALL]
+        try:
+            ops.run(del_br_argv([o["name"] for o in chunk]), what=f"delete {len(chunk)} bridges",
+                    timeout=120 + len(chunk))
+        except EmulationError:
+            pass  # attribute below, bridge by bridge
+    try:
+        left = bridge_uuids() or {}
+    except EmulationError as exc:
+        report["failed"].extend(f"{describe(o)}: {exc}" for o in doomed)
+        return
+    for obj in doomed:
+        if obj["name"] in left and left[obj["name"]] == have[obj["name"]]:
+            report["failed"].append(f"{describe(obj)}: still present after ovs-vsctl del-br")
+        else:
+            report["removed"].append(describe(obj))
+
+
+def _remove_links(objs: list[dict], dry_run: bool, require_identity: bool, report: dict) -> None:
+    root_ns, in_ns = [], []
+    for obj in objs:
+        (in_ns if obj.get("netns") else root_ns).append(obj)
+    for obj in in_ns:  # few (the registry's own probes and veths); namespaces go with their links anyway
+        try:
+            outcome = _remove_one(obj, dry_run, require_identity)
+        except (OSError, EmulationError, TimeoutError) as exc:
+            report["failed"].append(f"{describe(obj)}: {exc}")
+            continue
+        report[outcome].append(describe(obj))
+    doomed = []
+    for obj in root_ns:
+        index = ops.link_index(obj["name"])
+        if index is None or (obj.get("ifindex") and obj["ifindex"] != index):
+            report["gone"].append(describe(obj))
+        elif require_identity and not obj.get("ifindex"):
+            report["kept"].append(describe(obj) + " (recorded by name only while another run is active)")
+        else:
+            doomed.append((obj, index))
+    if dry_run:
+        report["removed"].extend(describe(o) for o, _ in doomed)
+        return
+    if doomed:
+        batch = "".join(f"link del dev {o['name']}\n" for o, _ in doomed)
+        ops.run(["ip", "-force", "-batch", "-"], what=f"delete {len(doomed)} links", check=False, input=batch,
+                timeout=60 + len(doomed) / 20)
+    for obj, index in doomed:  # deleting one end of a veth deletes its peer: that counts as removed
+        if ops.link_index(obj["name"]) == index:
+            report["failed"].append(f"{describe(obj)}: still present after ip link del")
+        else:
+            report["removed"].append(describe(obj))
 
 
 def describe(obj: dict) -> str:
@@ -460,6 +638,12 @@ def _kill(pid: int, start: float | None, dry_run: bool) -> bool:
         send(signal.SIGKILL)
         poll(lambda: not _alive(pid, start), timeout=5.0, interval=0.02, what=f"process {pid} to die")
     return True
+
+
+def is_running(pid: int, start: float | None) -> bool:
+    """``pid`` is the process started at ``start`` and still running: not gone, not a zombie (a zombie
+    stays "the same process" until its parent reaps it, though it has exited)."""
+    return _alive(pid, start)
 
 
 def _alive(pid: int, start: float | None) -> bool:

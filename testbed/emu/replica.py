@@ -24,6 +24,8 @@ records them (``self.run.record_process(pid)``) and ``testbed clean`` can remove
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -140,13 +142,58 @@ class Replica:
             try:
                 if self.net is not None:
                     try:
-                        self.net.stop()
-                    except Exception as err:  # noqa: BLE001 - the registry removes what stop() missed
-                        console.print(f"[yellow]mininet stop: {err}; removing recorded objects[/yellow]")
+                        self._stop()
+                    except Exception as err:  # noqa: BLE001 - the registry removes what _stop() missed
+                        console.print(f"[yellow]replica stop: {type(err).__name__}: {err}; "
+                                      "removing recorded objects[/yellow]")
                     self.net = None
             finally:
                 if self._own_run and self.run is not None:
                     self.run.__exit__(None, None, None)
+
+    def _stop(self) -> None:
+        """Tear the network down in one pass per kind, so time grows with the work, not with timeouts.
+
+        ``net.stop()`` deletes links one ``ip link del`` at a time and, when it failed on a large replica,
+        left every host shell to the registry's SIGTERM, which an interactive bash ignores (a timeout per
+        shell: an hour for 1,024 hosts). Here: nodes with their own processes (BMv2, delay lines) stop
+        themselves; OVS bridges go in batched ovsdb transactions; every shell gets SIGHUP at once (what
+        Mininet's ``terminate`` sends) before any is waited for; the run registry then removes the
+        interfaces left in one ``ip -batch`` and anything else recorded.
+        """
+        from testbed.emu.registry import BRIDGES_PER_CALL, del_br_argv
+
+        net, mn_node = self.net, _mininet()[1]
+        ovs = [sw for sw in net.switches if isinstance(sw, mn_node.OVSSwitch)]
+        for sw in net.switches:
+            if sw in ovs:
+                continue
+            try:
+                sw.stop(deleteIntfs=False)
+            except Exception as err:  # noqa: BLE001 - one node's failure must not stop the teardown
+                console.print(f"[yellow]stopping {sw.name}: {type(err).__name__}: {err}[/yellow]")
+        names = [sw.name for sw in ovs]
+        for i in range(0, len(names), BRIDGES_PER_CALL):
+            chunk = names[i:i + BRIDGES_PER_CALL]
+            ops.run(del_br_argv(chunk), what=f"delete {len(chunk)} bridges", check=False, timeout=120 + len(chunk))
+        nodes = [*net.hosts, *net.switches]
+        for node in nodes:
+            shell = getattr(node, "shell", None)
+            if shell is not None and shell.poll() is None:
+                try:
+                    os.killpg(shell.pid, signal.SIGHUP)
+                except ProcessLookupError:
+                    pass
+        for node in nodes:
+            if getattr(node, "shell", None) is not None:
+                node.waitExited = False  # the registry waits for all of them at once
+                node.cleanup()           # close the ptys
+        # Switch-to-switch veths live in the root namespace (host ends went with their namespaces): delete
+        # the ones this replica made in one batch, also when the run registry outlives this replica.
+        left = [name for name in self.layout.interfaces() if ops.link_index(name) is not None]
+        if left:
+            ops.run(["ip", "-force", "-batch", "-"], what=f"delete {len(left)} links", check=False,
+                    input="".join(f"link del dev {name}\n" for name in left), timeout=60 + len(left) / 20)
 
     # ----------------------------------------------------------------------------- build
     def _switch_class(self, sw, mn_node):

@@ -6,7 +6,8 @@ Q_Key and the source QP; one packet per message, each WR names its destination).
 Requester (this side posts work)::
 
     post_write/post_send/post_read/post_atomic -> WRs, each a PSN range: ceil(len / MTU) packets
-                            (a READ sends one request and reserves that many PSNs for its responses)
+                            (a READ sends one request per window/2 packets of responses, each request
+                            reserving that many PSNs)
     pump(now):  send PSNs [send, min(next, acked + window)) as the DCQCN rate allows;
                 AckReq on each message's last packet and every ``ackreq_every`` PSNs
     ACK  psn p:             everything <= p done -> completions
@@ -220,6 +221,9 @@ class QueuePair(Responder):
         self._ackreq_every = max(1, min(config.ackreq_every, config.window // 2 or 1))
         # a real loss must still be NAKed before the requester's window (same config both ends) runs dry
         self._reorder = min(config.reorder, config.window // 4)
+        #: a READ WR longer than this many packets goes out as several READ requests (each reserving its
+        #: own PSNs), so that READ responses in flight stay within the window as WRITE packets do
+        self._read_chunk = max(1, config.window // 2)
         # requester
         self._wrs: deque[_SendWr] = deque()
         self._hint = 0
@@ -377,7 +381,7 @@ class QueuePair(Responder):
             self._spend(size, now)
             if self._send < self._max_sent:
                 self.stats.retransmissions += 1
-            nxt = wr.last + 1 if wr.kind == "read" else self._send + 1
+            nxt = self._chunk_end(wr, self._send) + 1 if wr.kind == "read" else self._send + 1
             self._max_sent = max(self._max_sent, nxt)
             self.stats.tx_bytes += size
             self._send = nxt
@@ -389,14 +393,21 @@ class QueuePair(Responder):
         return sent
 
     def _may_send_rd(self, wr: _SendWr) -> bool:
-        """READs/atomics: at most ``max_rd_atomic`` outstanding, and a READ's responses fit the window
-        unless nothing else is in flight (the requester's buffer, not the network, bounds a READ)."""
-        if self._send != wr.first:
-            return True  # a retry from the middle of a READ
-        busy = sum(1 for w in self._wrs if w.kind in _RD_KINDS and w.first < self._send)
-        if busy >= self.cfg.max_rd_atomic:
-            return False
-        return wr.last < self._acked + self.cfg.window or self._send == self._acked
+        """READs/atomics: at most ``max_rd_atomic`` WRs outstanding, and the responses a READ request asks
+        for fit the window unless nothing else is in flight (a burst longer than the path's queue would
+        only be lost: the responder, like rxe's, does not pace READ responses)."""
+        if self._send == wr.first:
+            busy = sum(1 for w in self._wrs if w.kind in _RD_KINDS and w.first < self._send)
+            if busy >= self.cfg.max_rd_atomic:
+                return False
+        return self._chunk_end(wr, self._send) < self._acked + self.cfg.window or self._send == self._acked
+
+    def _chunk_end(self, wr: _SendWr, u: int) -> int:
+        """Last PSN of the READ request that starts at (or is retried from) ``u``: chunks keep their
+        boundaries from the WR's first PSN, so a retry never reaches into PSNs the responder has not
+        reserved (it re-executes a duplicate READ without moving its expected PSN)."""
+        c = self._read_chunk
+        return min(wr.last, wr.first + ((u - wr.first) // c + 1) * c - 1)
 
     def _wr_for(self, u: int) -> _SendWr:
         wrs = self._wrs
@@ -408,10 +419,11 @@ class QueuePair(Responder):
 
     def _build(self, wr: _SendWr, u: int) -> tuple[list, int]:
         """The datagram parts of unwrapped PSN ``u`` (header, payload view[, pad]) and their length."""
-        if wr.kind == "read":
+        if wr.kind == "read":  # one request per chunk of at most half a window of responses
             off = (u - wr.first) * self.cfg.mtu
+            n = min(wr.length - off, (self._chunk_end(wr, u) - u + 1) * self.cfg.mtu)
             hdr = wire.bth(READ_REQUEST, self.remote.qpn, u, ackreq=True) + \
-                wire.RETH.pack(wr.remote_addr + off, wr.rkey, wr.length - off)
+                wire.RETH.pack(wr.remote_addr + off, wr.rkey, n)
             return [hdr], len(hdr)
         if wr.kind in ("cas", "faa"):
             hdr = wire.bth(CMP_SWAP if wr.kind == "cas" else FETCH_ADD, self.remote.qpn, u, ackreq=True) + \

@@ -409,14 +409,51 @@ def load_spec(path) -> Spec:
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_SPEC_BYTES + 1)
     except OSError as exc:
         raise SpecError(str(path), f"cannot read spec: {exc.strerror}") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError(str(path), f"is larger than {MAX_SPEC_BYTES // 1024} KiB; a spec is a short YAML file "
+                                   "(see docs/specs.md)")
+    if b"\0" in raw:
+        raise SpecError(str(path), "is a binary file, not a YAML spec (see docs/specs.md)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(str(path), f"is not UTF-8 text (byte {exc.start}); save the spec as UTF-8") from None
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SpecError(str(path), f"not valid YAML: {exc}") from None
+        first = " ".join(str(exc).split())
+        raise SpecError(str(path), f"not valid YAML: {first}") from None
+    except RecursionError:
+        raise SpecError(str(path), "nested too deeply to be a spec (see docs/specs.md)") from None
+    if _depth(doc) > MAX_SPEC_DEPTH:
+        raise SpecError(str(path), f"nested deeper than {MAX_SPEC_DEPTH} levels; a spec is a few levels deep "
+                                   "(see docs/specs.md)")
     return parse_spec(doc, str(path))
+
+
+#: Limits of a spec file (the largest shipped one is about 1 KiB and 4 levels deep).
+MAX_SPEC_BYTES = 1 << 20
+MAX_SPEC_DEPTH = 16
+
+
+def _depth(doc, limit: int = MAX_SPEC_DEPTH + 1) -> int:
+    """Nesting depth of a loaded YAML document, counted up to ``limit`` (iteratively: no recursion)."""
+    deepest, stack, seen = 0, [(doc, 1)], set()
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, (dict, list)) or id(node) in seen:  # anchors can make a node its own child
+            continue
+        deepest = max(deepest, depth)
+        if depth >= limit:
+            return depth
+        seen.add(id(node))
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children)
+    return deepest
 
 
 # -- graph -----------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""A replica leaves nothing behind: SIGINT/SIGTERM tear it down; after SIGKILL `testbed clean` removes
-exactly what the run recorded (decoys made to look like Mininet objects survive)."""
+"""A replica leaves nothing behind: SIGINT, SIGTERM and SIGHUP (the terminal closed) tear it down; after
+SIGKILL `testbed clean` removes exactly what the run recorded (decoys made to look like Mininet objects
+survive)."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def _assert_all_gone(record):
     assert not left, f"left behind: {left}"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_signal_tears_everything_down(sig):
     proc, path, record = _start_child()
     assert all(_exists(o) for o in record["objects"] if o["kind"] in ("process", "bridge"))

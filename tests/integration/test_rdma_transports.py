@@ -81,3 +81,33 @@ def test_every_transport_verifies_and_its_capture_is_clean(tmp_path):
     local_qps = [q for r in results for q in r["qp_list"]]
     assert all(q["sport"] == qp_source_port(q["qpn"]) for q in local_qps)
     assert {q["sport"] for q in local_qps} <= set(ports)
+
+
+def test_rc_pingpong_protocol_between_namespaces(tmp_path):
+    """``testbed rdma rc-pingpong`` on both ends with ibv_rc_pingpong's defaults (TCP 18515, UDP 4791):
+    the server, in a namespace of its own, listens on all addresses; every message arrives intact; the
+    capture of the exchange passes ``roce check``."""
+    pcap = tmp_path / "pp.pcap"
+    log = tmp_path / "pp-server.log"
+    with RunRegistry("rdma-it-pingpong", exclusive=False) as run:
+        path = make_path(run, "rdt4", subnet="10.77.4")
+        dump = run.spawn(["tcpdump", "-i", path.intf_b, "-n", "-U", "--immediate-mode", "-s", "0", "-w", str(pcap),
+                          "udp", "port", "4791"], netns=path.ns_b, log=tmp_path / "tcpdump.log")
+        poll(lambda: "listening" in (tmp_path / "tcpdump.log").read_text(), 20, what="tcpdump to start")
+        server = run.spawn(CLI + ["rdma", "rc-pingpong", "-n", "300", "--json"], netns=path.ns_b, log=log)
+        poll(lambda: "listening on 0.0.0.0:18515" in log.read_text(), 30, what="the rc-pingpong server")
+        res = subprocess.run(["ip", "netns", "exec", path.ns_a] + CLI + ["rdma", "rc-pingpong", path.ip_b, "-n", "300",
+                                                                         "--chk", "--json"],
+                             capture_output=True, text=True, timeout=120)
+        server.wait(60)
+        _settled(pcap)
+        dump.send_signal(signal.SIGINT)
+        dump.wait(20)
+    assert res.returncode == 0, res.stderr[-1500:]
+    r = json.loads(res.stdout)
+    served = json.loads(log.read_text()[log.read_text().index("{"):])
+    assert r["verified"] and served["verified"] and r["iters"] == 300
+    assert r["remote"]["gid"] == "00000000000000000000ffff0a4d0402"  # ::ffff:10.77.4.2, as rxe's GID
+    report = check_capture(pcap, require_ect=True)
+    assert not failures(report), (failures(report), report["violations"][:5])
+    assert sum(q["messages"] for q in report["qps"]) == 600

@@ -271,3 +271,27 @@ def test_closed_pipe_ends_quietly(tmp_path):
     res = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=60)
     assert res.stdout.strip() == "{"
     assert "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr, res.stderr
+
+
+def test_ce_marked_read_responses_need_a_cnp_to_the_responder(tmp_path):
+    """READ data flows B -> A: CE on a response is answered by A's CNP to B's QP (the request stream)."""
+    from scapy.layers.inet import UDP
+
+    pkts = _timed(_read_exchange(0, 4096, 1))
+    pkts[2][IP].tos = 3
+    later = _timed(rc_write(A, B, QP_B, 4, _data(8)) + [rc_ack(B, A, QP_A, 4, 2)], start=T0 + 0.01)
+    rep = _check(tmp_path, pkts + later, timed=False)
+    v = _violation(rep, "never answered by a CNP")
+    assert v["psn"] == 1 and v["dqpn"] == QP_A
+    c = Ether() / IP(src=A, dst=B) / UDP(sport=1, dport=4791) / cnp(QP_B)
+    c.time = T0 + 3e-6
+    rep = _check(tmp_path, pkts + [c] + later, timed=False)
+    assert passed(rep), rep["violations"]
+
+
+def test_not_ect_read_responses_count_with_expect_ect(tmp_path):
+    data = _data(2048, 3)
+    pkts = [rc_read(A, B, QP_B, 0, 2048)] + read_responses(B, A, QP_A, 0, data, 1, tos=0)
+    assert passed(_check(tmp_path, pkts))
+    rep = _check(tmp_path, pkts, require_ect=True)
+    assert _violation(rep, "Not-ECT")["dqpn"] == QP_A

@@ -108,8 +108,10 @@ def test_addressing_refuses_overflow():
 
     G = gen.big_switch(300)  # a big switch spans two /24-like blocks
     assert [G.nodes[h]["ip"] for h in hosts(G)][253:255] == ["10.0.0.254", "10.0.1.1"]
+    # More than 256 leaves in one campus: the wide plan (docs/specs.md); several campuses cannot widen.
+    assert len(set(plan(gen.spine_leaf(257, 1, 1)).values())) == 257
     with pytest.raises(SpecError) as err:
-        gen.spine_leaf(257, 1, 1)
+        gen.cross_campus([lambda b: gen.spine_leaf(257, 1, 1, b), lambda b: gen.big_switch(2, b)])
     assert err.value.field == "addressing"
     assert len(plan(gen.spine_leaf(256, 1, 1))) == 256
 
@@ -156,7 +158,8 @@ def test_topo_show_on_every_shipped_spec(name, capsys):
 
 def test_topo_show_human_and_draw(tmp_path, capsys):
     assert cli.main(["topo", "show", "fat-tree-k4"]) == 0
-    assert "bisection" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "bisection" in captured.out and captured.err == ""  # data on stdout: `| grep`, `> file` work
     out = tmp_path / "ft.png"
     assert cli.main(["topo", "draw", "fat-tree-k4", "--out", str(out)]) == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
@@ -165,3 +168,40 @@ def test_topo_show_human_and_draw(tmp_path, capsys):
 def test_topo_show_unknown_spec_exits_2(capsys):
     assert cli.main(["topo", "show", "no-such-fabric"]) == 2
     assert "fat-tree-k4" in capsys.readouterr().err
+
+
+def test_grid_and_group_layouts_show_structure():
+    from testbed.topo.draw import curved, style
+
+    T = gen.torus((4, 4))
+    pos = layout(T)
+    assert style(T) == "grid"
+    sw = [n for n, d in T.nodes(data=True) if d["role"] != "host"]
+    # Switches on their grid (x = first coordinate, y = -second), every node at its own place.
+    assert all(pos[n] == (T.nodes[n]["coord"][0], -T.nodes[n]["coord"][1]) for n in sw)
+    assert len(set(pos.values())) == T.number_of_nodes()
+    # Exactly the wrap-around links are arcs: 4 rows + 4 columns.
+    arcs = curved(T, pos)
+    assert len(arcs) == 8
+    for u, v in arcs:
+        assert sorted(abs(a - b) for a, b in zip(T.nodes[u]["coord"], T.nodes[v]["coord"], strict=True)) == [0, 3]
+    M = gen.full_mesh((4,))
+    assert len(curved(M, layout(M))) == 3  # 0-2, 1-3, 0-3 skip over neighbours
+    D = gen.dragonfly(4, 2, 2)
+    pos = layout(D)
+    assert style(D) == "groups"
+    groups: dict = {}
+    for n, d in D.nodes(data=True):
+        if d["role"] != "host":
+            groups.setdefault(d["group"], []).append(pos[n])
+    centres = {g: (sum(p[0] for p in ps) / len(ps), sum(p[1] for p in ps) / len(ps)) for g, ps in groups.items()}
+    radii = [(x ** 2 + y ** 2) ** 0.5 for x, y in centres.values()]
+    assert max(radii) - min(radii) < 1e-6  # group centres on one circle
+
+    def spread(ps):
+        return max(((a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2) ** 0.5 for a in ps for b in ps)
+
+    nearest = min(((a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2) ** 0.5
+                  for g, a in centres.items() for h, b in centres.items() if g != h)
+    assert max(spread(ps) for ps in groups.values()) < nearest  # a group is tighter than the gap to the next
+    assert style(gen.fat_tree(4)) == "tiers"

@@ -1,0 +1,91 @@
+"""Can this machine build that replica? Refuse up front, naming the limit, instead of failing half-way.
+
+A replica costs, per graph node, a Mininet shell (and for a P4 switch a BMv2 process), per link a veth pair
+and a switch port, per emulated delay line a userspace process. The figures below are conservative
+estimates of resident memory per object (a bash shell, a veth pair with OVS userspace port state, a BMv2
+``simple_switch_fast``, a Python delay line); ``testbed bench build`` measures the real peak on a machine.
+Compared with ``MemAvailable`` (so other people's runs count), they keep ``testbed up`` of a spec that
+cannot fit from swapping the shared machine to a halt and then leaving thousands of interfaces behind.
+
+Pure: reads /proc/meminfo only (or the numbers given).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from testbed.errors import SpecError
+
+#: Estimated resident memory per object, MiB (conservative; see testbed bench build for measured peaks).
+MIB_PER_NODE_SHELL = 4.0
+MIB_PER_LINK = 1.5
+MIB_PER_BMV2 = 60.0
+MIB_PER_DELAY_LINE = 40.0
+
+#: Interfaces one replica may create: beyond this, netlink dumps, udev and OVS's userspace datapath (one
+#: poll loop over every port) make start-up and teardown take hours on a few cores.
+MAX_INTERFACES = 20000
+
+#: Keep this share of the available memory free for the rest of the machine.
+HEADROOM = 0.25
+
+
+@dataclass(frozen=True)
+class Estimate:
+    nodes: int
+    links: int
+    interfaces: int
+    bmv2: int
+    delay_lines: int
+    memory_mib: float
+
+
+def estimate(G) -> Estimate:
+    """What the replica of ``G`` creates and the memory it needs (pure)."""
+    from testbed.dilation import Dilation
+    from testbed.links.emulation import decide
+
+    bmv2 = sum(1 for _, d in G.nodes(data=True) if d.get("role") != "host" and d.get("p4"))
+    # A link the kernel cannot emulate gets a delay-line node (two more interfaces and a process); count
+    # as on a kernel without netem/RED (the worst case, and this machine's).
+    dilation = G.graph.get("dilation") or Dilation(1.0)
+    delayed = sum(1 for _, _, d in G.edges(data=True) if "link" in d
+                  and decide(d, dilation, capabilities=set()).backend == "userspace")
+    links = G.number_of_edges()
+    interfaces = 2 * links + 2 * delayed
+    memory = (G.number_of_nodes() * MIB_PER_NODE_SHELL + (links + delayed) * MIB_PER_LINK + bmv2 * MIB_PER_BMV2
+              + delayed * MIB_PER_DELAY_LINE)
+    return Estimate(G.number_of_nodes(), links, interfaces, bmv2, delayed, round(memory, 1))
+
+
+def mem_available_mib(meminfo: str | None = None) -> float | None:
+    """``MemAvailable`` of /proc/meminfo in MiB (None when unknown)."""
+    try:
+        text = meminfo if meminfo is not None else open("/proc/meminfo").read()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return None
+
+
+def check_buildable(G, available_mib: float | None = None) -> Estimate:
+    """Raise :class:`SpecError` (exit 2) when the replica of ``G`` cannot be built here; the estimate otherwise.
+
+    Args:
+        available_mib: memory available (default: MemAvailable now).
+    """
+    est = estimate(G)
+    name = G.graph.get("name", "spec")
+    if est.interfaces > MAX_INTERFACES:
+        raise SpecError(name, f"the replica needs {est.interfaces} interfaces ({est.links} links); one machine "
+                              f"builds at most {MAX_INTERFACES}: use a smaller spec (fewer pods/hosts) "
+                              "and `testbed topo show` for the full size")
+    available = mem_available_mib() if available_mib is None else available_mib
+    if available is not None and est.memory_mib > available * (1 - HEADROOM):
+        raise SpecError(name, f"the replica needs about {est.memory_mib:,.0f} MiB ({est.nodes} nodes, {est.links} "
+                              f"links, {est.bmv2} BMv2, {est.delay_lines} delay lines) but only "
+                              f"{available:,.0f} MiB are available ({HEADROOM:.0%} kept free); use a smaller "
+                              "spec or free memory")
+    return est

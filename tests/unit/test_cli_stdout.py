@@ -1,0 +1,43 @@
+"""Data goes to stdout, so `> file`, `| grep` and `| less` work; stderr keeps progress and hints."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed import cli
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("argv, word", [
+    (["topo", "list"], "fat-tree-k4"),
+    (["topo", "show", "fat-tree-k4"], "bisection"),
+    (["link", "plan", "--rate", "100G", "--distance", "10km", "--scale", "1000"], "emulated"),
+    (["results", "{tmp}"], "no runs"),
+])
+def test_data_commands_print_on_stdout(tmp_path, capsys, argv, word):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    assert word in captured.out + captured.err
+    if word != "no runs":  # an empty listing is a hint, on stderr
+        assert word in captured.out
+
+
+def test_doctor_table_on_stdout():
+    argv = [sys.executable, "-m", "testbed.cli", "doctor"]
+    if os.geteuid() == 0:  # as root doctor would probe (namespaces, bridges): check the non-root path
+        if not shutil.which("setpriv"):
+            pytest.fail("setpriv (util-linux) is needed to drop root; `make setup` installs it")
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=+dac_read_search",
+                "--ambient-caps=+dac_read_search", *argv]
+    res = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=str(REPO), HOME="/tmp"))
+    assert res.returncode == 0, res.stderr
+    assert "capability" in res.stdout and "backends:" in res.stdout
