@@ -7,7 +7,7 @@
     trace (t, frame)* --run_trace()--> linkcore trace ...  --> (fate, release, marked frame)*  (no root)
 
 ``linkcore.c`` is the same model as :class:`testbed.links.queue.Direction` (the reference) behind
-batched AF_PACKET I/O (recvmmsg/sendmmsg), a hybrid ppoll + busy-wait release loop, SCHED_FIFO and
+AF_PACKET I/O (recvmmsg batches in, one send a frame out), a hybrid ppoll + busy-wait release loop, SCHED_FIFO and
 optional CPU pinning. It is compiled on first use with the system C compiler (as the BMv2 bind shim is)
 and cached by source hash next to the compiled P4 programs, so an edited source is rebuilt and nothing
 is needed in ``make setup``.

@@ -2,7 +2,7 @@
  *
  * The same model as testbed/links/queue.py (the reference), in C, behind batched AF_PACKET I/O:
  *
- *   recvmmsg(a) -> admit(kernel arrival stamp) -> FIFO of (release, frame) --sendmmsg--> b   (and b -> a)
+ *   recvmmsg(a) -> admit(kernel arrival stamp) -> FIFO of (release, frame) --send--> b   (and b -> a)
  *      admit: tail drop at limit -> RED/ECN on the instantaneous queue (CE + IPv4 checksum)
  *             -> serialise at rate (virtual egress queue) -> loss (Bernoulli / Gilbert-Elliott)
  *             -> release = depart + delay + U(-jitter, +jitter), never before the previous release
@@ -454,7 +454,7 @@ typedef struct {
     int rx, tx;
     model_t m;
     pend_t *p; size_t head, n, cap;
-    uint64_t tx_packets, tx_errors, late, rx_truncated, late_hist[LATE_BUCKETS], rx_hist[LATE_BUCKETS];
+    uint64_t tx_packets, tx_errors, rx_errors, late, rx_truncated, late_hist[LATE_BUCKETS], rx_hist[LATE_BUCKETS];
     double max_late, late_sum;
 } path_t;
 
@@ -546,11 +546,11 @@ static void write_stats(int with_series, int ready) {
         fprintf(f, "%s\"%s\": {", d ? ", " : "", p->name);
         for (int i = 0; i < NCOUNTERS; i++) fprintf(f, "\"%s\": %llu, ", COUNTER_NAMES[i], (unsigned long long)m->c[i]);
         fprintf(f, "\"max_queue_packets\": %llu, \"max_queue_bytes\": %llu, \"samples_skipped\": %llu, "
-                "\"tx_packets\": %llu, \"tx_errors\": %llu, \"rx_truncated\": %llu, \"emulator_late\": %llu, "
+                "\"tx_packets\": %llu, \"tx_errors\": %llu, \"rx_errors\": %llu, \"rx_truncated\": %llu, \"emulator_late\": %llu, "
                 "\"max_lateness_s\": %.9g, \"mean_late_lateness_s\": %.9g, \"in_flight\": %zu, \"lateness_histogram\": {",
                 (unsigned long long)m->max_qp, (unsigned long long)m->max_qb, (unsigned long long)m->samples_skipped,
                 (unsigned long long)p->tx_packets, (unsigned long long)p->tx_errors,
-                (unsigned long long)p->rx_truncated, (unsigned long long)p->late, p->max_late,
+                (unsigned long long)p->rx_errors, (unsigned long long)p->rx_truncated, (unsigned long long)p->late, p->max_late,
                 p->late ? p->late_sum / p->late : 0.0, p->n);
         for (int i = 0; i < LATE_BUCKETS; i++)
             fprintf(f, "%s\"%s\": %llu", i ? ", " : "", LATE_LABELS[i], (unsigned long long)p->late_hist[i]);
@@ -582,36 +582,25 @@ static void account_late(path_t *p, double late) {
     }
 }
 
-/* Send every frame of `p` whose release time has come (in batches); returns the next release or 0. */
+/* Send every frame of `p` whose release time has come; returns the next release or 0.
+ * One send() a frame, not sendmmsg: a send into a veth runs the receiving side's stack (and whatever
+ * softirq work is pending on this CPU) before it returns, so each frame's lateness must be taken when
+ * its own send begins, as the Python line does; the syscall itself is not the cost (measured). */
 static double release_due(path_t *p) {
-    struct mmsghdr msgs[64];
-    struct iovec iov[64];
-    double now = mono();
     while (p->n) {
-        int k = 0;
         /* PFC_HOOK: a paused egress would stop here while its priority is paused. */
-        while (k < 64 && k < (int)p->n) {
-            pend_t *e = &p->p[(p->head + k) % p->cap];
-            if (e->release > now) break;
-            iov[k] = (struct iovec){e->buf, e->len};
-            msgs[k] = (struct mmsghdr){.msg_hdr = {.msg_iov = &iov[k], .msg_iovlen = 1}};
-            k++;
+        pend_t *e = &p->p[p->head];
+        double now = mono();
+        if (e->release > now) return e->release;
+        if (send(p->tx, e->buf, e->len, MSG_DONTWAIT) < 0) {
+            p->tx_errors++;  /* ENOBUFS and the like: counted, the frame is gone (a ledger entry) */
+        } else {
+            p->tx_packets++;
+            account_late(p, now - e->release);
         }
-        if (!k) return p->p[p->head].release;
-        int sent = sendmmsg(p->tx, msgs, (unsigned)k, MSG_DONTWAIT);
-        int done = sent < 0 ? 1 : sent;  /* an error fails the first frame: drop it, count it, go on */
-        if (sent < 0) p->tx_errors++;
-        double t = mono();
-        for (int i = 0; i < done; i++) {
-            pend_t *e = &p->p[p->head];
-            /* lateness when the send began (as the Python line measures it): a send into a veth runs
-             * the receiving namespace's stack before it returns, which is the wire's time, not ours */
-            if (sent >= 0) { p->tx_packets++; account_late(p, now - e->release); }
-            free(e->buf);
-            p->head = (p->head + 1) % p->cap;
-            p->n--;
-        }
-        now = t;
+        free(e->buf);
+        p->head = (p->head + 1) % p->cap;
+        p->n--;
     }
     return 0;
 }
@@ -629,6 +618,10 @@ static int receive(path_t *p, double now, double offset) {
                                                 .msg_controllen = sizeof ctl[i]}};
     }
     int got = recvmmsg(p->rx, msgs, (unsigned)n, MSG_DONTWAIT | MSG_TRUNC, NULL);
+    if (got < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) p->rx_errors++;
+        return 0;
+    }
     for (int i = 0; i < got; i++) {
         uint32_t len = msgs[i].msg_len;
         if (len > MAX_FRAME || (msgs[i].msg_hdr.msg_flags & MSG_TRUNC)) { p->rx_truncated++; continue; }
@@ -716,8 +709,10 @@ static int run_forward(void) {
         double offset = realtime() - now;
         g_wakeups++;
         int got = 0;
-        if (fds[0].revents & POLLIN) got += receive(&paths[0], now, offset);
-        if (fds[1].revents & POLLIN) got += receive(&paths[1], now, offset);
+        /* POLLERR too: the failing read takes the socket error (an interface going down) off the socket,
+         * else ppoll would report it at once forever and the line would spin */
+        if (fds[0].revents & (POLLIN | POLLERR)) got += receive(&paths[0], now, offset);
+        if (fds[1].revents & (POLLIN | POLLERR)) got += receive(&paths[1], now, offset);
         if (got > 0) last_rx = now;
     }
     write_stats(1, 1);
