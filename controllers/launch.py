@@ -2,11 +2,12 @@
 
     with RunRegistry("demo") as run:
         ctl = start_controller(run, G, out_dir, mode="controller")     # recorded in the run registry
-        with Replica(G, controller=ctl.address, run=run, static_arp=False) as rep:
+        plan = plan_replica(G, plan_capabilities(), Overrides(links="off", static_arp=False))
+        with Replica(plan, controller=ctl.address, run=run) as rep:
             ctl.wait_ready()                                            # every switch connected
             ctl.get("/paths", src="h0", dst="h15")
 
-The graph handed over is completed with the addresses the replica will use (:func:`testbed.emu.plan`),
+The graph handed over is completed with the addresses the replica will use (:func:`testbed.plan.layout.layout`),
 so the controller's ARP answers and MAC rewrites match the hosts. Readiness is polled (the API answers),
 never slept for. Ports come from one allocator: the first free ones from 6653 (OpenFlow) and 8653 (API).
 Both listen on 127.0.0.1 only.
@@ -26,8 +27,8 @@ from pathlib import Path
 import networkx as nx
 
 from controllers.graphio import dump_graph
-from testbed.emu.alloc import tcp_port_free
 from testbed.errors import EmulationError
+from testbed.plan.alloc import tcp_port_free
 from testbed.poll import poll
 from testbed.topo.graph import HOST
 
@@ -48,10 +49,10 @@ def free_port(base: int, taken=()) -> int:
 
 def addressed(G: nx.Graph) -> nx.Graph:
     """A copy of ``G`` whose hosts carry the ip/prefixlen/mac the replica will give them."""
-    from testbed.emu.plan import plan
+    from testbed.plan.layout import layout
 
     H = G.copy()
-    for h in plan(G).hosts:
+    for h in layout(G).hosts:
         H.nodes[h.node].update(ip=h.ip, prefixlen=h.prefixlen, mac=h.mac)
     return H
 

@@ -7,7 +7,7 @@
                     \\== standby == amp ==//                            \\== relay (switch) //
 
 Two sites joined by a working and a standby fibre. In ``ocs`` mode each site's DCI switch has one port,
-into an OCS (``testbed/emu/ocs.py``: tc mirred between its ports, a circuit per port pair) that rides the
+into an OCS (``testbed/ocs/node.py``: tc mirred between its ports, a circuit per port pair) that rides the
 working fibre; the standby fibre passes an in-line patch OCS (``amp``, a fixed circuit). The working
 fibre is cut at 1/4 of the run; each OCS sees loss of light, waits the detection time, and moves the
 circuit to standby, during which (the reconfiguration window) it carries nothing. The fibre is then
@@ -41,7 +41,7 @@ if __name__ == "__main__" and __package__ is None:
 
 from testbed.console import console, require_root  # noqa: E402
 from testbed.errors import EmulationError, SpecError  # noqa: E402
-from testbed.poll import poll  # noqa: E402
+from testbed.poll import poll, sleep_until  # noqa: E402
 from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # noqa: E402
 
 NAME = "dci_protection"
@@ -106,16 +106,12 @@ def _set_link(node, intf: str, up: bool) -> None:
         raise EmulationError(f"cannot set {intf} {'up' if up else 'down'}: {out.strip()}")
 
 
-def _wait_until(t: float) -> None:
-    """Experiment schedule (not readiness): return at wall time ``t``."""
-    if t > time.time():
-        time.sleep(t - time.time())
-
-
 def run_mode(mode: str, res: Results, args) -> dict:
+    from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
-    from testbed.emu.ocs import ocs_switch_factory
     from testbed.ocs.model import CircuitSwitch, ProtectionGroup
+    from testbed.ocs.node import ocs_switch_factory
+    from testbed.plan import Overrides, plan_replica
 
     G = build_graph(mode)
     ha, hb = G.graph["ends"]
@@ -136,8 +132,10 @@ def run_mode(mode: str, res: Results, args) -> dict:
             from controllers.launch import start_controller
 
             ctl = start_controller(reg, G, res.dir, lldp_interval=0)
-        with Replica(G, controller=ctl.address if ctl else None, run=reg, switch_factory=factory,
-                     static_arp=ctl is None, out_dir=res.dir / mode, name=f"{NAME}-{mode}") as rep:
+        # links are plain veths (the OCS is layer 1; the fibres' lengths are the model's, in dilated time)
+        plan = plan_replica(G, plan_capabilities(), Overrides(scale=args.scale, links="off", static_arp=ctl is None))
+        with Replica(plan, controller=ctl.address if ctl else None, run=reg, switch_factory=factory,
+                     out_dir=res.dir / mode, name=f"{NAME}-{mode}") as rep:
             if ctl:
                 ctl.wait_ready()
             dst = rep.ip(hb)
@@ -153,7 +151,7 @@ def run_mode(mode: str, res: Results, args) -> dict:
                                           "--out", str(probe_dir / "send.json")], **kw)
             u, v = G.graph["working"]
             cut_intf = rep.intf_name(v, u)  # the far end of the working fibre: u sees its light vanish
-            _wait_until(t_start + args.duration / 4)
+            sleep_until(t_start + args.duration / 4)
             t_cut = time.time()
             _set_link(rep.node(v), cut_intf, up=False)
             console.print(f"{mode}: cut the working fibre {u}-{v} ({cut_intf}) at {t_cut - t_start:.2f} s")
@@ -167,7 +165,7 @@ def run_mode(mode: str, res: Results, args) -> dict:
                                      for e in rep.switch(n).events) for n in G.graph["ocs"]),
                      timeout=15 + (reconfig_s + detect_s) * args.scale, interval=0.02,
                      what="both OCSs to switch to the standby fibre")
-            _wait_until(time.time() + 0.2)  # a margin of traffic on standby before the repair
+            sleep_until(time.time() + 0.2)  # a margin of traffic on standby before the repair
             t_repair = time.time()
             _set_link(rep.node(v), cut_intf, up=True)
             console.print(f"{mode}: repaired the working fibre at {t_repair - t_start:.2f} s")

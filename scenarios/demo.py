@@ -30,7 +30,9 @@ from rich.table import Table
 
 from testbed.console import console
 from testbed.dilation import Dilation, pick_scale
-from testbed.emu import Replica, RunRegistry, htb_shaper
+from testbed.doctor import plan_capabilities
+from testbed.emu import Replica, RunRegistry
+from testbed.plan import Overrides, plan_replica
 from testbed.scenario import Results, run_main, scenario_parser
 from testbed.topo import generators
 from testbed.topo.graph import hosts
@@ -86,8 +88,9 @@ def main(argv=None) -> int:
                 from controllers.launch import start_controller
 
                 ctl = start_controller(run, G, res.dir)
-            with Replica(G, dilation=dil, controller=ctl.address if ctl else None, out_dir=res.dir,
-                         name=NAME, link_shaper=htb_shaper, static_arp=ctl is None, run=run) as rep:
+            plan = plan_replica(G, plan_capabilities(), Overrides(scale=dil.scale, links="rates", static_arp=ctl is None))
+            with Replica(plan, controller=ctl.address if ctl else None, out_dir=res.dir, name=NAME,
+                         run=run) as rep:
                 if ctl:
                     ctl.wait_ready()
                 pings = ping_matrix(rep, G)

@@ -38,69 +38,29 @@ if __name__ == "__main__" and __package__ is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.console import console, require_root  # noqa: E402
+from testbed.emu.ops import set_link_state  # noqa: E402
 from testbed.errors import EmulationError, SpecError  # noqa: E402
-from testbed.poll import poll  # noqa: E402
+from testbed.poll import poll, sleep_until  # noqa: E402
+from testbed.routing.failover import (  # noqa: E402
+    BIN_S,
+    brain_paths,
+    controller_paths,
+    flow_outages,
+    flow_table,
+    link_event,
+    path_changes,
+    pick_link,
+    throughput_series,
+)
 from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # noqa: E402
 
 NAME = "fabric_failover"
 SPEC = REPO_ROOT / "scenarios" / "specs" / "fat-tree-k4.yaml"
 PORT = 5201
-BIN_S = 0.25
 PROBE = [sys.executable, "-m", "testbed.routing.udpprobe"]
 
 
 # ------------------------------------------------------------------------------------------ pure analysis
-def flow_table(send_docs: dict, recv_docs: dict, ip_of: dict) -> dict:
-    """``{(src, dst): {"send_times": [...], "arrivals": [(seq, t), ...]}}`` from the probes' records."""
-    host_of = {ip: h for h, ip in ip_of.items()}
-    flows = {}
-    for src, doc in send_docs.items():
-        for dst_ip in doc["dsts"]:
-            flows[(src, host_of[dst_ip])] = {"send_times": doc["send_times"], "interval": doc["interval"],
-                                             "arrivals": []}
-    for dst, doc in recv_docs.items():
-        for src_ip, seq, t in doc.get("arrivals", []):
-            key = (host_of.get(src_ip), dst)
-            if key in flows:
-                flows[key]["arrivals"].append((seq, t))
-    return flows
-
-
-def flow_outages(flows: dict, window: tuple[float, float]) -> dict:
-    """Per flow: packets lost while sent in ``window`` and the outage they mean (lost x interval)."""
-    from testbed.routing.udpprobe import outage
-
-    out = {}
-    for key, f in flows.items():
-        o = outage(f["send_times"], [s for s, _ in f["arrivals"]], f["interval"], window=window)
-        out[key] = {"lost_in_window": o.lost_in_window, "outage_ms": o.outage_ms, "lost": o.lost,
-                    "sent": o.sent, "received": o.received}
-    return out
-
-
-def throughput_series(flows: dict, t0: float, t1: float, size: int, bin_s: float = BIN_S) -> tuple[list, dict]:
-    """Bins (seconds from ``t0``) and per-flow received Mbit/s in each bin."""
-    n = max(1, int((t1 - t0) / bin_s))
-    edges = [i * bin_s for i in range(n)]
-    series = {}
-    for key, f in flows.items():
-        counts = [0] * n
-        for _, t in f["arrivals"]:
-            i = int((t - t0) / bin_s)
-            if 0 <= i < n:
-                counts[i] += 1
-        series[key] = [c * size * 8 / bin_s / 1e6 for c in counts]
-    return edges, series
-
-
-def path_changes(before: dict, during: dict, after: dict) -> dict:
-    """Flows whose equal-cost path sets changed when the link failed, and when it returned."""
-    failed = sorted(k for k in before if before[k] != during.get(k))
-    back = sorted(k for k in before if during.get(k) != after.get(k))
-    restored = sorted(k for k in before if before[k] == after.get(k))
-    return {"changed_on_failure": failed, "changed_on_restore": back, "same_as_before_after_restore": restored}
-
-
 def plot(path: Path, edges: list, series: dict, outages: dict, cut_at: float, restore_at: float,
          link: tuple, mode: str) -> None:
     import matplotlib
@@ -133,77 +93,24 @@ def plot(path: Path, edges: list, series: dict, outages: dict, cut_at: float, re
 
 
 # ------------------------------------------------------------------------------------------ root glue
-def _paths(ctl, hs) -> dict:
-    """Equal-cost path sets of every pair as the controller's installed tables give them."""
-    return {(a, b): tuple(tuple(p) for p in ctl.get("/paths", src=a, dst=b)["paths"])
-            for a in hs for b in hs if a != b}
-
-
-def brain_paths(G, hs, down_link: tuple | None) -> dict:
-    """The same path sets from the routing brain the controller runs, with ``down_link`` failed.
-
-    Used for the state while the link is down, so that 240 API calls do not load the machine in the
-    middle of the measurement (the controller's tables are this brain's output).
-    """
-    from testbed.routing.brain import RoutingBrain
-    from testbed.routing.verify import walk
-
-    brain = RoutingBrain(G)
-    brain.compute_all()
-    down = frozenset()
-    if down_link:
-        brain.link_down(*down_link, now=0.0)
-        down = frozenset({frozenset(down_link)})
-    return {(a, b): tuple(tuple(p) for p in walk(G, brain.tables(), a, b, down_links=down).paths)
-            for a in hs for b in hs if a != b}
-
-
-def _event(ctl, kind, link, after):
-    for ev in ctl.get("/events")["failovers"]:
-        if ev["kind"] == kind and set(ev["link"]) == set(link) and ev["time"] >= after:
-            return ev
-    return None
-
-
-def _pick_link(G, wanted: str | None) -> tuple:
-    if wanted:
-        a, _, b = wanted.partition(",")
-        if not G.has_edge(a, b):
-            raise SpecError("--link", f"no link {a} - {b} in the fabric; give it as A,B (e.g. a0,cr0)")
-        return (a, b)
-    for a, b, d in G.edges(data=True):
-        if d.get("tier") == "agg-core":
-            return (a, b) if G.nodes[a].get("role") == "agg" else (b, a)
-    raise SpecError("--link", "the fabric has no agg-core link; give one with --link A,B")
-
-
-def _set_link(intf: str, up: bool) -> None:
-    res = subprocess.run(["ip", "link", "set", "dev", intf, "up" if up else "down"], capture_output=True, text=True)
-    if res.returncode != 0:
-        raise EmulationError(f"cannot set {intf} {'up' if up else 'down'}: {res.stderr.strip()}")
-
-
-def _wait_until(t: float) -> None:
-    """Experiment schedule (not readiness): return at wall time ``t``."""
-    if t > time.time():
-        time.sleep(t - time.time())
-
-
 def run(G, res: Results, args) -> dict:
     from controllers.launch import addressed, start_controller
+    from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
+    from testbed.plan import Overrides, plan_replica
     from testbed.topo.graph import hosts
 
     hs = hosts(G)
-    link = _pick_link(G, args.link)
+    link = pick_link(G, args.link)
     probe_dir = res.path("probe")
     probe_dir.mkdir(exist_ok=True)
     with RunRegistry(NAME) as reg:
         ctl = start_controller(reg, G, res.dir, mode=args.mode, lldp_interval=0)
-        with Replica(G, controller=ctl.address, run=reg, static_arp=False, out_dir=res.dir, name=NAME) as rep:
+        plan = plan_replica(G, plan_capabilities(), Overrides(links="off", static_arp=False))
+        with Replica(plan, controller=ctl.address, run=reg, out_dir=res.dir, name=NAME) as rep:
             ctl.wait_ready()
             ping_loss = rep.net.pingAll(timeout="1")
-            before = _paths(ctl, hs)
+            before = controller_paths(ctl, hs)
             ip_of = {h: rep.ip(h) for h in hs}
             kw = {"cwd": str(REPO_ROOT), "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
             recvs = {h: rep.popen(h, PROBE + ["recv", "--port", str(PORT), "--duration", str(args.duration + 10),
@@ -216,19 +123,19 @@ def run(G, res: Results, args) -> dict:
                                               "--size", str(args.size), "--out", str(probe_dir / f"{h}-send.json")],
                                   **kw) for i, h in enumerate(hs)}
             intf = rep.intf_name(*link)
-            _wait_until(t_start + args.duration / 3)
+            sleep_until(t_start + args.duration / 3)
             t_cut = time.time()
             console.print(f"cutting {link[0]}-{link[1]} ({intf}) at {t_cut - t_start:.2f} s")
-            _set_link(intf, up=False)
+            set_link_state([intf], up=False)
             try:
-                down_ev = poll(lambda: _event(ctl, "link_down", link, t_cut - 0.01), timeout=15, interval=0.02,
+                down_ev = poll(lambda: link_event(ctl, "link_down", link, t_cut - 0.01), timeout=15, interval=0.02,
                                what=f"the controller to see {link[0]}-{link[1]} down")
-                _wait_until(t_start + 2 * args.duration / 3)
+                sleep_until(t_start + 2 * args.duration / 3)
             finally:
                 t_restore = time.time()
-                _set_link(intf, up=True)
+                set_link_state([intf], up=True)
             console.print(f"restored {link[0]}-{link[1]} at {t_restore - t_start:.2f} s")
-            up_ev = poll(lambda: _event(ctl, "link_up", link, t_restore - 0.01), timeout=15, interval=0.02,
+            up_ev = poll(lambda: link_event(ctl, "link_up", link, t_restore - 0.01), timeout=15, interval=0.02,
                          what=f"the controller to see {link[0]}-{link[1]} up")
             for procs, what in ((sends, "sender"), (recvs, "receiver")):
                 for h, p in procs.items():
@@ -240,7 +147,7 @@ def run(G, res: Results, args) -> dict:
                     if p.returncode != 0:
                         err = p.stderr.read().decode(errors="replace")[-300:]
                         raise EmulationError(f"{what} on {h} failed ({p.returncode}): {err}")
-            after = _paths(ctl, hs)
+            after = controller_paths(ctl, hs)
             events = ctl.get("/events")
             health = ctl.get("/health")
     during = brain_paths(addressed(G), hs, link)

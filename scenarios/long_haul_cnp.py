@@ -31,21 +31,22 @@ DCQCN timers and the CNP interval x 1000; queues and RED thresholds stay in pack
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 if __name__ == "__main__" and __package__ is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.console import console, require_root  # noqa: E402
+from testbed.emu.health import CpuWatch, LossWatch, saturation  # noqa: E402
 from testbed.errors import EmulationError, SpecError  # noqa: E402
+from testbed.plan import Overrides, plan_replica  # noqa: E402
 from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # noqa: E402
-from testbed.units import FIBRE_DELAY_S_PER_M, parse_size  # noqa: E402
+from testbed.topo.builder import set_link  # noqa: E402
+from testbed.units import parse_size  # noqa: E402
 
 NAME = "long_haul_cnp"
 SPEC = REPO_ROOT / "scenarios" / "specs" / "long-haul.yaml"
@@ -63,17 +64,6 @@ CNP_INTERVAL_S = 50e-6
 
 
 # -- pure: the plan of one trial -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class Port:
-    """One BMv2 egress port: drain rate and depth (packets), RED/fast-CNP thresholds (packets)."""
-
-    rate_pps: int
-    depth_pkts: int
-    kmin_pkts: int
-    kmax_pkts: int
-    real_rate_bps: float
-
-
 @dataclass(frozen=True)
 class Roles:
     senders: tuple
@@ -102,9 +92,7 @@ def with_distance(G, distance_km: float):
     H = G.copy()
     for u, v, d in H.edges(data=True):
         if d.get("tier") == "dci":
-            link = d.get("link")
-            H.edges[u, v].update(distance_m=distance_km * 1e3, delay_s=distance_km * 1e3 * FIBRE_DELAY_S_PER_M,
-                                 link=replace(link, distance_m=distance_km * 1e3, delay_s=None) if link else None)
+            set_link(H, u, v, distance_m=distance_km * 1e3)
     return H
 
 
@@ -128,97 +116,26 @@ def bottleneck(case: str, r: Roles) -> tuple:
     return (r.dci[0], r.dci[1]) if case == "sender-dci" else (r.receiver_tor, r.receivers[0])
 
 
-def port_plan(G, case: str, dilation) -> dict:
-    """``{switch: {port: Port}}``: BMv2 queue rate/depth and RED thresholds from the link model."""
-    r = roles(G)
-    rates = case_rates(G, case, r)
-    plan = {}
-    for sw, d in G.nodes(data=True):
-        if d.get("role") == "host":
-            continue
-        plan[sw] = {}
-        for nbr in G.neighbors(sw):
-            e = G.edges[sw, nbr]
-            rate = rates[frozenset((sw, nbr))]
-            limit, unit = e["link"].queue_limit if e.get("link") else (1000.0, "packets")
-            depth = limit if unit == "packets" else limit / FRAME_BYTES
-            kmin = max(1, round(KMIN_BYTES_PER_25G * rate / 25e9 / FRAME_BYTES))
-            kmax = max(kmin + 1, round(KMAX_BYTES_PER_25G * rate / 25e9 / FRAME_BYTES))
-            plan[sw][e["ports"][sw]] = Port(rate_pps=max(1, round(dilation.rate(rate) / (8 * FRAME_BYTES))),
-                                            depth_pkts=int(max(kmax + 1, min(depth, 100000))),
-                                            kmin_pkts=kmin, kmax_pkts=kmax, real_rate_bps=rate)
-    return plan
+def case_graph(G, case: str):
+    """Copy of G with the case's real-world link rates (:func:`case_rates`)."""
+    H = G.copy()
+    for edge, rate in case_rates(G, case, roles(G)).items():
+        u, v = tuple(edge)
+        set_link(H, u, v, rate_bps=rate)
+    return H
 
 
-def percentile(values, q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
+def overrides(mode: str = "ecn") -> Overrides:
+    """The run's choices on top of the spec: RoCE frames, Alibaba's RED rule, the userspace delay line."""
+    return Overrides(link_backend="userspace", frame_bytes=FRAME_BYTES, ecn_mode=mode,
+                     red_per_25g=(KMIN_BYTES_PER_25G, KMAX_BYTES_PER_25G, PMAX), cnp_interval_s=CNP_INTERVAL_S)
 
 
-def saturation(cpu: dict, delay_line: dict | None, switch_pps: float, bench_pps: float,
-               udp_overflows: int = 0, switch_socket_drops: int = 0, unexplained_gaps: int = 0) -> list[str]:
-    """Reasons to distrust a trial: the emulator, not the protocol, was the limit (empty: trust it).
+def case_plan(G, case: str, mode: str, capabilities=None):
+    """The replica plan of one case and mode: BMv2 queue rates/depths, RED and fast-CNP per port."""
+    from testbed.plan import ASSUMED
 
-    Args:
-        cpu: {"machine_mean", "switch_max"} percentages sampled during the trial.
-        delay_line: the long haul's stats (None: no delay line). Frames sent late count only when the
-            lateness is a noticeable share (2%) of the emulated one-way delay.
-        switch_pps: busiest switch's packet rate during the trial.
-        bench_pps: what one BMv2 forwards on this machine (``testbed bench p4``).
-        udp_overflows: datagrams the hosts' kernels dropped because an endpoint did not read in time.
-        switch_socket_drops: frames the kernel dropped because a BMv2 switch did not read in time.
-        unexplained_gaps: sequence gaps the receivers NAKed beyond the drops the switches counted: every
-            switch drop is counted in fabric.p4, so these frames were lost in the emulator's I/O.
-    """
-    why = []
-    if cpu.get("machine_mean", 0) >= 95:
-        why.append(f"machine CPU {cpu['machine_mean']:.0f}%")
-    if cpu.get("switch_max", 0) >= 90:
-        why.append(f"a BMv2 process at {cpu['switch_max']:.0f}% of a core")
-    if delay_line:
-        dirs = delay_line.get("directions", {}).values()
-        sent = sum(d.get("tx_packets", 0) for d in dirs)
-        late = delay_line.get("emulator_late", 0)
-        worst = max((d.get("mean_late_lateness_s", 0.0) for d in dirs), default=0.0)
-        one_way = (delay_line.get("params") or {}).get("delay_s") or 0.0
-        if sent and late / sent > 0.01 and worst > 0.02 * one_way:
-            why.append(f"delay line late on {late / sent:.1%} of frames (by {worst * 1e3:.1f} ms on average)")
-        if delay_line.get("rx_kernel_drops", 0):
-            why.append(f"delay line lost {delay_line['rx_kernel_drops']} frames in the kernel")
-    if switch_pps > 0.8 * bench_pps:
-        why.append(f"busiest switch at {switch_pps:.0f} pps, near BMv2's {bench_pps:.0f} pps here")
-    if udp_overflows:
-        why.append(f"{udp_overflows} datagrams lost in host socket buffers (an endpoint fell behind)")
-    if switch_socket_drops:
-        why.append(f"{switch_socket_drops} frames lost before BMv2 read them (a switch fell behind)")
-    if unexplained_gaps:
-        why.append(f"{unexplained_gaps} losses outside the switch pipelines (receiver NAKs without a counted drop)")
-    return why
-
-
-def packet_socket_drops(ss_text: str, pids) -> int:
-    """Frames the kernel dropped on the packet sockets of processes ``pids`` (``ss -0 -m -p -H``: the
-    ``d`` of ``skmem``): what a BMv2 switch lost because it did not read its ports in time."""
-    import re
-
-    want = {str(p) for p in pids}
-    total = 0
-    for line in ss_text.splitlines():
-        owner = re.search(r"pid=(\d+)", line)
-        drops = re.search(r"skmem:\([^)]*\bd(\d+)\)", line)
-        if owner and drops and owner.group(1) in want:
-            total += int(drops.group(1))
-    return total
-
-
-def udp_rcvbuf_errors(snmp_text: str) -> int:
-    """``Udp: RcvbufErrors`` from /proc/net/snmp text (0 when absent)."""
-    lines = [ln.split() for ln in snmp_text.splitlines() if ln.startswith("Udp:")]
-    if len(lines) < 2 or "RcvbufErrors" not in lines[0]:
-        return 0
-    return int(lines[1][lines[0].index("RcvbufErrors")])
+    return plan_replica(case_graph(G, case), capabilities or ASSUMED, overrides(mode))
 
 
 def row(case: str, distance_km: float, mode: str, scale: float, t: dict) -> dict:
@@ -242,122 +159,54 @@ def _ms(x):
     return None if x is None else round(x * 1e3, 2)
 
 
+def sender_config(plan, sender, receiver, args) -> dict:
+    """The send document of one sender (:mod:`testbed.rdma.endpoint`): the plan's emulated DCQCN and timeout."""
+    ep = plan.endpoint(sender)
+    return {"host": plan.endpoint(receiver).ip, "test": "write_lat", "size": args.size, "iters": args.iters,
+            "mtu": IB_MTU, "window": args.window, "timeout_s": ep.emulated_qp_timeout_s, "dcqcn": ep.emulated_dcqcn}
+
+
 # -- root glue --------------------------------------------------------------------------------------------
-class CpuWatch:
-    """Samples machine CPU and the switches' CPU every 0.5 s on a thread (while a trial runs)."""
-
-    def __init__(self, pids):
-        import psutil
-
-        self.procs = [psutil.Process(p) for p in pids]
-        self.machine: list[float] = []
-        self.switch: list[float] = []
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        import psutil
-
-        psutil.cpu_percent(None)
-        for p in self.procs:
-            p.cpu_percent(None)
-        while not self._stop.wait(0.5):
-            self.machine.append(psutil.cpu_percent(None))
-            try:
-                self.switch.append(max(p.cpu_percent(None) for p in self.procs))
-            except psutil.Error:
-                pass
-
-    def __enter__(self):
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._t.join(timeout=5)
-
-    def summary(self) -> dict:
-        return {"machine_mean": statistics.fmean(self.machine) if self.machine else 0.0,
-                "switch_max": max(self.switch, default=0.0)}
-
-
-def _ss() -> str:
-    return subprocess.run(["ss", "-0", "-m", "-p", "-H"], capture_output=True, text=True).stdout
-
-
-#: The endpoints, run in the hosts without loading the whole CLI (imports cost seconds on a busy machine).
-SERVER_CODE = "from testbed.rdma.perf import serve; serve(\"0.0.0.0\")"  # inside a replica host
-SENDER_CODE = """import json, sys
-from testbed.dilation import Dilation
-from testbed.rdma.dcqcn import DcqcnParams
-from testbed.rdma.perf import run_client
-from testbed.rdma.qp import QpConfig
-a = json.loads(sys.argv[1])
-d = Dilation(a["scale"])
-cfg = QpConfig(mtu=a["mtu"], window=a["window"], timeout=d.time(0.05),
-               dcqcn=DcqcnParams(line_rate=a["line_rate"]).dilated(d))
-print(json.dumps(run_client(a["host"], "write_lat", a["size"], iters=a["iters"], config=cfg, connect_wait=30)))
-"""
-
-
-def _py(code: str, *args) -> list[str]:
-    return [sys.executable, "-c", code, *args]
+ENDPOINT = [sys.executable, "-m", "testbed.rdma.endpoint"]
 
 
 def first_cnp_time(pcap: Path) -> float | None:
-    """Wall-clock time of the first CNP in a capture (None when there is none)."""
-    from testbed.roce.capture import read_records, roce_of
+    """Capture time of the first CNP a sender received (None when there is none)."""
+    from testbed.roce.timing import first_opcode_time
 
-    try:
-        records, _ = read_records(pcap)
-        for rec in records:
-            pkt = roce_of(rec)
-            if pkt is not None and pkt.transport[:1] == b"\x81":
-                return rec.ts
-    except Exception as exc:  # noqa: BLE001 - a capture cut short by the stop: use what was read
-        console.print(f"[yellow]capture {pcap}: {exc}[/yellow]")
-    return None
+    t, why = first_opcode_time(pcap)
+    if why:
+        console.print(f"[yellow]{why}[/yellow]")
+    return t
 
 
 def run_distance(G, distance_km: float, cases, modes, args, res, bench_pps: float) -> list[dict]:
-    from testbed.emu.alloc import Allocator
+    from testbed.doctor import plan_capabilities
     from testbed.emu.replica import Replica
-    from testbed.links.emulation import LinkEmulation
-    from testbed.links.model import LinkParams
+    from testbed.links.node import DelayLineNode
     from testbed.p4rt import entries as E
-    from testbed.p4rt.compile import compile_p4
-    from testbed.p4rt.mininet_switch import bmv2_switch_factory
+    from testbed.p4rt.mininet_switch import plan_switch_factory
     from testbed.poll import poll
     from testbed.routing.brain import RoutingBrain
 
-    dilation = G.graph["dilation"]
     r = roles(G)
     out = res.dir / f"{distance_km:g}km"
     out.mkdir(parents=True, exist_ok=True)
-    links = LinkEmulation(dilation, backend="userspace", out_dir=out)
-
-    def link_node(u, v, attrs):
-        # The long haul is propagation delay only: no rate, a queue that never fills.
-        if attrs.get("tier") != "dci" or not attrs.get("delay_s"):
-            return None
-        return links.node_factory(u, v, {"delay_s": attrs["delay_s"], "link": LinkParams(limit=1e6)})
-
-    factory = bmv2_switch_factory(compile_p4(REPO_ROOT / "p4" / "fabric.p4"), Allocator(), log_dir=out,
-                                  pcap_dir=out / "pcap" if args.pcap else None, only_p4=False)
+    caps = plan_capabilities()
+    plan = plan_replica(G, caps, overrides())
+    factory = plan_switch_factory(plan, log_dir=out, pcap_dir=out / "pcap" if args.pcap else None)
     rows = []
-    with Replica(G, dilation=dilation, out_dir=out, name=NAME, switch_factory=factory,
-                 link_node_factory=link_node, link_shaper=None) as rep:
-        switches = [n for n, d in G.nodes(data=True) if d.get("role") != "host"]
-        clients = {sw: rep.switch(sw).client() for sw in switches}
-        brain = RoutingBrain(G)
+    with Replica(plan, out_dir=out, name=NAME, switch_factory=factory, link_node_class=DelayLineNode) as rep:
+        clients = {s.node: rep.switch(s.node).client() for s in plan.switches}
+        brain = RoutingBrain(plan.graph)
         brain.compute_all(0.0)
         tables = brain.tables()
         for sw, c in clients.items():
-            prog = E.fabric_program(G, sw, tables.get(sw, {}).values())
+            prog = E.fabric_program(plan.graph, sw, tables.get(sw, {}).values())
             c.apply(prog.entries)
             for session, port in prog.mirrors:
                 c.mirroring_add(session, port)
-        servers = [rep.popen(h, _py(SERVER_CODE), stdout=open(out / f"server-{h}.log", "w"),  # noqa: SIM115
+        servers = [rep.popen(h, ENDPOINT + ["serve", "0.0.0.0"], stdout=open(out / f"server-{h}.log", "w"),  # noqa: SIM115
                              stderr=subprocess.STDOUT) for h in r.receivers]
         long_haul = None
         try:
@@ -366,12 +215,12 @@ def run_distance(G, distance_km: float, cases, modes, args, res, bench_pps: floa
             pass
         try:
             for case in cases:
-                plan = port_plan(G, case, dilation)
                 for mode in modes:
+                    trial_plan = case_plan(G, case, mode, caps)
                     console.print(f"[bold]{distance_km:g} km, {case}, {mode}[/bold]")
-                    t = trial(rep, G, r, clients, plan, case, mode, dilation, args, out / f"{case}-{mode}",
-                              long_haul, poll)
-                    rows.append(row(case, distance_km, mode, dilation.scale, t))
+                    t = trial(rep, trial_plan, r, clients, case, mode, args, out / f"{case}-{mode}", long_haul, poll)
+                    res.write_json(f"{distance_km:g}km/{case}-{mode}/plan.json", trial_plan.to_json())
+                    rows.append(row(case, distance_km, mode, plan.scale, t))
                     res.write_json(f"{distance_km:g}km/{case}-{mode}/trial.json", t)
         finally:
             for p in servers:
@@ -381,54 +230,36 @@ def run_distance(G, distance_km: float, cases, modes, args, res, bench_pps: floa
     return rows
 
 
-def trial(rep, G, r: Roles, clients, plan, case, mode, dilation, args, out: Path, long_haul, poll) -> dict:
-    from testbed.p4rt import entries as E
+def trial(rep, plan, r: Roles, clients, case, mode, args, out: Path, long_haul, poll) -> dict:
+    from testbed.p4rt import fabric_stats as F
+    from testbed.rdma.endpoint import summarise_write_lat
 
     out.mkdir(parents=True, exist_ok=True)
-    interval = dilation.time(CNP_INTERVAL_S)
-    for sw, ports in plan.items():
-        c = clients[sw]
-        c.table_clear("ecn_config")
-        for port, p in ports.items():
-            c.set_queue_rate(p.rate_pps, port=port)
-            c.set_queue_depth(p.depth_pkts, port=port)
-            c.apply(E.ecn_entries(E.EcnConfig(p.kmin_pkts, p.kmax_pkts, pmax=PMAX, mode=mode,
-                                              cnp_interval_s=interval), port=port))
-        for name in ("marks", "cnps", "drops", "cnp_skipped", "to_port", "from_queue"):
-            c.counter_reset(name)
-        for name in ("sender_qp", "cnp_last_us", "qdepth_peak", "qdepth_sum", "qdepth_pkts", "first_signal_us"):
-            c.register_reset(name)
+    G = plan.graph
+    rep.apply_queues(plan)
+    F.program_ecn(clients, plan)
+    F.reset(clients)
     bsw, bnbr = bottleneck(case, r)
     bport = G.edges[bsw, bnbr]["ports"][bsw]
-    c = clients[bsw]
-    epoch = c.time_since_epoch_us() - c.time_elapsed_us()  # BMv2 clock 0, in wall time (us)
+    epoch = F.clock_epoch_us(clients[bsw])
     dumps = []
     for s in r.senders:
-        intf = rep.intf_name(s, next(iter(G.neighbors(s))))
         err = out / f"tcpdump-{s}.log"
-        dumps.append((rep.popen(s, ["tcpdump", "-i", intf, "-U", "-n", "-w", str(out / f"cnp-{s}.pcap"),
-                                    "udp dst port 4791 and udp[8] = 0x81"], stdout=subprocess.DEVNULL,
-                                stderr=open(err, "w")), err))
+        dumps.append((rep.popen(s, ["tcpdump", "-i", rep.intf_name(s, next(iter(G.neighbors(s)))), "-U", "-n",
+                                    "-w", str(out / f"cnp-{s}.pcap"), "udp dst port 4791 and udp[8] = 0x81"],
+                                stdout=subprocess.DEVNULL, stderr=open(err, "w")), err))
     poll(lambda: all("listening on" in e.read_text() for _, e in dumps), timeout=20, what="tcpdump on senders")
-    senders = []
-    line_rate = max(G.edges[s, next(iter(G.neighbors(s)))]["rate_bps"] for s in r.senders)
-    for s, d in zip(r.senders, r.receivers, strict=True):
-        argv = _py(SENDER_CODE, json.dumps({"host": G.nodes[d]["ip"], "size": args.size, "iters": args.iters,
-                                            "mtu": IB_MTU, "line_rate": line_rate, "scale": dilation.scale,
-                                            "window": args.window}))
-        senders.append((s, rep.popen(s, argv, stdout=open(out / f"sender-{s}.json", "w"),
-                                     stderr=open(out / f"sender-{s}.log", "w"))))
-    hosts = r.senders + r.receivers
-    overflows_before = {h: udp_rcvbuf_errors(rep.host(h).cmd("cat /proc/net/snmp")) for h in hosts}
+    senders = [(s, rep.popen(s, ENDPOINT + ["send", json.dumps(sender_config(plan, s, d, args))],
+                             stdout=open(out / f"sender-{s}.json", "w"), stderr=open(out / f"sender-{s}.log", "w")))
+               for s, d in zip(r.senders, r.receivers, strict=True)]
     pids = [rep.switch(sw).process.proc.pid for sw in clients]
-    sock_drops_before = packet_socket_drops(_ss(), pids)
+    losses = LossWatch(rep, r.senders + r.receivers, pids).start()
     started = time.monotonic()
     with CpuWatch(pids) as cpu:
         poll(lambda: all(p.poll() is not None for _, p in senders), timeout=args.trial_timeout, interval=0.2,
              what=f"senders of {case}/{mode}")
     elapsed = time.monotonic() - started
-    sock_drops = packet_socket_drops(_ss(), pids) - sock_drops_before
-    overflows = sum(udp_rcvbuf_errors(rep.host(h).cmd("cat /proc/net/snmp")) - overflows_before[h] for h in hosts)
+    lost = losses.stop()
     for p, _ in dumps:
         p.terminate()
         p.wait(timeout=10)
@@ -438,43 +269,25 @@ def trial(rep, G, r: Roles, clients, plan, case, mode, dilation, args, out: Path
         if p.returncode != 0 or not text.strip():
             raise EmulationError(f"sender {s} failed (status {p.returncode}); see {out / f'sender-{s}.log'}")
         results.append(json.loads(text))
-    # write-lat reports half round trips (perftest convention): a message's completion time is twice that
-    p50 = statistics.median(2 * x["t_typical_usec"] * 1e-6 for x in results)
-    p99 = max(2 * x["t_99_usec"] * 1e-6 for x in results)
-    total_bytes = sum(x["bytes"] * x["iterations"] for x in results)
-    seconds = max(x["seconds"] for x in results)
-    first_signal = c.register_read("first_signal_us", bport)
+    flows = summarise_write_lat(results)
+    neck = F.port_stats(clients[bsw], bport)
     crossing = r.senders if case == "sender-dci" else r.senders[:1]  # flows through the bottleneck port
     cnp_times = [t for t in (first_cnp_time(out / f"cnp-{s}.pcap") for s in crossing) if t is not None]
     feedback = None
-    if first_signal and cnp_times:
-        signal_wall = (epoch + first_signal) * 1e-6
+    if neck["first_signal_us"] and cnp_times:
+        signal_wall = (epoch + neck["first_signal_us"]) * 1e-6
         later = [t - signal_wall for t in cnp_times if t >= signal_wall]
         feedback = min(later) if later else None
-    pkts = c.register_read("qdepth_pkts", bport)
-    tail = sum(max(0, cl.counter_read("to_port", p).packets - cl.counter_read("from_queue", p).packets)
-               for sw, cl in clients.items() for p in plan[sw])
-    red_drops = sum(cl.counter_read("drops", E.DROP_REASONS["queue"]).packets for cl in clients.values())
-    busiest = max(sum(cl.counter_read("from_queue", p).packets for p in plan[sw]) for sw, cl in clients.items())
-    dl_stats = long_haul.stats() if long_haul is not None else None
-    naks = sum(x.get("server", {}).get("stats", {}).get("naks_tx", 0) for x in results)
-    switch_drops = {sw: {k: cl.counter_read("drops", i).packets for k, i in E.DROP_REASONS.items()}
-                    for sw, cl in clients.items()}
-    counted = tail + sum(n for d in switch_drops.values() for k, n in d.items() if k != "not_ip")
-    sat = saturation(cpu.summary(), dl_stats, busiest / elapsed, args.bench_pps, overflows, sock_drops,
-                     max(0, naks - counted))
-    return {"goodput_bps": total_bytes * 8 / seconds if seconds else 0.0, "fct_p50_s": p50, "fct_p99_s": p99,
-            "queue_peak": c.register_read("qdepth_peak", bport),
-            "queue_mean": round(c.register_read("qdepth_sum", bport) / pkts, 1) if pkts else 0.0,
-            "feedback_delay_s": feedback, "drops": tail + red_drops,
-            "marks": c.counter_read("marks", bport).packets, "switch_cnps": c.counter_read("cnps", bport).packets,
-            "cnp_skipped": {k: c.counter_read("cnp_skipped", i).packets for k, i in E.CNP_SKIP_REASONS.items()},
-            "cnps_rx": sum(x["cnps_rx"] for x in results),
-            "retransmissions": sum(x["retransmissions"] for x in results),
-            "bottleneck": {"switch": bsw, "port": bport, "rate_pps": plan[bsw][bport].rate_pps,
-                           "kmin_pkts": plan[bsw][bport].kmin_pkts, "kmax_pkts": plan[bsw][bport].kmax_pkts},
-            "udp_rcvbuf_errors": overflows, "switch_socket_drops": sock_drops, "receiver_naks": naks,
-            "switch_drops": switch_drops, "cpu": cpu.summary(), "elapsed_s": elapsed, "saturation": sat, "senders": results}
+    dropped = F.drops(clients, plan)
+    sat = saturation(cpu.summary(), long_haul.stats() if long_haul is not None else None,
+                     dropped["busiest_pkts"] / elapsed, args.bench_pps, lost["udp_rcvbuf_errors"],
+                     lost["switch_socket_drops"], max(0, flows["receiver_naks"] - dropped["counted"]))
+    port = plan.switch(bsw).port(bport)
+    return {**flows, **neck, "feedback_delay_s": feedback, "drops": dropped["tail"] + dropped["red"],
+            "bottleneck": {"switch": bsw, "port": bport, "rate_pps": port.emulated_rate_pps,
+                           "kmin_pkts": port.ecn.kmin_pkts, "kmax_pkts": port.ecn.kmax_pkts},
+            **lost, "switch_drops": dropped["by_switch"], "cpu": cpu.summary(), "elapsed_s": elapsed,
+            "saturation": sat, "senders": results}
 
 
 # -- output -------------------------------------------------------------------------------------------------

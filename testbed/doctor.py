@@ -170,3 +170,11 @@ def capabilities() -> dict:
     caps["link_core"] = _link_core()
     ordered = {name: caps[name] for name in NAMES}
     return {"capabilities": ordered, "backends": pick_backends(ordered)}
+
+
+def plan_capabilities():
+    """:class:`testbed.plan.Capabilities` for :func:`testbed.plan.plan_replica`: probed once (root), as data."""
+    from testbed.plan.alloc import tcp_ports_in_use
+    from testbed.plan.capabilities import Capabilities
+
+    return Capabilities.from_doctor(capabilities(), tcp_ports_in_use())

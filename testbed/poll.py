@@ -1,4 +1,8 @@
-"""The one way to wait: poll a condition until it holds or a timeout expires (never fixed sleeps)."""
+"""The one way to wait: poll a condition until it holds or a timeout expires (never fixed sleeps).
+
+:func:`sleep_until` is the other kind of wait, for schedules rather than readiness: an experiment that
+cuts a link at t = 3 s, a sender pacing its packets. It is the only place that sleeps until a time.
+"""
 
 from __future__ import annotations
 
@@ -35,3 +39,13 @@ def poll(condition: Callable[[], T], timeout: float, interval: float = 0.05, wha
             raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}{detail}")
         time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
         delay = min(delay * 1.5, interval * 10)
+
+
+def sleep_until(t: float, clock: Callable[[], float] = time.time) -> None:
+    """Return at time ``t`` of ``clock`` (wall time by default; ``time.perf_counter`` for pacing).
+
+    A schedule, not readiness: use :func:`poll` to wait for something to happen.
+    """
+    delay = t - clock()
+    if delay > 0:
+        time.sleep(delay)

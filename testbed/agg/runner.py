@@ -81,6 +81,7 @@ def _median(values) -> float | None:
 def fabric(workers: int, topology: str):
     """The replica graph: (G, aggregator switch, worker hosts in rank order, PS host)."""
     from testbed.topo.addressing import assign
+    from testbed.topo.builder import set_link
     from testbed.topo.generators import big_switch, spine_leaf
 
     if topology not in TOPOLOGIES:
@@ -106,11 +107,11 @@ def fabric(workers: int, topology: str):
             G.nodes[n]["p4"] = "aggregation"
     # host links at the real line rate; leaf uplinks non-blocking (as many line rates as the leaf has
     # hosts), as in AI fabrics: the leaves forward every contribution up to the aggregating spine
-    for u, v, d in G.edges(data=True):
+    for u, v in G.edges():
         hosts_below = [sum(G.nodes[x]["role"] == "host" for x in G.neighbors(s)) for s in (u, v)
                        if G.nodes[s]["role"] == "leaf"]
         both_switches = G.nodes[u]["role"] != "host" and G.nodes[v]["role"] != "host"
-        d["rate_bps"] = REAL_RATE_BPS * (max(hosts_below) if both_switches and hosts_below else 1)
+        set_link(G, u, v, rate_bps=REAL_RATE_BPS * (max(hosts_below) if both_switches and hosts_below else 1))
     return G, agg, wk, ps
 
 
@@ -138,17 +139,18 @@ class AggTestbed:
 
     # ----------------------------------------------------------------------------- lifecycle
     def __enter__(self) -> "AggTestbed":
-        from testbed.emu import Replica, htb_shaper
-        from testbed.emu.alloc import Allocator
-        from testbed.p4rt.compile import compile_p4
-        from testbed.p4rt.mininet_switch import bmv2_switch_factory
+        from testbed.doctor import plan_capabilities
+        from testbed.emu import Replica
+        from testbed.p4rt.mininet_switch import plan_switch_factory
+        from testbed.plan import Overrides, plan_replica
 
-        json_path = compile_p4(Path(__file__).resolve().parents[2] / "p4" / "aggregation.p4")
+        # rates only: the workers' protocol is timed by the links' rates; cable delays are not its subject
+        plan = plan_replica(self.G, plan_capabilities(), Overrides(scale=self.dilation.scale, links="rates",
+                                                                   frame_bytes=FRAME_BYTES))
         console.print(f"agg: starting {self.topology} replica, {self.n} workers, links "
                       f"{self.link_rate_bps / 1e6:g} Mbit/s (dilation {self.dilation.scale:g})")
-        self.rep = Replica(self.G, dilation=self.dilation, out_dir=self.out_dir, name="agg",
-                           switch_factory=bmv2_switch_factory(json_path, Allocator(), log_dir=self.out_dir),
-                           link_shaper=htb_shaper).__enter__()
+        self.rep = Replica(plan, out_dir=self.out_dir, name="agg",
+                           switch_factory=plan_switch_factory(plan, log_dir=self.out_dir)).__enter__()
         try:
             for sw in self.plan.switches():
                 prog = self.plan.switch_program(sw)

@@ -13,7 +13,6 @@ picks link rates below it. With ``--elems 64`` (or 32/128) a variant of the prog
 from __future__ import annotations
 
 import socket
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -39,18 +38,10 @@ def register(sub) -> None:
 
 
 def _program(elems: int) -> Path:
-    from testbed.p4rt.compile import P4CompileError, cache_dir, compile_p4
+    from testbed.p4rt.compile import compile_p4
 
     src = Path(__file__).resolve().parents[2] / "p4" / "aggregation.p4"
-    if elems == 256:
-        return compile_p4(src)
-    out = cache_dir() / f"aggregation-elems{elems}-{int(src.stat().st_mtime)}.json"
-    if not out.is_file():
-        res = subprocess.run(["p4c-bm2-ss", "--std", "p4-16", "--arch", "v1model", f"-DAGG_ELEMS={elems}",
-                              "-o", str(out), str(src)], capture_output=True, text=True)
-        if res.returncode:
-            raise P4CompileError(f"aggregation.p4 (AGG_ELEMS={elems}) does not compile:\n{res.stderr}")
-    return out
+    return compile_p4(src, defines=None if elems == 256 else {"AGG_ELEMS": elems})
 
 
 def _frame(job: int, worker: int, slot: int, shadow: int, seq: int, elems: int) -> bytes:
@@ -68,9 +59,9 @@ def _frame(job: int, worker: int, slot: int, shadow: int, seq: int, elems: int) 
 
 def measure(workers: int, chunks: int, window: int, elems: int) -> dict:
     from testbed.emu import RunRegistry
-    from testbed.emu.alloc import Allocator
     from testbed.p4rt.entries import TableEntry
     from testbed.p4rt.switch import Bmv2Config, Bmv2Process
+    from testbed.plan.alloc import Allocator
 
     json_path = _program(elems)
     with RunRegistry("bench-agg") as run:

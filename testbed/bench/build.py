@@ -126,24 +126,22 @@ def _controller(G: nx.Graph):
     """A dead controller address for looped fabrics (secure mode, no forwarding), else None."""
     if not is_looped(G):
         return None
-    from testbed.emu.alloc import tcp_port_free
+    from testbed.plan.alloc import tcp_port_free
 
     port = next(p for p in range(16653, 17653) if tcp_port_free(p))
     return ("127.0.0.1", port)
 
 
 def _build_replica(G: nx.Graph, run, links: str, out_dir) -> dict:
-    from testbed.emu import Replica, htb_shaper
+    from testbed.doctor import plan_capabilities
+    from testbed.emu import Replica
+    from testbed.links.node import DelayLineNode
+    from testbed.plan import Overrides, plan_replica
 
-    hooks: dict = {}
-    if links == "htb":
-        hooks = {"link_shaper": htb_shaper}
-    elif links == "spec":
-        from testbed.links.emulation import LinkEmulation
-
-        hooks = LinkEmulation(G.graph["dilation"], out_dir=out_dir).replica_hooks()
-    rep = Replica(G, dilation=G.graph["dilation"], controller=_controller(G), run=run, name="bench-build",
-                  out_dir=out_dir, wait_connected=0, **hooks)
+    mode = {"none": "off", "htb": "rates", "spec": "spec"}[links]
+    plan = plan_replica(G, plan_capabilities(), Overrides(links=mode))
+    rep = Replica(plan, controller=_controller(G), run=run, name="bench-build", out_dir=out_dir, wait_connected=0,
+                  link_node_class=DelayLineNode)
     with _MemorySampler() as mem:
         t0 = time.perf_counter()
         rep.__enter__()
@@ -162,10 +160,10 @@ def _build_plain(G: nx.Graph, run) -> dict:
     from mininet.node import OVSSwitch, RemoteController
     from mininet.topo import Topo
 
-    from testbed.emu.plan import interfaces, plan
+    from testbed.plan.layout import interfaces, layout
 
     log.setLogLevel("error")
-    p = plan(G)
+    p = layout(G)
     topo = Topo()
     for h in p.hosts:
         topo.addHost(h.name, ip=f"{h.ip}/{h.prefixlen}", mac=h.mac)
@@ -233,7 +231,9 @@ def _iperf(rep, src, dst) -> float:
 
 
 def _sweep(args) -> dict:
+    from testbed.doctor import plan_capabilities
     from testbed.emu import Replica
+    from testbed.plan import Overrides, plan_replica
     from testbed.topo import generators
 
     cases = []
@@ -241,7 +241,7 @@ def _sweep(args) -> dict:
         G = generators.spine_leaf(leaves, 1, per_leaf)
         hs = hosts(G)
         t0 = time.monotonic()
-        rep = Replica(G, name="bench-build")
+        rep = Replica(plan_replica(G, plan_capabilities(), Overrides(links="off")), name="bench-build")
         with rep:
             t1 = time.monotonic()
             for h in hs[1:]:

@@ -29,8 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from testbed.console import console, print_json, require_root
+from testbed.emu.ops import set_link_state
 from testbed.errors import EmulationError, UsageError
-from testbed.poll import poll
+from testbed.poll import poll, sleep_until
+from testbed.routing.failover import link_event
 from testbed.routing.udpprobe import outage
 from testbed.topo.graph import HOST, hosts
 
@@ -139,36 +141,14 @@ class Stream:
                 "window": window}
 
 
-def wait_until(t: float) -> None:
-    """Experiment schedule (not readiness): return at wall time ``t``."""
-    delay = t - time.time()
-    if delay > 0:
-        time.sleep(delay)
-
-
-def set_link(intfs: list[str], up: bool) -> None:
-    for name in intfs:
-        res = subprocess.run(["ip", "link", "set", "dev", name, "up" if up else "down"], capture_output=True,
-                             text=True)
-        if res.returncode != 0:
-            raise EmulationError(f"cannot set {name} {'up' if up else 'down'}: {res.stderr.strip()}")
-
-
-def link_event(ctl, kind: str, link: tuple, after: float) -> dict | None:
-    for ev in ctl.get("/events")["failovers"]:
-        if ev["kind"] == kind and set(ev["link"]) == set(link) and ev["time"] >= after:
-            return ev
-    return None
-
-
 def one_cut(rep, ctl, G, src, dst, sport: int, interval: float, workdir: Path, tag: str) -> dict:
     """Stream src -> dst, find its path, cut the ECMP link on it, restore; returns the outage record."""
     duration = 2.0
     stream = Stream(rep, src, dst, 5001, sport, interval, duration, workdir, tag)
     t0 = time.time()
-    wait_until(t0 + 0.6)
+    sleep_until(t0 + 0.6)
     before = ctl.get("/ports", fresh=1)
-    wait_until(t0 + 0.8)
+    sleep_until(t0 + 0.8)
     after = ctl.get("/ports", fresh=1)
     min_bytes = int(0.1 / interval * 100)  # at least half the stream's bytes in 0.2 s
     links = flow_links(G, before, after, min_bytes)
@@ -179,14 +159,14 @@ def one_cut(rep, ctl, G, src, dst, sport: int, interval: float, workdir: Path, t
         raise EmulationError(f"{tag}: found no ECMP link on the path of {src} -> {dst} (links seen: {links})")
     intfs = [rep.intf_name(cut[0], cut[1])]
     t_cut = time.time()
-    set_link(intfs, up=False)
+    set_link_state(intfs, up=False)
     try:
         ev = poll(lambda: link_event(ctl, "link_down", cut, t_cut - 0.01), timeout=10, interval=0.02,
                   what=f"controller to see {cut[0]}-{cut[1]} down")
-        wait_until(max(t_cut + 0.4, time.time()))
+        sleep_until(max(t_cut + 0.4, time.time()))
     finally:
         t_restore = time.time()
-        set_link(intfs, up=True)
+        set_link_state(intfs, up=True)
     poll(lambda: link_event(ctl, "link_up", cut, t_restore - 0.01), timeout=10, interval=0.02,
          what=f"controller to see {cut[0]}-{cut[1]} up")
     raw = stream.result()
@@ -229,15 +209,17 @@ def ecmp_balance(rep, ctl, G, interval: float, workdir: Path, n_flows: int = 16)
 
 def run_bench(G, repetitions: int, interval: float, out_dir: Path) -> dict:
     from controllers.launch import start_controller
+    from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
+    from testbed.plan import Overrides, plan_replica
 
     a, b = pod_pairs(G)
     workdir = out_dir / "probe"
     workdir.mkdir(parents=True, exist_ok=True)
     with RunRegistry("bench-failover") as run:
         ctl = start_controller(run, G, out_dir, mode="controller", lldp_interval=0)
-        with Replica(G, controller=ctl.address, run=run, static_arp=False, out_dir=out_dir,
-                     name="bench-failover") as rep:
+        plan = plan_replica(G, plan_capabilities(), Overrides(links="off", static_arp=False))
+        with Replica(plan, controller=ctl.address, run=run, out_dir=out_dir, name="bench-failover") as rep:
             ctl.wait_ready()
             src, dst = a[0], b[-1]
             rep.host(src).cmd(f"ping -c2 -W1 {rep.ip(dst)}")

@@ -79,11 +79,11 @@ def _main(args) -> int:
     require_root("testbed bench p4")
     sizes = parse_sizes(args.sizes)
     parse_sizes_kpps(args.offer_kpps)
-    from testbed.emu.alloc import Allocator
     from testbed.emu.registry import RunRegistry
     from testbed.p4rt import entries as E
     from testbed.p4rt.compile import compile_p4
     from testbed.p4rt.switch import Bmv2Config, Bmv2Process
+    from testbed.plan.alloc import Allocator
     from testbed.scenario import REPO_ROOT
 
     json_path = compile_p4(REPO_ROOT / "p4" / "fabric.p4")

@@ -14,8 +14,6 @@ shows the failover events with timestamps.
 
 from __future__ import annotations
 
-import subprocess
-
 from testbed.cli import add_verbs
 from testbed.console import out, print_json, require_root
 from testbed.errors import EmulationError, UsageError
@@ -60,7 +58,9 @@ def link_interfaces(topology: dict, a: str, b: str) -> list[str]:
 
 
 def ifdown_argv(names: list[str], down: bool) -> list[list[str]]:
-    return [["ip", "link", "set", "dev", n, "down" if down else "up"] for n in names]
+    from testbed.emu.ops import link_state_argv
+
+    return [link_state_argv(n, not down) for n in names]
 
 
 def _run(args) -> int:
@@ -83,10 +83,9 @@ def _run(args) -> int:
             else:
                 names = [n for link in topo["links"] if args.s in (link["a"], link["b"])
                          for n in link_interfaces(topo, link["a"], link["b"])]
-            for argv in ifdown_argv(names, args.down):
-                res = subprocess.run(argv, capture_output=True, text=True)
-                if res.returncode != 0:
-                    raise EmulationError(f"`{' '.join(argv)}` failed: {res.stderr.strip()}")
+            from testbed.emu.ops import set_link_state
+
+            set_link_state(names, up=not args.down)
             result = {"action": f"{verb} {args.what}", "method": "ifdown", "interfaces": names, "ok": True}
     except ApiError as exc:
         raise EmulationError(str(exc)) from None

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from testbed.cli import add_verbs
 from testbed.console import console, out, print_json
-from testbed.dilation import Dilation
 from testbed.errors import SpecError, UsageError
 
 
@@ -30,8 +29,8 @@ def register(sub) -> None:
     plan.add_argument("--red", metavar="KMIN,KMAX,PMAX", help="e.g. 100KB,400KB,20%% or 20p,60p,0.1")
     plan.add_argument("--no-ecn", action="store_true", help="RED drops instead of marking ECT packets")
     plan.add_argument("--scale", type=float, default=1.0, help="time-dilation factor (default 1)")
-    plan.add_argument("--backend", choices=("auto", "kernel", "userspace"), default=None,
-                      help="override the backend choice (default $TESTBED_LINK_BACKEND or auto)")
+    plan.add_argument("--backend", choices=("auto", "netem", "kernel", "userspace"), default=None,
+                      help="override the backend choice (kernel = netem; default auto)")
     plan.add_argument("--netem", action="store_true", help="plan as if the kernel had netem and red")
     plan.add_argument("--json", action="store_true")
     plan.set_defaults(func=run_plan)
@@ -57,22 +56,27 @@ def spec_from_args(args) -> dict:
 
 
 def plan_document(block: dict, scale: float, backend: str | None, netem: bool) -> dict:
-    """Pure: the plan of one link as a JSON-able document."""
-    from testbed.links import tc
+    """Pure: the plan of one link (between two switches) as a JSON-able document (testbed.plan decides)."""
+    import networkx as nx
+
     from testbed.links.delayline import build_argv
-    from testbed.links.emulation import decide
     from testbed.links.model import LinkParams
+    from testbed.plan import Capabilities, Overrides, plan_replica
 
     real = LinkParams.from_spec(block, "link")
-    caps = {"netem": netem, "red": netem}
-    decision = decide({"link": real}, Dilation(scale), caps, backend)
-    doc = {"real": real.describe(), "scale": scale, "emulated": decision.params.describe(),
-           "backend": decision.backend, "ignored_delay_s": decision.ignored_delay_s,
-           "emulated_params": decision.params.to_dict()}
-    if decision.backend in ("htb", "kernel"):
-        doc["commands"] = tc.link_cmds("IFACE", decision.params)
-    elif decision.backend == "userspace":
-        doc["commands"] = [build_argv("IFACE_U", "IFACE_V", decision.params, "STATS.json", python="python3")]
+    G = nx.Graph()
+    G.add_node("a", role="switch", tier=1)
+    G.add_node("b", role="switch", tier=1)
+    G.add_edge("a", "b", ports={"a": 1, "b": 1}, link=real)
+    caps = Capabilities(netem=netem, red=netem, source="assumed")
+    entry = plan_replica(G, caps, Overrides(scale=scale, link_backend=backend or "auto")).links[0]
+    doc = {"real": real.describe(), "scale": scale, "emulated": entry.emulated.describe(),
+           "backend": entry.backend, "reason": entry.reason, "notes": list(entry.notes),
+           "emulated_params": entry.applied.to_dict()}
+    if entry.backend in ("htb", "netem"):
+        doc["commands"] = [list(argv) for argv in entry.tc[0][1]]
+    elif entry.backend == "userspace":
+        doc["commands"] = [build_argv("IFACE_U", "IFACE_V", entry.applied, "STATS.json", python="python3")]
     else:
         doc["commands"] = []
     return doc
@@ -85,10 +89,9 @@ def run_plan(args) -> int:
         return 0
     out.print(f"real:      {doc['real']}")
     out.print(f"emulated:  {doc['emulated']}  (scale {doc['scale']:g})")
-    out.print(f"backend:   {doc['backend']}")
-    if doc["ignored_delay_s"]:
-        console.print(f"[yellow]delay {doc['ignored_delay_s'] * 1e6:.1f} us (emulated) is below the delay line's "
-                      "own latency and is not emulated[/yellow]")
+    out.print(f"backend:   {doc['backend']} ({doc['reason']})")
+    for note in doc["notes"]:
+        console.print(f"[yellow]{note}[/yellow]")
     for argv in doc["commands"]:
         out.print("  " + " ".join(argv), markup=False, soft_wrap=True)
     return 0

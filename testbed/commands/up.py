@@ -68,7 +68,7 @@ def load_graph(spec_arg: str, scale: float | None, p4: str | None):
     if p4 is not None and p4 not in UP_P4_PROGRAMS:
         raise SpecError("--p4", f"{p4!r} cannot be programmed for a whole fabric; allowed: "
                                 f"{', '.join(UP_P4_PROGRAMS)} (aggregation runs in `testbed run innetwork_allreduce`)")
-    from testbed.emu.limits import MAX_INTERFACES
+    from testbed.plan.limits import MAX_INTERFACES
     from testbed.topo.counts import closed_form
 
     counts = closed_form(spec.kind, spec.params)
@@ -95,7 +95,7 @@ def needs_controller(G) -> bool:
 def _up(args) -> int:
     require_root("testbed up")
     G = load_graph(args.spec, args.scale, args.p4)
-    from testbed.emu.limits import check_buildable
+    from testbed.plan.limits import check_buildable
 
     check_buildable(G)
     out_dir = Path(args.out) if args.out else Path("results") / "up" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -110,8 +110,8 @@ def _up(args) -> int:
             doc = _session_doc(rep, G, args.spec, out_dir)
             session.write(doc)
             try:
-                console.print(f"[bold]{doc['name']}[/bold] is up: {len(rep.plan.hosts)} hosts, "
-                              f"{len(rep.plan.switches)} switches; logs in {out_dir}. "
+                console.print(f"[bold]{doc['name']}[/bold] is up: {len(rep.layout.hosts)} hosts, "
+                              f"{len(rep.layout.switches)} switches; logs in {out_dir}. "
                               "Other terminals: `testbed exec NODE -- CMD`, `testbed ls`, `testbed down`.")
                 if args.wait:
                     console.print("waiting for `testbed down` or a signal")
@@ -137,31 +137,33 @@ class _replica:
         self.ctl = None
 
     def __enter__(self):
+        from testbed.doctor import plan_capabilities
         from testbed.emu import Replica
-        from testbed.links.emulation import LinkEmulation
+        from testbed.links.node import DelayLineNode
+        from testbed.plan import Overrides, plan_replica
 
         G = self.G
-        hooks = LinkEmulation(G.graph["dilation"], out_dir=self.out_dir).replica_hooks()
         kwargs: dict = {}
+        overrides: dict = {}
         if self.p4:
-            from testbed.emu.alloc import Allocator
-            from testbed.p4rt.compile import compile_p4
-            from testbed.p4rt.mininet_switch import bmv2_switch_factory
-            from testbed.scenario import REPO_ROOT
-
             programs = {d["p4"] for _, d in G.nodes(data=True) if d.get("p4")}
             if programs - set(UP_P4_PROGRAMS):
                 raise SpecError("switches", f"P4 program(s) {', '.join(sorted(programs))} cannot be programmed by "
                                             f"`testbed up`; allowed: {', '.join(UP_P4_PROGRAMS)}")
-            kwargs["switch_factory"] = bmv2_switch_factory(compile_p4(REPO_ROOT / "p4" / "fabric.p4"), Allocator(),
-                                                           log_dir=self.out_dir, only_p4=False)
+            overrides["p4_program"] = "fabric"  # every switch runs fabric.p4, programmed by the routing brain
         elif self.controller:
             from controllers.launch import start_controller
 
             self.ctl = start_controller(self.run, G, self.out_dir)
-            kwargs.update(controller=self.ctl.address, static_arp=False)
-        self.rep = Replica(G, dilation=G.graph["dilation"], out_dir=self.out_dir, name="up", run=self.run,
-                           **hooks, **kwargs).__enter__()
+            kwargs["controller"] = self.ctl.address
+            overrides["static_arp"] = False
+        plan = plan_replica(G, plan_capabilities(), Overrides(**overrides))
+        if self.p4:
+            from testbed.p4rt.mininet_switch import plan_switch_factory
+
+            kwargs["switch_factory"] = plan_switch_factory(plan, log_dir=self.out_dir)
+        self.rep = Replica(plan, out_dir=self.out_dir, name="up", run=self.run, link_node_class=DelayLineNode,
+                           **kwargs).__enter__()
         try:
             if self.ctl is not None:
                 self.ctl.wait_ready()
@@ -176,11 +178,12 @@ class _replica:
         from testbed.p4rt import entries as E
         from testbed.routing.brain import RoutingBrain
 
-        brain = RoutingBrain(self.G)
+        G = self.rep.G  # the plan's graph: hosts carry the addresses they got
+        brain = RoutingBrain(G)
         brain.compute_all(0.0)
         tables = brain.tables()
-        for sw in (n for n, d in self.G.nodes(data=True) if d["role"] != "host"):
-            prog = E.fabric_program(self.G, sw, tables.get(sw, {}).values())
+        for sw in (n for n, d in G.nodes(data=True) if d["role"] != "host"):
+            prog = E.fabric_program(G, sw, tables.get(sw, {}).values())
             client = self.rep.switch(sw).client()
             client.apply(prog.entries)
             for session_id, port in prog.mirrors:
@@ -195,7 +198,7 @@ class _replica:
 def _session_doc(rep, G, spec_arg: str, out_dir: Path) -> dict:
     from testbed.emu.registry import process_start
 
-    names = rep.plan.names
+    names = rep.layout.names
     nodes = {}
     for n, d in G.nodes(data=True):
         mn = rep.node(n)
@@ -206,7 +209,7 @@ def _session_doc(rep, G, spec_arg: str, out_dir: Path) -> dict:
     return {"pid": os.getpid(), "start": process_start(os.getpid()), "run_id": rep.run.run_id,
             "name": G.graph.get("name", "replica"), "spec": spec_arg, "out_dir": str(out_dir.resolve()),
             "started": _dt.datetime.now().isoformat(timespec="seconds"), "scale": rep.dilation.scale,
-            "nodes": nodes, "links": [[names[lk.u], names[lk.v]] for lk in rep.plan.links]}
+            "nodes": nodes, "links": [[names[lk.u], names[lk.v]] for lk in rep.layout.links]}
 
 
 class ReplicaShell(cmd.Cmd):
@@ -217,7 +220,7 @@ class ReplicaShell(cmd.Cmd):
     def __init__(self, rep, doc: dict, stdin=None, stdout=None):
         super().__init__(stdin=stdin, stdout=stdout)
         self.rep, self.doc = rep, doc
-        self.by_name = {rep.plan.names[n]: n for n in rep.G.nodes}
+        self.by_name = {rep.layout.names[n]: n for n in rep.G.nodes}
         interactive = (stdin or sys.stdin).isatty()
         self.use_rawinput = interactive
         self.prompt = "testbed> " if interactive else ""
@@ -235,7 +238,7 @@ class ReplicaShell(cmd.Cmd):
         return self.rep.node(self.by_name[name])
 
     def _hosts(self) -> list[str]:
-        return [h.name for h in self.rep.plan.hosts]
+        return [h.name for h in self.rep.layout.hosts]
 
     def onecmd(self, line):
         try:
@@ -269,14 +272,14 @@ class ReplicaShell(cmd.Cmd):
 
     def do_links(self, arg):
         """links: every link with its interfaces and whether each end is up."""
-        for lk in self.rep.plan.links:
+        for lk in self.rep.layout.links:
             ends = []
             for node, port in ((lk.u, lk.port_u), (lk.v, lk.port_v)):
-                intf = self.rep.plan.intf(node, port)
+                intf = self.rep.layout.intf(node, port)
                 state = self.rep.node(node).cmd(f"cat /sys/class/net/{intf}/operstate 2>/dev/null").strip() or "?"
                 ends.append(f"{intf}({state})")
             via = f" via {lk.via}" if lk.via else ""
-            self._print(f"{self.rep.plan.names[lk.u]}<->{self.rep.plan.names[lk.v]}{via}  {' '.join(ends)}")
+            self._print(f"{self.rep.layout.names[lk.u]}<->{self.rep.layout.names[lk.v]}{via}  {' '.join(ends)}")
 
     def do_dump(self, arg):
         """dump: every node, its shell pid, interfaces and addresses (JSON lines)."""

@@ -1,25 +1,27 @@
-"""Emulation core (root glue): running replicas of a fabric graph, and a record of what they create.
+"""Emulation core (root glue): running replicas of a fabric plan, and a record of what they create.
 
 Public API (stable; others build on it)::
 
-    from testbed.emu import Replica, RunRegistry, htb_shaper
+    from testbed.emu import Replica, RunRegistry
+    from testbed.plan import Overrides, plan_replica            # pure: what to build
+    from testbed.doctor import plan_capabilities                # probed once, as data
 
-    with Replica(G, dilation=Dilation(10), switch="ovs", controller=None,   # or ("127.0.0.1", 6653)
-                 out_dir=res.dir, name="demo", link_shaper=None,           # or htb_shaper / links' shaper
-                 switch_factory=None,        # f(node, attrs) -> None | (SwitchClass, params)  (BMv2 ...)
-                 link_node_factory=None,     # f(u, v, edge_attrs) -> None | (NodeClass, params)
-                 datapath=None,              # "user" | "kernel"; None: what `testbed doctor` found
-                 static_arp=True) as rep:
+    plan = plan_replica(G, plan_capabilities(), Overrides())
+    with Replica(plan, controller=None,                         # or ("127.0.0.1", 6653)
+                 out_dir=res.dir, name="demo",                  # plan.json + replica.json written there
+                 switch_factory=None,     # bmv2_switch_factory(...) when the plan has BMv2 switches
+                 link_node_class=None,    # DelayLineNode when the plan has userspace links
+                 run=None) as rep:
         rep.net                  # mininet.net.Mininet; hosts/switches named as graph nodes (or an alias)
         rep.host("h1"), rep.switch("s1"), rep.node(n)   # Mininet nodes by graph node
-        rep.ip("h1"), rep.mac("h1")                      # host addresses (graph attrs or 10.0.0.x/8)
+        rep.ip("h1"), rep.mac("h1")                      # host addresses (from the plan)
         rep.intf_name("s1", "h1")                        # s1's interface facing h1, e.g. "s1-eth3"
         rep.link_node("s1", "s2")                        # the inserted link node (delay line) of an edge
         rep.popen("h1", argv, **popen_kw)                # start + record a process on a node
         rep.run                                          # this run's RunRegistry
-        rep.plan                                         # the pure build plan (names, ports, addresses)
+        rep.plan, rep.layout                             # the plan executed; its names/ports/addresses
+        rep.apply_queues(other_plan)                     # BMv2 queues of another plan of the same fabric
 
-    link_shaper(rep, u, v, intf_u, intf_v, edge_attrs)   # called per edge after start (Mininet Intf objects)
     Link nodes: named dl<i>; port 1 faces u, port 2 faces v; u and v keep their graph port numbers.
     Every node created gets ``node.run`` (the RunRegistry): node classes that start processes record them
     with ``self.run.record_process(pid_or_popen)``.
@@ -37,6 +39,6 @@ lock (waiters are served in arrival order) instead of failing with "another test
 """
 
 from testbed.emu.registry import LockBusyError, RunRegistry, clean_runs, load_runs
-from testbed.emu.replica import Replica, htb_shaper
+from testbed.emu.replica import Replica
 
-__all__ = ["Replica", "RunRegistry", "LockBusyError", "clean_runs", "load_runs", "htb_shaper"]
+__all__ = ["Replica", "RunRegistry", "LockBusyError", "clean_runs", "load_runs"]

@@ -14,7 +14,7 @@ import subprocess
 from testbed.errors import EmulationError
 
 #: Linux IFNAMSIZ - 1.
-IFNAME_MAX = 15
+IFNAME_MAX = 15  # Linux IFNAMSIZ - 1; testbed.plan.layout has the same limit (plan must not import emu)
 _IFNAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
@@ -68,23 +68,31 @@ def neigh_batch(entries) -> str:
     return "".join(f"neigh replace {ip} lladdr {mac} dev {dev} nud permanent\n" for ip, mac, dev in entries)
 
 
-def htb_argv(intf: str, rate_bps: float, netns: str | None = None, burst_bytes: int | None = None
-             ) -> list[list[str]]:
-    """tc commands shaping ``intf`` egress to ``rate_bps`` with one HTB class (the plain baseline).
+def link_state_argv(name: str, up: bool) -> list[str]:
+    """The ``ip`` equivalent of :func:`set_link_state` (for dry runs and messages)."""
+    return ["ip", "link", "set", "dev", name, "up" if up else "down"]
+
+
+def set_link_state(names, up: bool) -> None:
+    """Bring root-namespace interfaces up or down over netlink (pyroute2): what a cable cut looks like to
+    the switch on that end.
 
     Raises:
-        EmulationError: for a rate below 8 kbit/s (tc cannot express it).
+        EmulationError: an interface is missing or the kernel refused.
     """
-    if not rate_bps or rate_bps < 8000:
-        raise EmulationError(f"{intf}: rate {rate_bps!r} b/s is below tc's 8 kbit/s minimum")
-    rate = f"{int(rate_bps)}bit"
-    burst = burst_bytes or max(3000, int(rate_bps / 8 / 250))  # ~4 ms worth, at least two MTUs
-    tc = ["tc"] if not netns else ["ip", "netns", "exec", netns, "tc"]
-    return [
-        tc + ["qdisc", "replace", "dev", intf, "root", "handle", "1:", "htb", "default", "1"],
-        tc + ["class", "replace", "dev", intf, "parent", "1:", "classid", "1:1", "htb", "rate", rate,
-              "ceil", rate, "burst", str(burst), "cburst", str(burst)],
-    ]
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    state = "up" if up else "down"
+    with IPRoute() as ipr:
+        for name in names:
+            index = ipr.link_lookup(ifname=name)
+            if not index:
+                raise EmulationError(f"cannot set {name} {state}: no such interface")
+            try:
+                ipr.link("set", index=index[0], state=state)
+            except NetlinkError as exc:
+                raise EmulationError(f"cannot set {name} {state}: {exc}") from None
 
 
 def run(argv: list[str], *, what: str, check: bool = True, ok_codes=(0,), input: str | None = None,
@@ -132,3 +140,23 @@ def bridge_uuid(name: str) -> str | None:
         return None
     out = res.stdout.strip()
     return out if res.returncode == 0 and out else None
+
+
+def bridge_uuids() -> dict:
+    """``{bridge name: ovsdb uuid}`` of every bridge, in one ``ovs-vsctl`` call ({} when OVS is not running)."""
+    try:
+        res = subprocess.run(["ovs-vsctl", "--timeout=5", "-f", "csv", "--no-headings", "--columns=name,_uuid",
+                              "list", "Bridge"], capture_output=True, text=True, timeout=10)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return {}
+    return parse_bridge_list(res.stdout) if res.returncode == 0 else {}
+
+
+def parse_bridge_list(text: str) -> dict:
+    """``name,uuid`` CSV lines (``ovs-vsctl -f csv --columns=name,_uuid list Bridge``) -> {name: uuid}."""
+    out = {}
+    for line in text.splitlines():
+        name, _, uuid = line.partition(",")
+        if uuid:
+            out[name.strip().strip('"')] = uuid.strip()
+    return out

@@ -1,16 +1,22 @@
-"""Replica: a running Mininet network built from a fabric graph, always torn down.
+"""Replica: a running Mininet network that executes a :class:`testbed.plan.ReplicaPlan`, always torn down.
 
-Start-up is linear and logged (lock -> plan -> record -> create -> start -> configure -> ready)::
+The plan (pure, :func:`testbed.plan.plan_replica`) decided everything: names, ports, dpids, addresses,
+Thrift ports, each link's backend and tc commands, each switch's datapath and egress queues. This module
+only carries it out (lock -> record -> create -> start -> configure -> ready)::
 
-    with Replica(G, dilation=Dilation(10), out_dir=res.dir, name="demo") as rep:
+    plan = plan_replica(G, doctor.plan_capabilities(), Overrides(...))
+    with Replica(plan, out_dir=res.dir, name="demo", link_node_class=DelayLineNode) as rep:
         rep.host("h1").cmd("ping -c1", rep.ip("h2"))
 
-    RunRegistry (lock, record) --> plan(G) --> Mininet: hosts, switches, [link nodes], links
-        --> net.start() --> ethtool offloads off, static ARP --> link_shaper per edge --> switches ready
+    RunRegistry (lock, record) --> Mininet: hosts, switches, [delay-line nodes], links --> net.start()
+        --> offloads off, static ARP --> each link's tc argv --> BMv2 queue depth/rate --> ready
+        --> plan.json + replica.json in out_dir
     exit (normal, exception, SIGINT, SIGTERM): net.stop() --> registry removes anything left --> unlock
 
-Switches are Open vSwitch bridges (userspace datapath when the kernel one is absent) unless
-``switch_factory(node, attrs)`` returns ``(cls, params)`` for a node (e.g. a BMv2 switch for p4 nodes).
+Switches are Open vSwitch bridges on the plan's datapath, or, for the plan's BMv2 switches,
+``switch_factory(entry) -> (cls, params)`` (:func:`testbed.p4rt.mininet_switch.bmv2_switch_factory`).
+Userspace links get ``link_node_class`` (:class:`testbed.links.node.DelayLineNode`) with the plan's
+parameters. Both are passed in because emu is below links and p4rt (they import emu, not the reverse).
 Every node created gets ``node.run`` = the :class:`RunRegistry`, so a node class that starts processes
 records them (``self.run.record_process(pid)``) and ``testbed clean`` can remove them after a crash.
 """
@@ -23,19 +29,12 @@ import signal
 import subprocess
 from pathlib import Path
 
-import networkx as nx
-
 from testbed.console import console, require_root
-from testbed.dilation import Dilation
 from testbed.emu import ops
-from testbed.emu.plan import Plan, host_batch, interfaces, plan
 from testbed.emu.registry import RunRegistry
 from testbed.emu.signals import deferred_signals
 from testbed.errors import CapabilityError, EmulationError, SpecError
 from testbed.poll import poll
-
-SWITCH_KINDS = ("ovs",)
-DATAPATHS = ("user", "kernel")
 
 
 def _mininet():
@@ -46,71 +45,49 @@ def _mininet():
     return net, node, log
 
 
-def htb_shaper(rep: "Replica", u, v, intf_u, intf_v, attrs: dict) -> None:
-    """A ``link_shaper``: plain tc HTB at the dilated ``rate_bps`` on both ends (no delay, no loss)."""
-    rate = attrs.get("rate_bps")
-    if not rate:
-        return
-    emulated = rep.dilation.rate(rate)
-    for intf in (intf_u, intf_v):
-        node = intf.node
-        for argv in ops.htb_argv(intf.name, emulated):
-            out = node.cmd(*argv, "; echo rc=$?")
-            if "rc=0" not in out:
-                raise EmulationError(f"cannot shape {intf.name} ({u}--{v}) to {emulated:g} b/s: {out.strip()}")
-
-
 class Replica:
-    """Context manager running the Mininet network of graph ``G``.
+    """Context manager running the replica of a :class:`testbed.plan.ReplicaPlan`.
 
     Args:
-        G: fabric graph (see :mod:`testbed.topo.graph`).
-        dilation: time dilation of this replica (used by shapers; default 1).
-        switch: "ovs" (the default switch class; ``switch_factory`` overrides it per node).
+        plan: what to build (:func:`testbed.plan.plan_replica`).
         controller: None -> OVS ``standalone`` (learning bridge, loop-free fabrics only);
             ``(ip, port)`` -> OpenFlow 1.3 remote controller, ``secure`` fail mode.
-        out_dir: where logs go (default: a temp dir is not made; logs go nowhere).
-        name: run name (registry, lock message).
-        link_shaper: ``f(rep, u, v, intf_u, intf_v, edge_attrs)`` called per edge after start;
-            :func:`htb_shaper` is a baseline.  None: no shaping.
-        switch_factory: ``f(node, attrs) -> None | (cls, params)``.
-        link_node_factory: ``f(u, v, edge_attrs) -> None | (cls, params)``: insert a link node
-            (``dl<i>``, port 1 towards u, port 2 towards v) on that edge.
-        datapath: "user" | "kernel" | None (None: what ``testbed doctor`` found).
-        static_arp: install permanent neighbour entries for every other host.
+        out_dir: where logs, ``plan.json`` and ``replica.json`` go (None: nowhere).
+        name: run name (registry, lock message; default the plan's name).
+        switch_factory: ``f(switch_entry) -> (cls, params)`` for the plan's BMv2 and external switches.
+        link_node_class: the node class of userspace links (``DelayLineNode``).
         wait_connected: seconds to wait for switches to reach the controller (0: do not wait).
         run: an existing (entered) RunRegistry to record into instead of a new one.
     """
 
-    def __init__(self, G: nx.Graph, *, dilation: Dilation | None = None, switch: str = "ovs",
-                 controller: tuple[str, int] | None = None, out_dir: Path | None = None, name: str = "replica",
-                 link_shaper=None, switch_factory=None, link_node_factory=None, datapath: str | None = None,
-                 static_arp: bool = True, wait_connected: float = 30.0, run: RunRegistry | None = None):
-        if switch not in SWITCH_KINDS:
-            raise SpecError("switch", f"unknown switch kind {switch!r}; allowed: {', '.join(SWITCH_KINDS)}")
-        if datapath is not None and datapath not in DATAPATHS:
-            raise SpecError("datapath", f"{datapath!r} is not one of: {', '.join(DATAPATHS)}")
+    def __init__(self, plan, *, controller: tuple[str, int] | None = None, out_dir: Path | None = None,
+                 name: str | None = None, switch_factory=None, link_node_class=None, wait_connected: float = 30.0,
+                 run: RunRegistry | None = None):
+        if not hasattr(plan, "layout") or not hasattr(plan, "links"):
+            raise SpecError("plan", f"Replica needs a testbed.plan.ReplicaPlan (plan_replica(G, ...)), "
+                                    f"got {type(plan).__name__}")
         if controller is not None and (len(controller) != 2 or not isinstance(controller[1], int)):
             raise SpecError("controller", f"must be None or (ip, port), got {controller!r}")
-        self.G = G
-        self.dilation = dilation or Dilation(1.0)
-        self.switch_kind = switch
+        if any(s.kind in ("bmv2", "external") for s in plan.switches) and switch_factory is None:
+            raise SpecError("switch_factory", "the plan has BMv2 or external switches: pass a switch_factory "
+                                              "(plan_switch_factory(plan), ocs_switch_factory(...))")
+        if any(e.backend == "userspace" for e in plan.links) and link_node_class is None:
+            raise SpecError("link_node_class", "the plan has userspace links: pass testbed.links.node.DelayLineNode")
+        self.plan = plan
+        self.layout = plan.layout
+        self.G = plan.graph
+        self.dilation = plan.dilation
         self.controller = controller
         self.out_dir = Path(out_dir) if out_dir else None
-        self.name = name
-        self.link_shaper = link_shaper
+        self.name = name or plan.name
         self.switch_factory = switch_factory
-        self.link_node_factory = link_node_factory
-        self.datapath = datapath
-        self.static_arp = static_arp
+        self.link_node_class = link_node_class
         self.wait_connected = wait_connected
-        self.plan: Plan = plan(G, link_node_factory)
         self.net = None
         self.run: RunRegistry | None = run
         self._own_run = run is None
         self._nodes: dict = {}         # graph node -> Mininet node
         self._link_nodes: dict = {}    # (u, v) -> link node
-        self.mapping: list[dict] = []  # real -> emulated, per link tier
 
     # ----------------------------------------------------------------------------- access
     def host(self, node):
@@ -130,17 +107,15 @@ class Replica:
 
     def ip(self, node) -> str:
         """Address of host ``node`` (without prefix length)."""
-        return self.plan.host(node).ip
+        return self.layout.host(node).ip
 
     def mac(self, node) -> str:
-        return self.plan.host(node).mac
+        return self.layout.host(node).mac
 
     def intf_name(self, node, neighbour) -> str:
         """Interface of ``node`` facing ``neighbour`` (towards the link node when there is one)."""
-        for link in self.plan.links:
-            if {link.u, link.v} == {node, neighbour}:
-                return self.plan.intf(node, link.port_u if link.u == node else link.port_v)
-        raise KeyError(f"no edge {node}--{neighbour}")
+        e = self.plan.link(node, neighbour)
+        return e.intf_u if e.u == node else e.intf_v
 
     def popen(self, node, argv, **kwargs):
         """Start ``argv`` on a node (in its namespace) and record the process in the run registry."""
@@ -215,96 +190,84 @@ class Replica:
                 node.cleanup()           # close the ptys
         # Switch-to-switch veths live in the root namespace (host ends went with their namespaces): delete
         # the ones this replica made in one batch, also when the run registry outlives this replica.
-        left = [name for name in interfaces(self.plan) if ops.link_index(name) is not None]
+        left = [name for name in self.layout.interfaces() if ops.link_index(name) is not None]
         if left:
             ops.run(["ip", "-force", "-batch", "-"], what=f"delete {len(left)} links", check=False,
                     input="".join(f"link del dev {name}\n" for name in left), timeout=60 + len(left) / 20)
 
     # ----------------------------------------------------------------------------- build
-    def _datapath(self) -> str:
-        if self.datapath:
-            return self.datapath
-        from testbed.doctor import capabilities
-
-        return "kernel" if capabilities()["backends"]["switch"] == "ovs-kernel" else "user"
-
     def _switch_class(self, sw, mn_node):
-        custom = self.switch_factory(sw.node, sw.attrs) if self.switch_factory else None
-        if custom is not None:
-            cls, params = custom
+        if sw.kind in ("bmv2", "external"):
+            made = self.switch_factory(sw)
+            if made is None:
+                raise EmulationError(f"switch {sw.node}: the switch_factory has no node class for a {sw.kind} "
+                                     f"switch ({sw.reason})")
+            cls, params = made
             return cls, {"dpid": f"{sw.dpid:016x}", **params}, False
         params = {"dpid": f"{sw.dpid:016x}", "failMode": "standalone" if self.controller is None else "secure",
-                  "datapath": self._datapath(), "protocols": "OpenFlow13", "batch": True}
+                  "datapath": sw.datapath, "protocols": "OpenFlow13", "batch": True}
         return mn_node.OVSSwitch, params, True
 
-    def _print_mapping(self) -> None:
-        """Print (and keep in ``self.mapping``) the real -> emulated mapping of this run's links."""
-        from testbed.topo.metrics import dilation_table, mapping_table
-
-        try:
-            self.mapping = dilation_table(self.G, scale=self.dilation.scale)
-        except KeyError:  # a hand-built graph without rates/delays/tiers: nothing to map
-            self.mapping = []
-            return
-        console.print(mapping_table(self.mapping, self.dilation.scale))
-
     def _build(self, mn_net, mn_node) -> None:
-        p, run = self.plan, self.run
-        console.print(f"[dim]{self.name}: {len(p.hosts)} hosts, {len(p.switches)} switches, "
-                      f"{len(p.links)} links[/dim]")
-        self._print_mapping()
+        lay, run = self.layout, self.run
+        console.print(f"[dim]{self.plan.summary_line()}[/dim]")
+        for note in self.plan.notes:
+            console.print(f"[dim]plan: {note}[/dim]")
+        if self.out_dir is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            (self.out_dir / "plan.json").write_text(json.dumps(self.plan.to_json(), indent=1, default=str) + "\n")
         net = mn_net.Mininet(topo=None, controller=None, build=False, autoSetMacs=False,
                              autoStaticArp=False, waitConnected=False, cleanup=False)
         self.net = net
-        # Record what will be created (interfaces, bridges) before creating anything.
-        switch_classes = {sw.node: self._switch_class(sw, mn_node) for sw in p.switches}
-        bridges = [sw.name for sw in p.switches if switch_classes[sw.node][2]]
+        # Record what will be created (interfaces, bridges, taps) before creating anything.
+        switch_classes = {sw.node: self._switch_class(sw, mn_node) for sw in self.plan.switches}
+        bridges = [sw.name for sw in self.plan.switches if switch_classes[sw.node][2]]
         run.record_bridges(bridges)
-        taps = [b for b in bridges if switch_classes_datapath(switch_classes, p, b) == "user"]
-        run.record_links(interfaces(p) + taps)
+        taps = [sw.name for sw in self.plan.switches if switch_classes[sw.node][2] and sw.datapath == "user"]
+        run.record_links(lay.interfaces() + taps)
         if self.controller is not None:
             ip, port = self.controller
             self._adopt(net.addController(mn_node.RemoteController("c0", ip=ip, port=port)))
-        for h in p.hosts:
+        for h in lay.hosts:
             self._nodes[h.node] = node = net.addHost(h.name, ip=f"{h.ip}/{h.prefixlen}", mac=h.mac)
             self._adopt(node)
-        for sw in p.switches:
+        for sw in self.plan.switches:
             cls, params, _ = switch_classes[sw.node]
             self._nodes[sw.node] = node = net.addSwitch(sw.name, cls=cls, **params)
             self._adopt(node)
-        next_dpid = max((sw.dpid for sw in p.switches), default=0) + 1
-        for link in p.links:
-            u, v = self._nodes[link.u], self._nodes[link.v]
-            if link.via is None:
-                net.addLink(u, v, port1=link.port_u, port2=link.port_v)
+        for e in self.plan.links:
+            u, v = self._nodes[e.u], self._nodes[e.v]
+            if e.via is None:
+                net.addLink(u, v, port1=e.port_u, port2=e.port_v)
                 continue
-            cls, params = self.link_node_factory(link.u, link.v, link.attrs)
-            dl = net.addSwitch(link.via, cls=cls, **{"dpid": f"{next_dpid:016x}", **params})
-            next_dpid += 1
+            params = {"link": e.applied, "seed": e.seed}
+            if self.out_dir is not None:
+                params["out_dir"] = str(self.out_dir)
+            dl = net.addSwitch(e.via, cls=self.link_node_class, dpid=f"{e.via_dpid:016x}", **params)
             self._adopt(dl)
-            self._link_nodes[(link.u, link.v)] = dl
-            net.addLink(u, dl, port1=link.port_u, port2=1)
-            net.addLink(dl, v, port1=2, port2=link.port_v)
+            self._link_nodes[(e.u, e.v)] = dl
+            net.addLink(u, dl, port1=e.port_u, port2=1)
+            net.addLink(dl, v, port1=2, port2=e.port_v)
         net.build()
         net.start()
         self._note_ifindexes()
         self._configure_hosts()
         self._shape_links()
         self._wait_ready()
+        self._program_queues()
         if self.out_dir is not None:
             self._write_layout()
         console.print(f"[dim]{self.name}: replica up[/dim]")
 
     def _write_layout(self) -> None:
         """``replica.json``: which Mininet name, address and interface each graph node got."""
-        p = self.plan
-        doc = {"name": self.name, "scale": self.dilation.scale, "run_id": self.run.run_id, "mapping": self.mapping,
+        lay = self.layout
+        doc = {"name": self.name, "scale": self.dilation.scale, "run_id": self.run.run_id,
                "hosts": {str(h.node): {"name": h.name, "ip": h.ip, "prefixlen": h.prefixlen, "mac": h.mac}
-                         for h in p.hosts},
-               "switches": {str(sw.node): {"name": sw.name, "dpid": sw.dpid} for sw in p.switches},
-               "links": [{"u": str(lk.u), "v": str(lk.v), "intf_u": p.intf(lk.u, lk.port_u),
-                          "intf_v": p.intf(lk.v, lk.port_v), "via": lk.via} for lk in p.links]}
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+                         for h in lay.hosts},
+               "switches": {str(sw.node): {"name": sw.name, "dpid": sw.dpid} for sw in lay.switches},
+               "links": [{"u": str(lk.u), "v": str(lk.v), "intf_u": lay.intf(lk.u, lk.port_u),
+                          "intf_v": lay.intf(lk.v, lk.port_v), "via": lk.via} for lk in lay.links]}
         (self.out_dir / "replica.json").write_text(json.dumps(doc, indent=1) + "\n")
 
     def _adopt(self, node) -> None:
@@ -319,20 +282,22 @@ class Replica:
                 index = ops.link_index(obj["name"])
                 if index is not None:
                     obj["ifindex"] = index
+        uuids = ops.bridge_uuids() if any(o["kind"] == "bridge" for o in self.run.objects) else {}
         for obj in self.run.objects:
             if obj["kind"] == "bridge" and "uuid" not in obj:
-                obj["uuid"] = ops.bridge_uuid(obj["name"])
+                obj["uuid"] = uuids.get(obj["name"])
         self.run.save()
 
     def _configure_hosts(self) -> None:
-        for h in self.plan.hosts:
+        static_arp = self.plan.overrides.static_arp
+        for h in self.layout.hosts:
             node = self._nodes[h.node]
             for intf in node.intfNames():
                 if intf == "lo":
                     continue
                 self._host_run(node, ops.offload_off_argv(intf), f"disable offloads on {node.name}:{intf}")
             intf = node.defaultIntf()
-            batch = host_batch(self.plan, h, intf.name, with_arp=self.static_arp) if intf else ""
+            batch = self.layout.host_batch(h, intf.name, with_arp=static_arp) if intf else ""
             if batch:
                 self._host_run(node, ["ip", "-batch", "-"], f"configure neighbours/routes on {node.name}",
                                stdin=batch)
@@ -345,12 +310,29 @@ class Replica:
             raise EmulationError(f"cannot {what}: `{' '.join(argv)}` failed: {out.strip()[-300:]}")
 
     def _shape_links(self) -> None:
-        if self.link_shaper is None:
-            return
-        for link in self.plan.links:
-            iu = self._nodes[link.u].intf(self.plan.intf(link.u, link.port_u))
-            iv = self._nodes[link.v].intf(self.plan.intf(link.v, link.port_v))
-            self.link_shaper(self, link.u, link.v, iu, iv, link.attrs)
+        """Run each link end's tc commands (from the plan) in that end's namespace."""
+        for e in self.plan.links:
+            for node, argvs in e.tc:
+                for argv in argvs:
+                    self._host_run(self._nodes[node], list(argv), f"emulate link {e.u}--{e.v} ({e.backend}) "
+                                                                 f"on {self._nodes[node].name}")
+
+    def _program_queues(self, plan=None) -> None:
+        """BMv2 egress queues: depth and drain rate per port, from the plan."""
+        for sw in (plan or self.plan).switches:
+            if sw.kind != "bmv2":
+                continue
+            with self._nodes[sw.node].client() as c:
+                for p in sw.ports:
+                    c.set_queue_depth(p.depth_pkts, port=p.port)
+                    if p.emulated_rate_pps:
+                        c.set_queue_rate(p.emulated_rate_pps, port=p.port)
+
+    def apply_queues(self, plan) -> None:
+        """Re-program the BMv2 egress queues from another plan of the same fabric (a scenario's next case)."""
+        if [(s.node, s.kind) for s in plan.switches] != [(s.node, s.kind) for s in self.plan.switches]:
+            raise EmulationError("apply_queues: the plan is of a different fabric")
+        self._program_queues(plan)
 
     def _wait_ready(self) -> None:
         """Switches are ready when OVS has given every port an OpenFlow number (and, with a controller,
@@ -374,9 +356,3 @@ class Replica:
             poll(lambda: all(sw.connected() for sw in ovs), timeout=self.wait_connected, interval=0.1,
                  what=f"switches to connect to the controller at {self.controller[0]}:{self.controller[1]}")
 
-
-def switch_classes_datapath(switch_classes: dict, p: Plan, bridge: str) -> str | None:
-    for sw in p.switches:
-        if sw.name == bridge:
-            return switch_classes[sw.node][1].get("datapath")
-    return None

@@ -5,8 +5,8 @@
     u --veth-- [dl3-eth1]  DelayLineNode dl3  [dl3-eth2] --veth-- v
                       linkcore forward (C; or python -m testbed.links.delayline), SCHED_FIFO, AF_PACKET
 
-:class:`~testbed.emu.replica.Replica` inserts it on an edge when the link-node factory of
-:mod:`testbed.links.emulation` says so, and gives it ``self.run`` (the run registry) before ``start``.
+:class:`~testbed.emu.replica.Replica` inserts it on every edge the replica plan (:mod:`testbed.plan`) gives
+the userspace backend, and gives it ``self.run`` (the run registry) before ``start``.
 ``start()`` turns offloads off, launches the process, records it and polls its stats file until it says
 ready; ``stop()`` ends it and keeps its final stats (counters + queue-depth series) in ``stats_path``.
 """

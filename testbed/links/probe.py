@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from testbed.poll import sleep_until
+
 HEADER = struct.Struct("!QQ")
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
@@ -47,9 +49,7 @@ def send(dst: str, port: int, count: int, pps: float, size: int, tos: int = 0) -
     next_t = start
     while sent < count:
         if interval:
-            now = mono()
-            if now < next_t:
-                time.sleep(next_t - now)  # pacing a traffic source, not waiting for a condition
+            sleep_until(next_t, mono)  # pacing a traffic source
             next_t += interval
         try:
             sock.send(pack(sent, clock()) + pad)

@@ -15,22 +15,18 @@ Two shapes, both on the egress of one interface:
   A constant delay before or after a FIFO gives the same departures shifted by D, so delaying first and
   queueing second models "queue, then wire" exactly (jitter aside).
 
-:func:`choose_backend` picks ``kernel`` or ``userspace`` (the delay line) from the capability probe.
+Which backend a link gets is decided by :func:`testbed.plan.plan_replica`, from capabilities given as data.
 """
 
 from __future__ import annotations
 
 import math
-import os
 
-from testbed.errors import CapabilityError, SpecError, UsageError
+from testbed.errors import SpecError
 from testbed.links.model import BYTES, LinkParams, LossModel, RedParams
 
 #: Average packet size assumed when converting packet thresholds to tc's byte thresholds.
 AVPKT = 1514
-#: Environment override of the backend choice: auto | kernel | userspace.
-BACKEND_ENV = "TESTBED_LINK_BACKEND"
-BACKENDS = ("auto", "kernel", "userspace")
 #: tc cannot express rates below 8 kbit/s.
 MIN_RATE_BPS = 8000
 
@@ -59,14 +55,26 @@ def burst_bytes(rate_bps: float) -> int:
     return max(2 * AVPKT, int(rate_bps / 8 / 1000))
 
 
-def htb_cmds(dev: str, rate_bps: float, netns: str | None = None) -> list[list[str]]:
-    """Rate only: HTB root with one class at ``rate_bps`` (ceil = rate, so no borrowing)."""
+def htb_cmds(dev: str, rate_bps: float, netns: str | None = None, limit: int | None = None,
+             limit_unit: str = "packets") -> list[list[str]]:
+    """Rate only: HTB root with one class at ``rate_bps`` (ceil = rate, so no borrowing).
+
+    With ``limit`` the class's queue is a ``pfifo`` of that many packets (``bfifo`` for bytes): the
+    link's ``queue:`` or the switch's ``buffer:``. Without it the class keeps HTB's default leaf.
+    """
     rate = _rate(rate_bps)
     burst = str(burst_bytes(rate_bps))
     tc = _tc(netns)
-    return [tc + ["qdisc", "replace", "dev", dev, "root", "handle", "5:", "htb", "default", "1"],
+    cmds = [tc + ["qdisc", "replace", "dev", dev, "root", "handle", "5:", "htb", "default", "1"],
             tc + ["class", "replace", "dev", dev, "parent", "5:", "classid", "5:1", "htb", "rate", rate,
                   "ceil", rate, "burst", burst, "cburst", burst]]
+    if limit is not None:
+        if not limit >= 1:
+            raise SpecError("link.queue", f"queue limit must be at least 1, got {limit!r}")
+        fifo = "bfifo" if limit_unit == BYTES else "pfifo"
+        cmds.append(tc + ["qdisc", "replace", "dev", dev, "parent", "5:1", "handle", "6:", fifo,
+                          "limit", str(int(limit))])
+    return cmds
 
 
 def tbf_cmd(dev: str, rate_bps: float, limit_bytes: float, parent: str | None = None, handle: str = "20:",
@@ -155,33 +163,3 @@ def link_cmds(dev: str, params: LinkParams, netns: str | None = None) -> list[li
 def clear_cmd(dev: str, netns: str | None = None) -> list[str]:
     """Remove the root qdisc (exit 2 when there is none: callers accept that)."""
     return _tc(netns) + ["qdisc", "del", "dev", dev, "root"]
-
-
-def choose_backend(params: LinkParams, capabilities: dict | None, override: str | None = None) -> str:
-    """``htb``, ``kernel`` or ``userspace`` for one (emulated) link.
-
-    Args:
-        params: the link.
-        capabilities: ``testbed.doctor.capabilities()`` (keys ``netem``, ``red``: bool); None = unknown.
-        override: ``auto`` | ``kernel`` | ``userspace`` (default: ``$TESTBED_LINK_BACKEND`` or auto).
-
-    Raises:
-        UsageError: an unknown override.
-        CapabilityError: ``kernel`` forced where the kernel lacks netem (or red for a marking link).
-    """
-    choice = (override or os.environ.get(BACKEND_ENV) or "auto").lower()
-    if choice not in BACKENDS:
-        raise UsageError(f"{BACKEND_ENV}/--link-backend: unknown backend {choice!r}; allowed: {', '.join(BACKENDS)}")
-    if not params.needs_delay_line:
-        return "htb"
-    caps = capabilities or {}
-    kernel_ok = bool(caps.get("netem")) and (params.red is None or bool(caps.get("red")))
-    if choice == "kernel":
-        if not kernel_ok:
-            missing = "sch_netem" if not caps.get("netem") else "sch_red"
-            raise CapabilityError(f"link backend 'kernel' needs {missing}, which this kernel lacks; "
-                                  "use the userspace delay line (TESTBED_LINK_BACKEND=userspace)")
-        return "kernel"
-    if choice == "userspace":
-        return "userspace"
-    return "kernel" if kernel_ok else "userspace"

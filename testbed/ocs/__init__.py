@@ -1,1 +1,1 @@
-"""Optical circuit switching: the pure model (:mod:`testbed.ocs.model`); root glue in testbed/emu/ocs.py."""
+"""Optical circuit switching: the pure model (:mod:`testbed.ocs.model`); root glue in testbed/ocs/node.py."""

@@ -6,8 +6,8 @@ Public API (stable; the aggregation switch reuses it)::
     from testbed.p4rt.switch import Bmv2Config, Bmv2Process  # one simple_switch process
     from testbed.p4rt.client import SwitchClient            # Thrift: tables, counters, registers, queues
     from testbed.p4rt.entries import TableEntry             # pure entries; render() = CLI line
-    from testbed.p4rt.mininet_switch import Bmv2Switch, bmv2_switch_factory   # for Replica
-    from testbed.emu.alloc import Allocator                 # thrift ports + device ids, one per run
+    from testbed.p4rt.mininet_switch import Bmv2Switch, plan_switch_factory   # for Replica
+    from testbed.plan.alloc import Allocator                 # thrift ports + device ids, one per run
 
     json_path = compile_p4("p4/aggregation.p4")           # cache: build/p4/<stem>-<hash>.json
     alloc = Allocator()
@@ -24,10 +24,10 @@ Public API (stable; the aggregation switch reuses it)::
             c.mirroring_add(session=5, port=2); c.mc_group(group=1, ports=[1, 2, 3])
             c.set_queue_depth(64, port=2); c.set_queue_rate(1000, port=2)   # pps
 
-In Mininet (``Replica(G, switch_factory=...)``)::
+In Mininet (``Replica(plan, switch_factory=...)``; Thrift ports, device ids, queues come from the plan)::
 
-    factory = bmv2_switch_factory(json_path, alloc, log_dir=out_dir, pcap_dir=None)
-    # factory(node, attrs) -> (Bmv2Switch, params) for nodes whose attrs["p4"] is set, else None
+    factory = plan_switch_factory(plan, log_dir=out_dir)   # compiles the programs the plan's switches run
+    # factory(switch_entry) -> (Bmv2Switch, params); Replica sets each port's queue depth/rate from the plan
     rep.switch("s1").client()  # SwitchClient of that switch
 
 Errors: :class:`testbed.p4rt.compile.P4CompileError` (compiler messages), :class:`~testbed.errors.EmulationError`

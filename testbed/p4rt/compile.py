@@ -72,9 +72,21 @@ def compiler_version(compiler: str = COMPILER) -> str:
     return (out.stdout + out.stderr).strip()
 
 
+def define_flags(defines=None) -> tuple[str, ...]:
+    """``-DNAME=VALUE`` flags, sorted so that the same defines give the same cache key."""
+    out = []
+    for name, value in sorted((defines or {}).items()):
+        if not str(name).isidentifier():
+            raise P4CompileError(f"preprocessor define {name!r} is not an identifier")
+        out.append(f"-D{name}={value}")
+    return tuple(out)
+
+
 def compile_p4(source: str | os.PathLike, out_dir: str | os.PathLike | None = None,
-               compiler: str = COMPILER) -> Path:
+               compiler: str = COMPILER, defines=None) -> Path:
     """Compile ``source`` (a .p4 file) to BMv2 JSON, reusing a cached result when inputs are unchanged.
+
+    ``defines`` (``{"AGG_ELEMS": 64}``) become ``-D`` flags, part of the cache key and of the file name.
 
     Returns:
         Path of the JSON.
@@ -88,14 +100,16 @@ def compile_p4(source: str | os.PathLike, out_dir: str | os.PathLike | None = No
         raise P4CompileError(f"P4 source {src} does not exist")
     version = compiler_version(compiler)
     incs = [(str(p.relative_to(src.parent)), p.read_bytes()) for p in include_files(src)]
-    key = cache_key(src.read_bytes(), incs, version)
+    flags = BASE_FLAGS + define_flags(defines)
+    key = cache_key(src.read_bytes(), incs, version, flags)
     out = Path(out_dir) if out_dir is not None else cache_dir()
     out.mkdir(parents=True, exist_ok=True)
-    target = out / f"{src.stem}-{key[:16]}.json"
+    tag = "".join(f"-{k.lower()}{v}" for k, v in sorted((defines or {}).items()))
+    target = out / f"{src.stem}{tag}-{key[:16]}.json"
     if target.is_file():
         return target
     tmp = out / f".{target.name}.{os.getpid()}.tmp"
-    argv = [compiler, *BASE_FLAGS, "-I", str(src.parent), "-o", str(tmp), str(src)]
+    argv = [compiler, *flags, "-I", str(src.parent), "-o", str(tmp), str(src)]
     res = subprocess.run(argv, capture_output=True, text=True, check=False)
     if res.returncode != 0 or not tmp.is_file():
         tmp.unlink(missing_ok=True)

@@ -64,7 +64,8 @@ class EcnConfig:
         kmin_pkts, kmax_pkts: RED thresholds on the egress queue, in packets (BMv2 counts packets).
         pmax: marking probability reached at kmax (0..1); at and above kmax every ECT packet is marked.
         mode: off | ecn | fast-cnp | both.
-        cnp_interval_s: at most one switch CNP per flow per interval (emulated time, seconds).
+        cnp_interval_s: at most one switch CNP per flow per interval, in *emulated* seconds (the plan's
+            ``EcnEntry.emulated_cnp_interval_s``; the real interval is DcqcnParams.cnp_interval).
     """
 
     kmin_pkts: int
@@ -99,6 +100,14 @@ class EcnConfig:
     def params(self) -> tuple[str, ...]:
         return (str(self.kmin_pkts), str(self.kmax_pkts), str(round(self.pmax * PMAX_ONE)),
                 str(MODES[self.mode]), str(round(self.cnp_interval_s * 1e6)))
+
+
+def ecn_config(entry) -> EcnConfig:
+    """The :class:`EcnConfig` of a plan's :class:`testbed.plan.EcnEntry` (None: marking off)."""
+    if entry is None:
+        return EcnConfig(0, 1, pmax=0.0, mode="off", cnp_interval_s=0.0)
+    return EcnConfig(entry.kmin_pkts, entry.kmax_pkts, pmax=entry.pmax, mode=entry.mode,
+                     cnp_interval_s=entry.emulated_cnp_interval_s)
 
 
 def check_mac(mac: str, field: str) -> str:

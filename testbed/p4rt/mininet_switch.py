@@ -1,6 +1,6 @@
 """BMv2 as a Mininet switch, for :class:`testbed.emu.replica.Replica`'s ``switch_factory`` hook.
 
-    Replica --switch_factory(node, attrs)--> (Bmv2Switch, {json_path, thrift_port, device_id, ...})
+    Replica --switch_factory(plan entry)--> (Bmv2Switch, {json_path, thrift_port, device_id, ...})
     net.start() --> Bmv2Switch.start(): ports from Mininet's intfs -> Bmv2Process (recorded in node.run)
                                         -> wait until its Thrift port answers (a crash names the log)
     scenario    --> rep.switch(node).client().apply(entries)
@@ -15,7 +15,6 @@ from pathlib import Path
 
 from mininet.node import Switch
 
-from testbed.emu.alloc import Allocator
 from testbed.errors import EmulationError
 from testbed.p4rt.client import SwitchClient
 from testbed.p4rt.switch import Bmv2Config, Bmv2Process
@@ -26,7 +25,7 @@ class Bmv2Switch(Switch):
 
     Args:
         json_path: compiled P4 program.
-        thrift_port, device_id: from the run's :class:`~testbed.emu.alloc.Allocator`.
+        thrift_port, device_id: from the plan (its one :class:`~testbed.plan.alloc.Allocator`).
         log_dir: where ``<name>.log`` goes.
         pcap_dir: per-port pcaps when set.
         log: per-packet log (slow).
@@ -71,15 +70,25 @@ class Bmv2Switch(Switch):
         return self.process is not None and self.process.proc is not None and self.process.proc.poll() is None
 
 
-def bmv2_switch_factory(json_path, alloc: Allocator, log_dir=None, pcap_dir=None, log: bool = False,
-                        only_p4: bool = True):
-    """A ``switch_factory`` for Replica: BMv2 for nodes whose ``p4`` attribute is set (all if not only_p4).
+def bmv2_switch_factory(programs, log_dir=None, pcap_dir=None, log: bool = False):
+    """A ``switch_factory`` for Replica: the plan's BMv2 switches, with their Thrift port and device id.
 
-    Each switch gets its Thrift port and device id from ``alloc``.
+    Args:
+        programs: ``{program name: compiled JSON path}`` (``compile_p4``), or one path for every switch.
     """
-    def factory(node, attrs):
-        if only_p4 and not attrs.get("p4"):
-            return None
-        return Bmv2Switch, {"json_path": str(json_path), "log_dir": log_dir, "pcap_dir": pcap_dir, "log": log,
-                            **alloc.switch(str(node))}
+    def factory(entry):
+        path = programs.get(entry.program) if isinstance(programs, dict) else programs
+        if path is None:
+            raise EmulationError(f"switch {entry.node}: no compiled JSON for P4 program {entry.program!r}")
+        return Bmv2Switch, {"json_path": str(path), "log_dir": log_dir, "pcap_dir": pcap_dir, "log": log,
+                            "thrift_port": entry.thrift_port, "device_id": entry.device_id}
     return factory
+
+
+def plan_switch_factory(plan, log_dir=None, pcap_dir=None, log: bool = False):
+    """:func:`bmv2_switch_factory` for every P4 program the plan's BMv2 switches run (compiled, cached)."""
+    from testbed.p4rt.compile import REPO_ROOT, compile_p4
+
+    programs = {s.program for s in plan.switches if s.kind == "bmv2"}
+    return bmv2_switch_factory({p: compile_p4(REPO_ROOT / "p4" / f"{p}.p4") for p in sorted(programs)},
+                               log_dir=log_dir, pcap_dir=pcap_dir, log=log)

@@ -50,7 +50,7 @@ class Bmv2Config:
         name: switch name (log file, error messages).
         json_path: compiled program (see :func:`testbed.p4rt.compile.compile_p4`).
         ports: {port number: interface name}.
-        thrift_port, device_id: from the run's :class:`testbed.emu.alloc.Allocator`.
+        thrift_port, device_id: from the run's :class:`testbed.plan.alloc.Allocator`.
         log_dir: where ``<name>.log`` (process output) and, with ``log``, ``<name>.pkt.log.txt`` go.
         log: per-packet logging (slow; uses the logging build).
         pcap_dir: write ``<intf>_in.pcap``/``_out.pcap`` per port there.

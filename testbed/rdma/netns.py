@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from testbed.emu import ops
 from testbed.emu.registry import RunRegistry
+from testbed.links import tc
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,6 @@ def make_path(run: RunRegistry, prefix: str, rate_bps: float | None = None, mtu:
         ops.run(argv, what=f"address {argv[-1]}")
     if rate_bps:
         for intf, ns in ((path.intf_a, path.ns_a), (path.intf_b, path.ns_b)):
-            for argv in ops.htb_argv(intf, rate_bps, netns=ns):
+            for argv in tc.htb_cmds(intf, rate_bps, netns=ns):
                 ops.run(argv, what=f"shape {intf} to {rate_bps:g} b/s")
     return path

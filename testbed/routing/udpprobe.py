@@ -24,6 +24,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from testbed.poll import sleep_until
+
 HEADER = struct.Struct("!Qd")
 
 
@@ -97,9 +99,7 @@ def send(dsts: list[str], port: int, sport: int, interval: float, duration: floa
         wall0 = time.time() - start
         for seq in range(count):
             for j, dst in enumerate(dsts):
-                delay = start + seq * interval + j * step - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)  # pacing a sender, not waiting for a condition
+                sleep_until(start + seq * interval + j * step, time.perf_counter)  # pacing a sender
                 now = time.perf_counter() + wall0
                 if j == 0:
                     times.append(now)

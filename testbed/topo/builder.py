@@ -18,7 +18,7 @@ counters are shared, and ``builder.campus`` stamps a ``campus`` attribute on eve
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
@@ -58,9 +58,26 @@ class LinkTable:
     def lookup(self, tier: str) -> dict:
         lp = self.tiers.get(tier) or tier_default(tier)
         rate = lp.rate_bps if lp.rate_bps is not None else DEFAULT_RATE_BPS
-        lp = lp.with_defaults(rate_bps=rate)
-        return {"rate_bps": float(rate), "distance_m": float(lp.distance_m),
-                "delay_s": float(lp.one_way_delay_s), "link": lp}
+        return link_attrs(lp.with_defaults(rate_bps=rate))
+
+
+def link_attrs(lp: LinkParams) -> dict:
+    """Edge attributes of a link: the LinkParams itself (``link``, the one source) and the flat
+    ``rate_bps``/``distance_m``/``delay_s`` derived from it for metrics and drawings."""
+    return {"rate_bps": float(lp.rate_bps), "distance_m": float(lp.distance_m),
+            "delay_s": float(lp.one_way_delay_s), "link": lp}
+
+
+def set_link(G: nx.Graph, u, v, **changes) -> LinkParams:
+    """Change edge u--v's link (``rate_bps=``, ``delay_s=``, ``distance_m=``, ``limit=`` ...), keeping
+    the flat attributes in step; returns the new LinkParams. A distance given alone replaces the delay."""
+    attrs = G.edges[u, v]
+    lp = attrs.get("link") or LinkParams(rate_bps=attrs.get("rate_bps"), delay_s=attrs.get("delay_s"))
+    if "distance_m" in changes and "delay_s" not in changes:
+        changes["delay_s"] = None
+    lp = replace(lp, **changes)
+    attrs.update(link_attrs(lp))
+    return lp
 
 
 class Builder:

@@ -23,7 +23,7 @@ from testbed.rdma.dcqcn import DcqcnParams
 from testbed.validate.stats import relative_error
 
 SCALAR_TOLERANCE = 0.10
-#: the link backend of the wire (testbed.links.emulation's names) and the endpoints
+#: the link backend of the wire (testbed.plan's names) and the endpoints
 RDMA_BACKENDS = ("userspace", "soft-rdma")
 TRAJECTORY_TOLERANCE = 0.15
 

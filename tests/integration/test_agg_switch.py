@@ -110,9 +110,9 @@ class Wire:
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory):
     from testbed.emu import RunRegistry
-    from testbed.emu.alloc import Allocator
     from testbed.p4rt.compile import compile_p4
     from testbed.p4rt.switch import Bmv2Config, Bmv2Process
+    from testbed.plan.alloc import Allocator
 
     G = _graph()
     hs = [n for n in G if G.nodes[n]["role"] == "host"]

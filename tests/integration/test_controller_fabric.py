@@ -11,8 +11,10 @@ import time
 
 import pytest
 
-from testbed.bench.failover import Stream, cut_candidate, flow_links, set_link
+from testbed.bench.failover import Stream, cut_candidate, flow_links
+from testbed.emu.ops import set_link_state
 from testbed.poll import poll
+from testbed.routing.failover import link_event
 from testbed.topo import addressing
 from testbed.topo import generators as gen
 
@@ -22,21 +24,18 @@ pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs]
 @pytest.fixture(scope="module")
 def fabric(tmp_path_factory):
     from controllers.launch import start_controller
+    from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
+    from testbed.plan import Overrides, plan_replica
 
     out = tmp_path_factory.mktemp("ctlfab")
     G = addressing.assign(gen.fat_tree(4))
     with RunRegistry("test-controller-fabric") as run:
         ctl = start_controller(run, G, out, lldp_interval=2)
-        with Replica(G, controller=ctl.address, run=run, static_arp=False, out_dir=out,
-                     name="test-controller-fabric") as rep:
+        plan = plan_replica(G, plan_capabilities(), Overrides(links="off", static_arp=False))
+        with Replica(plan, controller=ctl.address, run=run, out_dir=out, name="test-controller-fabric") as rep:
             ctl.wait_ready()
             yield G, ctl, rep, out
-
-
-def _link_event(ctl, kind, link, after):
-    return [e for e in ctl.get("/events")["failovers"]
-            if e["kind"] == kind and set(e["link"]) == set(link) and e["time"] >= after]
 
 
 def test_all_pairs_ping_without_flooding(fabric):
@@ -63,9 +62,9 @@ def test_core_link_cut_moves_traffic_and_keeps_pairs_connected(fabric):
     assert cut is not None and G.nodes[cut[1]]["role"] == "core"
     intf = rep.intf_name(cut[0], cut[1])
     t_cut = time.time()
-    set_link([intf], up=False)
+    set_link_state([intf], up=False)
     try:
-        poll(lambda: _link_event(ctl, "link_down", cut, t_cut - 0.01), timeout=10, what="controller reroute")
+        poll(lambda: link_event(ctl, "link_down", cut, t_cut - 0.01), timeout=10, what="controller reroute")
         a = ctl.get("/ports", fresh=1)
 
         def on_sibling_core():
@@ -81,8 +80,8 @@ def test_core_link_cut_moves_traffic_and_keeps_pairs_connected(fabric):
         assert rep.net.pingAll(timeout="1") == 0.0
     finally:
         t_up = time.time()
-        set_link([intf], up=True)
-    poll(lambda: _link_event(ctl, "link_up", cut, t_up - 0.01), timeout=10, what="link back in the controller")
+        set_link_state([intf], up=True)
+    poll(lambda: link_event(ctl, "link_up", cut, t_up - 0.01), timeout=10, what="link back in the controller")
     raw = stream.result()
     assert len(set(raw["seqs"])) >= 0.8 * len(raw["send_times"])  # the outage is short, not the whole run
     assert ctl.get("/paths", src=src, dst=dst)["equal_cost"] == 4
@@ -99,12 +98,12 @@ def test_cli_fail_restore_and_status(fabric):
     t0 = time.time()
     answer = _testbed("fail", "link", "a3", "cr2", "--json")
     assert answer["ok"] and answer["port_mods"] == 2
-    poll(lambda: _link_event(ctl, "link_down", ("a3", "cr2"), t0), timeout=10, what="port-mod to take the link down")
+    poll(lambda: link_event(ctl, "link_down", ("a3", "cr2"), t0), timeout=10, what="port-mod to take the link down")
     status = _testbed("controller", "status", "--json", "--paths", "h4", "h8")
     assert ["a3", "cr2"] in status["links_down"] or ["cr2", "a3"] in status["links_down"]
     assert status["health"]["status"] == "ok" and status["paths"]["ok"]
     assert any(set(e["link"]) == {"a3", "cr2"} for e in status["events"]["failovers"])
     t1 = time.time()
     _testbed("restore", "link", "a3", "cr2", "--json")
-    poll(lambda: _link_event(ctl, "link_up", ("a3", "cr2"), t1), timeout=10, what="link to come back")
+    poll(lambda: link_event(ctl, "link_up", ("a3", "cr2"), t1), timeout=10, what="link to come back")
     assert rep.host("h4").cmd(f"ping -c1 -W1 {rep.ip('h8')}").count(" 0% packet loss") == 1

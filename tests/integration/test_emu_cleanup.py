@@ -25,13 +25,14 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = textwrap.dedent("""
     import sys, networkx as nx
     from testbed.emu import Replica
+    from testbed.plan import Overrides, plan_replica
     G = nx.Graph()
     for n, role in (("h1", "host"), ("h2", "host"), ("s1", "leaf"), ("s2", "leaf")):
         G.add_node(n, role=role)
     G.add_edge("h1", "s1", ports={"h1": 1, "s1": 2})
     G.add_edge("s1", "s2", ports={"s1": 1, "s2": 1})
     G.add_edge("s2", "h2", ports={"s2": 2, "h2": 1})
-    with Replica(G, name="emu-cleanup-test") as rep:
+    with Replica(plan_replica(G, overrides=Overrides(links="off")), name="emu-cleanup-test") as rep:
         out = rep.host("h1").cmd("ping -c1 -W5", rep.ip("h2"))
         assert " 0% packet loss" in out, out
         rep.popen("h2", ["sleep", "600"])

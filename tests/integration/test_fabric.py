@@ -32,12 +32,14 @@ IPERF_PORT = 5409
 
 
 def _replica(G, tmp_path, **kwargs):
+    from testbed.doctor import plan_capabilities
     from testbed.emu import Replica
-    from testbed.links.emulation import LinkEmulation
+    from testbed.links.node import DelayLineNode
+    from testbed.plan import Overrides, plan_replica
 
-    links = LinkEmulation(G.graph["dilation"], out_dir=tmp_path)
-    return Replica(G, dilation=G.graph["dilation"], name=G.graph["name"], out_dir=tmp_path,
-                   **links.replica_hooks(), **kwargs)
+    static_arp = kwargs.pop("static_arp", True)
+    plan = plan_replica(G, plan_capabilities(), Overrides(static_arp=static_arp))
+    return Replica(plan, name=G.graph["name"], out_dir=tmp_path, link_node_class=DelayLineNode, **kwargs)
 
 
 def _tcp_bps(rep, src, dst, seconds=4) -> float:

@@ -33,9 +33,13 @@ def test_neigh_batch():
     assert text == "neigh replace 10.0.0.2 lladdr 02:00:00:00:00:02 dev h1-eth0 nud permanent\n"
 
 
-def test_htb_argv_rate_and_minimum():
-    qdisc, cls = ops.htb_argv("s1-eth1", 10e6)
-    assert qdisc[:5] == ["tc", "qdisc", "replace", "dev", "s1-eth1"]
-    assert "10000000bit" in cls
-    with pytest.raises(EmulationError, match="minimum"):
-        ops.htb_argv("s1-eth1", 100)
+
+
+def test_bridge_list_parses_ovs_csv():
+    text = 's1,9f0e5c1a-0000-4000-8000-000000000001\n"x-2",9f0e5c1a-0000-4000-8000-000000000002\n\n'
+    assert ops.parse_bridge_list(text) == {"s1": "9f0e5c1a-0000-4000-8000-000000000001",
+                                           "x-2": "9f0e5c1a-0000-4000-8000-000000000002"}
+
+
+def test_link_state_argv_matches_ip():
+    assert ops.link_state_argv("a0-eth3", up=False) == ["ip", "link", "set", "dev", "a0-eth3", "down"]

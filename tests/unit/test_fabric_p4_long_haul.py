@@ -1,13 +1,12 @@
-"""Pure parts of scenarios/long_haul_cnp.py: roles from attributes, distances, the per-case port plan
-(BMv2 queue rates and RED thresholds from the link model), saturation verdicts, result rows."""
+"""Pure parts of scenarios/long_haul_cnp.py: roles from attributes, distances, the per-case replica plan
+(BMv2 queue rates and RED thresholds), the senders' configuration as data, result rows."""
 
 from __future__ import annotations
 
 import pytest
 
-lh = pytest.importorskip("scenarios.long_haul_cnp")
-
-from testbed.errors import SpecError  # noqa: E402
+import scenarios.long_haul_cnp as lh
+from testbed.errors import SpecError
 
 
 @pytest.fixture(scope="module")
@@ -35,59 +34,57 @@ def test_with_distance_sets_the_long_haul_delay_only(G):
     assert zero.edges[u, v]["link"].one_way_delay_s == 0
 
 
-def test_port_plan_puts_the_bottleneck_where_the_case_says(G):
+def _ports(plan):
+    return {(s.node, p.port): p for s in plan.switches for p in s.ports}
+
+
+def test_case_plan_puts_the_bottleneck_where_the_case_says(G):
     r = lh.roles(G)
-    dil = G.graph["dilation"]
+    scale = G.graph["scale"]
     for case in lh.CASES:
-        plan = lh.port_plan(G, case, dil)
+        plan = lh.case_plan(G, case, "ecn")
         sw, nbr = lh.bottleneck(case, r)
         port = G.edges[sw, nbr]["ports"][sw]
+        neck = plan.switch(sw).port(port)
         offered = sum(G.edges[s, next(iter(G.neighbors(s)))]["rate_bps"] for s in r.senders)
-        assert plan[sw][port].real_rate_bps < offered  # oversubscribed
-        # nothing on the senders' way to it is slower than what the senders offer
-        up = plan[next(iter(G.neighbors(r.senders[0])))]
-        assert min(p.real_rate_bps for p in up.values()) >= plan[sw][port].real_rate_bps
-        for ports in plan.values():
-            for p in ports.values():
-                assert 0 < p.kmin_pkts < p.kmax_pkts < p.depth_pkts
-                assert p.rate_pps == round(dil.rate(p.real_rate_bps) / (8 * lh.FRAME_BYTES))
-    sd = lh.port_plan(G, "sender-dci", dil)
-    rt = lh.port_plan(G, "receiver-tor", dil)
-    d0_port = G.edges[r.dci[0], r.dci[1]]["ports"][r.dci[0]]
-    assert rt[r.dci[0]][d0_port].real_rate_bps == 4 * sd[r.dci[0]][d0_port].real_rate_bps
+        assert neck.real_rate_bps < offered  # oversubscribed
+        # nothing on the senders' way to it is slower than the bottleneck
+        up = plan.switch(next(iter(G.neighbors(r.senders[0]))))
+        assert min(p.real_rate_bps for p in up.ports) >= neck.real_rate_bps
+        for p in _ports(plan).values():
+            assert 0 < p.ecn.kmin_pkts < p.ecn.kmax_pkts < p.depth_pkts
+            assert p.emulated_rate_pps == round(p.real_rate_bps / scale / (8 * lh.FRAME_BYTES))
+            assert p.ecn.emulated_cnp_interval_s == pytest.approx(lh.CNP_INTERVAL_S * scale)
+    sd, rt = lh.case_plan(G, "sender-dci", "ecn"), lh.case_plan(G, "receiver-tor", "fast-cnp")
+    d0 = sd.switch(r.dci[0]).port(G.edges[r.dci[0], r.dci[1]]["ports"][r.dci[0]])
+    assert rt.switch(r.dci[0]).port(d0.port).real_rate_bps == 4 * d0.real_rate_bps
+    assert {p.ecn.mode for p in _ports(rt).values()} == {"fast-cnp"}
     with pytest.raises(SpecError):
-        lh.port_plan(G, "nowhere", dil)
+        lh.case_plan(G, "nowhere", "ecn")
 
 
 def test_red_thresholds_scale_with_rate(G):
-    plan = lh.port_plan(G, "receiver-tor", G.graph["dilation"])
-    by_rate = sorted({(p.real_rate_bps, p.kmin_pkts, p.kmax_pkts) for ports in plan.values() for p in ports.values()})
+    plan = lh.case_plan(G, "receiver-tor", "ecn")
+    by_rate = sorted({(p.real_rate_bps, p.ecn.kmin_pkts, p.ecn.kmax_pkts) for p in _ports(plan).values()})
     assert [k for _, k, _ in by_rate] == sorted(k for _, k, _ in by_rate)
     rate, kmin, kmax = by_rate[-1]
     assert kmin == round(100e3 * rate / 25e9 / lh.FRAME_BYTES) and kmax == round(400e3 * rate / 25e9 / lh.FRAME_BYTES)
 
 
-def test_saturation_verdicts():
-    assert lh.saturation({"machine_mean": 50, "switch_max": 30}, None, 1000, 15000) == []
-    assert lh.saturation({"machine_mean": 99, "switch_max": 30}, None, 1000, 15000)
-    assert lh.saturation({"machine_mean": 50, "switch_max": 97}, None, 1000, 15000)
-    assert lh.saturation({"machine_mean": 50, "switch_max": 30}, None, 14000, 15000)
-    assert lh.saturation({}, None, 0, 15000, udp_overflows=3)
-    dl = {"params": {"delay_s": 0.15}, "emulator_late": 50, "rx_kernel_drops": 0,
-          "directions": {"a>b": {"tx_packets": 1000, "mean_late_lateness_s": 0.001}}}
-    assert lh.saturation({}, dl, 0, 15000) == []  # late by 1 ms against 150 ms: harmless
-    dl["directions"]["a>b"]["mean_late_lateness_s"] = 0.01
-    assert lh.saturation({}, dl, 0, 15000)
-    dl["directions"]["a>b"]["mean_late_lateness_s"] = 0.0
-    dl["rx_kernel_drops"] = 2
-    assert lh.saturation({}, dl, 0, 15000)
+def test_sender_config_is_data_with_the_dilated_dcqcn(G):
+    from testbed.rdma.endpoint import qp_config
 
-
-def test_udp_rcvbuf_errors_parses_proc_net_snmp():
-    text = ("Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n"
-            "Udp: 10 0 3 9 2 0\n")
-    assert lh.udp_rcvbuf_errors(text) == 2
-    assert lh.udp_rcvbuf_errors("") == 0
+    plan = lh.case_plan(G, "sender-dci", "ecn")
+    r = lh.roles(G)
+    args = type("A", (), {"size": 1 << 20, "iters": 2, "window": 64})()
+    doc = lh.sender_config(plan, r.senders[0], r.receivers[0], args)
+    cfg = qp_config(doc)
+    scale = G.graph["scale"]
+    host_rate = G.edges[r.senders[0], next(iter(G.neighbors(r.senders[0])))]["rate_bps"]
+    assert cfg.dcqcn.line_rate == pytest.approx(host_rate / scale)
+    assert cfg.dcqcn.alpha_timer == pytest.approx(55e-6 * scale)
+    assert cfg.timeout == pytest.approx(0.05 * scale) and cfg.window == 64
+    assert doc["host"] == plan.endpoint(r.receivers[0]).ip
 
 
 def test_row_undoes_the_dilation():
@@ -97,19 +94,3 @@ def test_row_undoes_the_dilation():
     x = lh.row("sender-dci", 30, "ecn", 1000.0, t)
     assert x["throughput_mbps"] == 5000.0 and x["fct_p50_ms"] == 1.0 and x["feedback_delay_ms"] == 0.3
     assert x["emulated"]["fct_p50_ms"] == 1000.0 and not x["emulator_saturated"]
-    assert lh.percentile([3, 1, 2], 50) == 2 and lh.percentile([], 99) is None
-
-
-def test_packet_socket_drops_sums_only_our_switches():
-    text = ('p_raw 0 0 *:s1-eth1 * users:(("simple_switch_f",pid=11,fd=10)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o0,bl0,d7)\n'
-            'p_raw 0 0 *:s1-eth2 * users:(("simple_switch_f",pid=11,fd=12)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o0,bl0,d2)\n'
-            'p_raw 0 0 *:agS1 * users:(("simple_switch_f",pid=99,fd=10)) skmem:(r0,rb212992,t0,tb212992,f0,w0,o0,bl0,d50)\n')
-    assert lh.packet_socket_drops(text, [11]) == 9
-    assert lh.packet_socket_drops(text, [11, 99]) == 59
-    assert lh.packet_socket_drops("", [11]) == 0
-    assert lh.saturation({}, None, 0, 15000, switch_socket_drops=1)
-
-
-def test_losses_no_switch_counted_are_the_emulators():
-    assert lh.saturation({}, None, 0, 15000, unexplained_gaps=0) == []
-    assert "outside the switch pipelines" in lh.saturation({}, None, 0, 15000, unexplained_gaps=3)[0]

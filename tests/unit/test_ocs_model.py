@@ -69,7 +69,7 @@ def test_tc_argv_for_the_replica_node():
 
 
 def test_monitor_line_parser():
-    from testbed.emu.ocs import link_line_dark
+    from testbed.ocs.node import link_line_dark
 
     down = "7: x1-eth2@if8: <NO-CARRIER,BROADCAST,MULTICAST,UP,M-DOWN> mtu 1500 qdisc noqueue state LOWERLAYERDOWN"
     up = "7: x1-eth2@if8: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc noqueue state UP mode DEFAULT"

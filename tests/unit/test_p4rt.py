@@ -7,11 +7,11 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from testbed.emu.alloc import Allocator
 from testbed.errors import CapabilityError, SpecError
 from testbed.p4rt import entries as E
 from testbed.p4rt.compile import cache_key, include_files
 from testbed.p4rt.switch import Bmv2Config, pick_binary, switch_argv
+from testbed.plan.alloc import Allocator
 
 
 def test_cache_key_changes_with_every_input():
@@ -187,3 +187,23 @@ def test_fabric_program_needs_dest_mac_and_dpid():
     del G.nodes["s1"]["dpid"]
     with pytest.raises(SpecError):
         E.fabric_program(G, "s1", [])
+
+
+def test_defines_are_flags_in_the_cache_key():
+    from testbed.p4rt.compile import BASE_FLAGS, P4CompileError, cache_key, define_flags
+
+    assert define_flags({"B": 2, "A": 1}) == ("-DA=1", "-DB=2")
+    assert define_flags(None) == ()
+    plain = cache_key(b"p", [], "v", BASE_FLAGS)
+    assert cache_key(b"p", [], "v", BASE_FLAGS + define_flags({"AGG_ELEMS": 64})) != plain
+    with pytest.raises(P4CompileError, match="identifier"):
+        define_flags({"A B": 1})
+
+
+def test_plan_ecn_entry_becomes_the_switch_config():
+    from testbed.p4rt.entries import MODES, ecn_config
+    from testbed.plan import EcnEntry
+
+    cfg = ecn_config(EcnEntry(10, 40, 0.2, "fast-cnp", 50e-6, 0.05))
+    assert cfg.params() == ("10", "40", str(round(0.2 * 65536)), str(MODES["fast-cnp"]), "50000")
+    assert ecn_config(None).mode == "off"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scenarios import fabric_failover as scen
 from testbed.bench import failover as bench
 from testbed.errors import UsageError
+from testbed.routing import failover as scen
 from testbed.routing.brain import RoutingBrain, route_dict
 from tests.unit.test_routing_brain import fat_tree
 
@@ -89,6 +89,6 @@ def test_scenario_path_changes_from_the_brain():
     changes = scen.path_changes(before, during, before)
     assert ("h0", "h15") in changes["changed_on_failure"]
     assert len(changes["same_as_before_after_restore"]) == 6
-    assert scen._pick_link(G, None) == ("a0", "cr0")
+    assert scen.pick_link(G, None) == ("a0", "cr0")
     with pytest.raises(Exception, match="--link"):
-        scen._pick_link(G, "h0,h9")
+        scen.pick_link(G, "h0,h9")

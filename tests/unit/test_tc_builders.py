@@ -2,7 +2,7 @@
 
 import pytest
 
-from testbed.errors import CapabilityError, SpecError, UsageError
+from testbed.errors import SpecError
 from testbed.links import tc
 from testbed.links.model import LinkParams, LossModel, RedParams
 
@@ -12,7 +12,12 @@ def test_rate_only_is_htb():
     assert cmds[0] == ["tc", "qdisc", "replace", "dev", "s1-eth1", "root", "handle", "5:", "htb", "default", "1"]
     assert cmds[1][:9] == ["tc", "class", "replace", "dev", "s1-eth1", "parent", "5:", "classid", "5:1"]
     assert cmds[1][cmds[1].index("rate") + 1] == "100000000bit" == cmds[1][cmds[1].index("ceil") + 1]
-    assert tc.link_cmds("x", LinkParams(rate_bps=100e6)) == cmds[:0] + tc.htb_cmds("x", 100e6)
+    # ~1 ms at the rate, at least two full frames: 100 Mbit/s -> 12500 bytes
+    assert cmds[1][cmds[1].index("burst") + 1] == "12500" == cmds[1][cmds[1].index("cburst") + 1]
+    assert [c[2:4] for c in tc.link_cmds("x", LinkParams(rate_bps=100e6))] == [["replace", "dev"]] * 2
+    limited = tc.htb_cmds("x", 1e6, limit=64)
+    assert limited[2] == ["tc", "qdisc", "replace", "dev", "x", "parent", "5:1", "handle", "6:", "pfifo", "limit", "64"]
+    assert tc.htb_cmds("x", 1e6, limit=30000, limit_unit="bytes")[2][-3:] == ["bfifo", "limit", "30000"]
 
 
 def test_netns_prefix():
@@ -51,26 +56,3 @@ def test_red_without_ecn_and_without_rate():
 def test_rate_below_tc_minimum_is_rejected():
     with pytest.raises(SpecError, match="8 kbit/s"):
         tc.htb_cmds("d0", 1000)
-
-
-@pytest.mark.parametrize("caps,override,expected", [
-    ({"netem": True, "red": True}, None, "kernel"),
-    ({"netem": False}, None, "userspace"),
-    ({"netem": True, "red": False}, None, "userspace"),  # marking link needs sch_red
-    ({"netem": True, "red": True}, "userspace", "userspace"),
-    (None, None, "userspace"),
-])
-def test_backend_choice(caps, override, expected):
-    p = LinkParams(rate_bps=1e6, delay_s=0.01, red=RedParams(1000, 5000, 0.1))
-    assert tc.choose_backend(p, caps, override) == expected
-
-
-def test_backend_choice_errors_and_env(monkeypatch):
-    p = LinkParams(delay_s=0.01)
-    assert tc.choose_backend(LinkParams(rate_bps=1e6), {}, "kernel") == "htb"
-    with pytest.raises(CapabilityError, match="sch_netem"):
-        tc.choose_backend(p, {"netem": False}, "kernel")
-    with pytest.raises(UsageError, match="allowed"):
-        tc.choose_backend(p, {}, "magic")
-    monkeypatch.setenv(tc.BACKEND_ENV, "userspace")
-    assert tc.choose_backend(p, {"netem": True}) == "userspace"

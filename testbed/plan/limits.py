@@ -41,17 +41,17 @@ class Estimate:
 
 
 def estimate(G) -> Estimate:
-    """What the replica of ``G`` creates and the memory it needs (pure)."""
-    from testbed.dilation import Dilation
-    from testbed.links.emulation import decide
+    """What the replica of ``G`` creates and the memory it needs (pure).
 
-    bmv2 = sum(1 for _, d in G.nodes(data=True) if d.get("role") != "host" and d.get("p4"))
-    # A link the kernel cannot emulate gets a delay-line node (two more interfaces and a process); count
-    # as on a kernel without netem/RED (the worst case, and this machine's).
-    dilation = G.graph.get("dilation") or Dilation(1.0)
-    delayed = sum(1 for _, _, d in G.edges(data=True) if "link" in d
-                  and decide(d, dilation, capabilities=set()).backend == "userspace")
-    links = G.number_of_edges()
+    Delay lines are counted from the replica plan on a machine without netem/RED (the worst case, and
+    this machine's): each userspace link gets a delay-line node (two more interfaces and a process).
+    """
+    from testbed.plan.replica import plan_replica
+
+    plan = plan_replica(G)
+    bmv2 = sum(1 for s in plan.switches if s.kind == "bmv2")
+    delayed = sum(1 for e in plan.links if e.backend == "userspace")
+    links = len(plan.links)
     interfaces = 2 * links + 2 * delayed
     memory = (G.number_of_nodes() * MIB_PER_NODE_SHELL + (links + delayed) * MIB_PER_LINK + bmv2 * MIB_PER_BMV2
               + delayed * MIB_PER_DELAY_LINE)

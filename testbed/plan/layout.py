@@ -1,12 +1,13 @@
-"""Build plan of a replica: what Mininet will be asked to create, computed from the graph (pure).
+"""Layout of a replica: every name, port, dpid and address Mininet will be given (pure).
 
-Keeping this apart from :mod:`testbed.emu.replica` lets unit tests check names, addresses, ports and
-the interfaces to record without root or Mininet::
+The one allocator of a replica's identifiers (with :mod:`testbed.plan.alloc` for Thrift ports and
+device ids). :func:`testbed.plan.plan_replica` calls it; unit tests check names, addresses, ports and the
+interfaces to record without root or Mininet::
 
-    graph G  --plan()-->  Plan(hosts, switches, links, link_nodes)  --replica-->  Mininet net
+    graph G  --layout()-->  Layout(hosts, switches, links [+ link nodes dl<i>])  --Replica-->  Mininet net
 
 Mininet names every interface ``<node>-eth<port>`` and Linux limits names to 15 characters, so a graph
-node whose name is not a short identifier gets a short alias (``n7``); :attr:`Plan.names` maps graph
+node whose name is not a short identifier gets a short alias (``n7``); :attr:`Layout.names` maps graph
 node -> Mininet name.  Hosts without ``ip``/``mac`` get ``10.0.0.x/8`` and ``02:00:...`` addresses in
 graph order (deterministic).  Ports come from the edge attribute ``ports``; edges without it get the
 next free port of each end (graph order, also deterministic).
@@ -20,10 +21,11 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from testbed.emu.ops import IFNAME_MAX
 from testbed.errors import SpecError
 from testbed.topo.graph import HOST
 
+#: Linux IFNAMSIZ - 1 (interface names are at most 15 characters).
+IFNAME_MAX = 15
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 DEFAULT_BASE = ipaddress.ip_address("10.0.0.0")
 DEFAULT_PREFIXLEN = 8
@@ -48,7 +50,7 @@ class SwitchPlan:
 
 @dataclass
 class LinkPlan:
-    """One graph edge ``u``--``v``; ``via`` names the link node inserted between them, if any."""
+    """One graph edge ``u``--``v``; ``via`` names the link node inserted between them (dpid ``via_dpid``)."""
 
     u: object
     v: object
@@ -56,10 +58,11 @@ class LinkPlan:
     port_v: int
     attrs: dict
     via: str | None = None
+    via_dpid: int | None = None
 
 
 @dataclass
-class Plan:
+class Layout:
     names: dict                      # graph node -> Mininet name
     hosts: list[HostPlan] = field(default_factory=list)
     switches: list[SwitchPlan] = field(default_factory=list)
@@ -135,20 +138,21 @@ def default_mac(index: int) -> str:
     return "02:00:" + ":".join(f"{x:02x}" for x in b)
 
 
-def plan(G: nx.Graph, link_node_factory=None) -> Plan:
-    """Compute the build plan of ``G``.
+def layout(G: nx.Graph, link_nodes=frozenset()) -> Layout:
+    """Compute the layout of ``G``.
 
     Args:
         G: the fabric graph (contract in :mod:`testbed.topo.graph`).
-        link_node_factory: ``f(u, v, edge_attrs) -> None | (cls, params)``; edges where it returns a class
-            get a link node named ``dl<i>`` between their ends (its port 1 faces u, port 2 faces v).
+        link_nodes: edges ``(u, v)`` (graph edge order) that get a link node named ``dl<i>`` between their
+            ends (its port 1 faces u, port 2 faces v), with the next dpids after the switches'.
 
     Raises:
         SpecError: duplicate ports/dpids/addresses, bad attribute values.
     """
-    dl_names = [f"dl{i}" for i in range(G.number_of_edges())] if link_node_factory else []
+    link_nodes = {frozenset(e) for e in link_nodes}
+    dl_names = [f"dl{i}" for i in range(G.number_of_edges())] if link_nodes else []
     names = mininet_names(G, reserved=dl_names)
-    result = Plan(names=names)
+    result = Layout(names=names)
     seen_ip, seen_mac = {}, {}
     host_index = 0
     for n, d in G.nodes(data=True):
@@ -186,12 +190,14 @@ def plan(G: nx.Graph, link_node_factory=None) -> Plan:
         used_dpids[dpid] = n
         result.switches.append(SwitchPlan(n, names[n], dpid, dict(d)))
     ports = _ports(G)
+    next_dpid = max(used_dpids, default=0) + 1
     for i, (u, v, d) in enumerate(G.edges(data=True)):
         pu, pv = ports[(u, v)]
-        via = None
-        if link_node_factory is not None and link_node_factory(u, v, d) is not None:
-            via = dl_names[i]
-        result.links.append(LinkPlan(u, v, pu, pv, d, via))
+        via = via_dpid = None
+        if frozenset((u, v)) in link_nodes:
+            via, via_dpid = dl_names[i], next_dpid
+            next_dpid += 1
+        result.links.append(LinkPlan(u, v, pu, pv, d, via, via_dpid))
     return result
 
 
@@ -199,7 +205,7 @@ def _explicit_dpids(G: nx.Graph) -> set:
     return {d["dpid"] for _, d in G.nodes(data=True) if d.get("dpid") is not None}
 
 
-def interfaces(p: Plan) -> list[str]:
+def interfaces(p: Layout) -> list[str]:
     """Every interface name the build will create (both ends of every link, link nodes included)."""
     names = []
     for link in p.links:
@@ -211,12 +217,12 @@ def interfaces(p: Plan) -> list[str]:
     return names
 
 
-def static_arp(p: Plan) -> dict:
+def static_arp(p: Layout) -> dict:
     """Host name -> [(ip, mac)] of every other host (so looped fabrics need no ARP flooding)."""
     return {h.name: [(o.ip, o.mac) for o in p.hosts if o is not h] for h in p.hosts}
 
 
-def host_batch(p: Plan, host: HostPlan, dev: str, with_arp: bool = True) -> str:
+def host_batch(p: Layout, host: HostPlan, dev: str, with_arp: bool = True) -> str:
     """``ip -batch`` text for one host: permanent neighbours for every other host (``with_arp``) and an
     on-link route to every other host subnet (hosts of a flat L2 fabric may sit in several subnets,
     e.g. one per campus)."""
@@ -232,3 +238,14 @@ def host_batch(p: Plan, host: HostPlan, dev: str, with_arp: bool = True) -> str:
             subnets.append(net)
     lines += [f"route replace {net} dev {dev}" for net in subnets]
     return "".join(line + "\n" for line in lines)
+
+
+def _methods():
+    """Layout.interfaces() / .host_batch() / .static_arp(): the root glue uses them without importing
+    this package (emu must not import plan: plan -> links -> emu)."""
+    Layout.interfaces = lambda self: interfaces(self)
+    Layout.host_batch = lambda self, host, dev, with_arp=True: host_batch(self, host, dev, with_arp)
+    Layout.static_arp = lambda self: static_arp(self)
+
+
+_methods()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from testbed.emu.plan import default_mac, host_batch, interfaces, mininet_names, plan, static_arp
 from testbed.errors import SpecError
+from testbed.plan.layout import default_mac, host_batch, interfaces, mininet_names, static_arp
+from testbed.plan.layout import layout as plan
 
 
 def _fabric():
@@ -87,9 +88,11 @@ def test_bad_host_addresses_name_the_field():
 
 def test_link_nodes_keep_end_ports():
     G = _fabric()
-    p = plan(G, link_node_factory=lambda u, v, d: ("DelayLine", {}) if "spine1" in (u, v) else None)
+    p = plan(G, link_nodes=[(u, v) for u, v in G.edges() if "spine1" in (u, v)])
     vias = [lk for lk in p.links if lk.via]
     assert len(vias) == 2 and all(lk.via.startswith("dl") for lk in vias)
+    switch_dpids = {sw.dpid for sw in p.switches}
+    assert len({lk.via_dpid for lk in vias}) == 2 and not switch_dpids & {lk.via_dpid for lk in vias}
     names = interfaces(p)
     for lk in vias:
         assert f"{lk.via}-eth1" in names and f"{lk.via}-eth2" in names

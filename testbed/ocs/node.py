@@ -232,11 +232,11 @@ class OcsNode(Switch):
 
 
 def ocs_switch_factory(nodes: dict, scale: float):
-    """A Replica ``switch_factory`` for graph nodes with role 'ocs': ``nodes`` = {graph node: (CircuitSwitch,
-    ProtectionGroup | None)}."""
-    def factory(node, attrs):
-        if node not in nodes:
+    """A Replica ``switch_factory`` for the plan's external switches of role 'ocs': ``nodes`` = {graph node:
+    (CircuitSwitch, ProtectionGroup | None)}; ``scale`` = the plan's."""
+    def factory(entry):
+        if entry.node not in nodes:
             return None
-        ocs, group = nodes[node]
+        ocs, group = nodes[entry.node]
         return OcsNode, {"ocs": ocs, "scale": scale, "protection": group, "inNamespace": True}
     return factory

@@ -1,15 +1,32 @@
-"""One allocator per run for the numbers switches need: Thrift ports and BMv2 device ids.
+"""The one allocator of the numbers switches need: Thrift ports and BMv2 device ids.
 
 Numbers are handed out in order from a base and skip TCP ports something on this machine already
-listens on (another run, another tool), so two switches never share a port. The caller makes one
-:class:`Allocator` per run and passes it to whatever creates switches (FAUCET's ``serve_ports``; never
-class-level counters).
+listens on (another run, another tool), so two switches never share a port. A replica's numbers come
+from the one :class:`Allocator` inside :func:`testbed.plan.plan_replica` (names, dpids and addresses
+come from :mod:`testbed.plan.layout`), which is given the ports in use as data
+(:attr:`testbed.plan.Capabilities.tcp_ports_in_use`) so that planning stays pure. Stand-alone switches
+(benchmarks, tests) make one Allocator per run (FAUCET's ``serve_ports``; never class-level counters).
 """
 
 from __future__ import annotations
 
 import socket
 from typing import Callable
+
+
+def tcp_ports_in_use() -> frozenset:
+    """TCP ports something listens on (from /proc/net/tcp and tcp6; no root needed)."""
+    ports = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(name).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":  # TCP_LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return frozenset(ports)
 
 
 def tcp_port_free(port: int, host: str = "127.0.0.1") -> bool:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.emu.limits import MAX_INTERFACES, check_buildable, estimate, mem_available_mib
 from testbed.errors import SpecError
+from testbed.plan.limits import MAX_INTERFACES, check_buildable, estimate, mem_available_mib
 from testbed.topo.spec import build_graph, load_spec, parse_spec, resolve_spec
 
 

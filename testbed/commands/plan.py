@@ -1,0 +1,47 @@
+"""``testbed plan SPEC [--scale N] [--json]``: what a replica of SPEC would build, without root.
+
+Per link: real and emulated parameters, the backend (none / htb / netem / userspace) and why, anything a
+backend cannot do (with its floor); per switch: kind, datapath, Thrift port, egress queues. ``--json``
+prints the same document a run writes as ``plan.json``. Capabilities come from ``testbed doctor``
+(without root the root-only probes count as absent, so the plan is the portable one).
+"""
+
+from __future__ import annotations
+
+from testbed.console import console, print_json
+from testbed.errors import SpecError
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("plan", help="the replica plan of a spec: links, backends, queues (no root)",
+                            description=__doc__)
+    parser.add_argument("spec", metavar="SPEC", help="spec file or shipped example name")
+    parser.add_argument("--scale", type=float, help="time-dilation factor (default: the spec's)")
+    parser.add_argument("--link-backend", default="auto", help="auto | netem | userspace (default auto)")
+    parser.add_argument("--assume", action="store_true",
+                        help="do not ask testbed doctor: plan for a machine without netem/RED/OVS kernel datapath")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    parser.set_defaults(func=_plan)
+
+
+def _plan(args) -> int:
+    from testbed.plan import ASSUMED, Overrides, plan_replica
+    from testbed.topo.spec import build_graph, load_spec, resolve_spec
+
+    if args.scale is not None and not args.scale > 0:
+        raise SpecError("--scale", f"must be a positive number, got {args.scale:g}")
+    G = build_graph(load_spec(resolve_spec(args.spec)))
+    if args.assume:
+        caps = ASSUMED
+    else:
+        from testbed.doctor import plan_capabilities
+
+        caps = plan_capabilities()
+    plan = plan_replica(G, caps, Overrides(scale=args.scale, link_backend=args.link_backend))
+    if args.json:
+        print_json(plan.to_json())
+    else:
+        from testbed.plan.render import print_plan
+
+        print_plan(plan, console)
+    return 0

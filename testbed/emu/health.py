@@ -1,0 +1,148 @@
+"""Emulator health: was the emulator, not the protocol, the limit of a trial?
+
+Every run reports it (BRIEF: "runs report emulator health"): machine and switch CPU sampled while a
+trial runs (:class:`CpuWatch`), frames the kernel dropped on a switch's packet sockets
+(:func:`packet_socket_drops` over ``ss -0 -m -p -H``), datagrams lost in host socket buffers
+(:func:`udp_rcvbuf_errors` over /proc/net/snmp), a delay line running late, and losses no switch
+counted. :func:`saturation` turns them into reasons to distrust the trial (empty: trust it).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import subprocess
+import threading
+
+
+def saturation(cpu: dict, delay_line: dict | None, switch_pps: float, bench_pps: float,
+               udp_overflows: int = 0, switch_socket_drops: int = 0, unexplained_gaps: int = 0) -> list[str]:
+    """Reasons to distrust a trial: the emulator, not the protocol, was the limit (empty: trust it).
+
+    Args:
+        cpu: {"machine_mean", "switch_max"} percentages sampled during the trial.
+        delay_line: the long haul's stats (None: no delay line). Frames sent late count only when the
+            lateness is a noticeable share (2%) of the emulated one-way delay.
+        switch_pps: busiest switch's packet rate during the trial.
+        bench_pps: what one BMv2 forwards on this machine (``testbed bench p4``).
+        udp_overflows: datagrams the hosts' kernels dropped because an endpoint did not read in time.
+        switch_socket_drops: frames the kernel dropped because a BMv2 switch did not read in time.
+        unexplained_gaps: sequence gaps the receivers NAKed beyond the drops the switches counted: every
+            switch drop is counted in fabric.p4, so these frames were lost in the emulator's I/O.
+    """
+    why = []
+    if cpu.get("machine_mean", 0) >= 95:
+        why.append(f"machine CPU {cpu['machine_mean']:.0f}%")
+    if cpu.get("switch_max", 0) >= 90:
+        why.append(f"a BMv2 process at {cpu['switch_max']:.0f}% of a core")
+    if delay_line:
+        dirs = delay_line.get("directions", {}).values()
+        sent = sum(d.get("tx_packets", 0) for d in dirs)
+        late = delay_line.get("emulator_late", 0)
+        worst = max((d.get("mean_late_lateness_s", 0.0) for d in dirs), default=0.0)
+        one_way = (delay_line.get("params") or {}).get("delay_s") or 0.0
+        if sent and late / sent > 0.01 and worst > 0.02 * one_way:
+            why.append(f"delay line late on {late / sent:.1%} of frames (by {worst * 1e3:.1f} ms on average)")
+        if delay_line.get("rx_kernel_drops", 0):
+            why.append(f"delay line lost {delay_line['rx_kernel_drops']} frames in the kernel")
+    if switch_pps > 0.8 * bench_pps:
+        why.append(f"busiest switch at {switch_pps:.0f} pps, near BMv2's {bench_pps:.0f} pps here")
+    if udp_overflows:
+        why.append(f"{udp_overflows} datagrams lost in host socket buffers (an endpoint fell behind)")
+    if switch_socket_drops:
+        why.append(f"{switch_socket_drops} frames lost before BMv2 read them (a switch fell behind)")
+    if unexplained_gaps:
+        why.append(f"{unexplained_gaps} losses outside the switch pipelines (receiver NAKs without a counted drop)")
+    return why
+
+
+def packet_socket_drops(ss_text: str, pids) -> int:
+    """Frames the kernel dropped on the packet sockets of processes ``pids`` (``ss -0 -m -p -H``: the
+    ``d`` of ``skmem``): what a BMv2 switch lost because it did not read its ports in time."""
+
+    want = {str(p) for p in pids}
+    total = 0
+    for line in ss_text.splitlines():
+        owner = re.search(r"pid=(\d+)", line)
+        drops = re.search(r"skmem:\([^)]*\bd(\d+)\)", line)
+        if owner and drops and owner.group(1) in want:
+            total += int(drops.group(1))
+    return total
+
+
+def udp_rcvbuf_errors(snmp_text: str) -> int:
+    """``Udp: RcvbufErrors`` from /proc/net/snmp text (0 when absent)."""
+    lines = [ln.split() for ln in snmp_text.splitlines() if ln.startswith("Udp:")]
+    if len(lines) < 2 or "RcvbufErrors" not in lines[0]:
+        return 0
+    return int(lines[1][lines[0].index("RcvbufErrors")])
+
+
+class CpuWatch:
+    """Samples machine CPU and the switches' CPU every 0.5 s on a thread (while a trial runs)."""
+
+    def __init__(self, pids):
+        import psutil
+
+        self.procs = [psutil.Process(p) for p in pids]
+        self.machine: list[float] = []
+        self.switch: list[float] = []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        import psutil
+
+        psutil.cpu_percent(None)
+        for p in self.procs:
+            p.cpu_percent(None)
+        while not self._stop.wait(0.5):
+            self.machine.append(psutil.cpu_percent(None))
+            try:
+                self.switch.append(max(p.cpu_percent(None) for p in self.procs))
+            except psutil.Error:
+                pass
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join(timeout=5)
+
+    def summary(self) -> dict:
+        return {"machine_mean": statistics.fmean(self.machine) if self.machine else 0.0,
+                "switch_max": max(self.switch, default=0.0)}
+
+
+def ss_packet_sockets() -> str:
+    """``ss -0 -m -p -H``: packet sockets with their memory counters and owners."""
+    return subprocess.run(["ss", "-0", "-m", "-p", "-H"], capture_output=True, text=True).stdout
+
+
+class LossWatch:
+    """Host socket-buffer overflows and switch packet-socket drops between ``start()`` and ``stop()``.
+
+    Args:
+        rep: the replica (host commands run in the hosts' namespaces).
+        hosts: graph nodes of the hosts to watch.
+        pids: the switch processes whose packet sockets count.
+    """
+
+    def __init__(self, rep, hosts, pids):
+        self.rep, self.hosts, self.pids = rep, list(hosts), list(pids)
+        self._udp: dict = {}
+        self._sock = 0
+
+    def _snmp(self, h) -> int:
+        return udp_rcvbuf_errors(self.rep.host(h).cmd("cat /proc/net/snmp"))
+
+    def start(self) -> "LossWatch":
+        self._udp = {h: self._snmp(h) for h in self.hosts}
+        self._sock = packet_socket_drops(ss_packet_sockets(), self.pids)
+        return self
+
+    def stop(self) -> dict:
+        return {"udp_rcvbuf_errors": sum(self._snmp(h) - self._udp[h] for h in self.hosts),
+                "switch_socket_drops": packet_socket_drops(ss_packet_sockets(), self.pids) - self._sock}

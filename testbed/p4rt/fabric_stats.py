@@ -1,0 +1,63 @@
+"""fabric.p4 state around one trial (root glue over :class:`~testbed.p4rt.client.SwitchClient`).
+
+    program_ecn(clients, plan)      every port's ecn_config entry from the replica plan (RED, fast CNP)
+    reset(clients)                  counters and registers to zero before a trial
+    port_stats(client, port)        the congestion point's queue (peak, mean), marks, switch CNPs, first signal
+    drops(clients, plan)            every frame a switch lost, by reason, and the busiest switch's packets
+
+Counters and registers are those of ``p4/fabric.p4`` (``docs/p4.md``).
+"""
+
+from __future__ import annotations
+
+from testbed.p4rt import entries as E
+
+COUNTERS = ("marks", "cnps", "drops", "cnp_skipped", "to_port", "from_queue")
+REGISTERS = ("sender_qp", "cnp_last_us", "qdepth_peak", "qdepth_sum", "qdepth_pkts", "first_signal_us")
+
+
+def program_ecn(clients: dict, plan) -> None:
+    """Replace every switch's ``ecn_config`` with the plan's per-port entries."""
+    for sw, c in clients.items():
+        c.table_clear("ecn_config")
+        for p in plan.switch(sw).ports:
+            c.apply(E.ecn_entries(E.ecn_config(p.ecn), port=p.port))
+
+
+def reset(clients: dict) -> None:
+    for c in clients.values():
+        for name in COUNTERS:
+            c.counter_reset(name)
+        for name in REGISTERS:
+            c.register_reset(name)
+
+
+def clock_epoch_us(client) -> int:
+    """Wall time (us since the epoch) of the switch's clock zero: switch timestamps + this = wall time."""
+    return client.time_since_epoch_us() - client.time_elapsed_us()
+
+
+def port_stats(client, port: int) -> dict:
+    pkts = client.register_read("qdepth_pkts", port)
+    return {"queue_peak": client.register_read("qdepth_peak", port),
+            "queue_mean": round(client.register_read("qdepth_sum", port) / pkts, 1) if pkts else 0.0,
+            "marks": client.counter_read("marks", port).packets,
+            "switch_cnps": client.counter_read("cnps", port).packets,
+            "cnp_skipped": {k: client.counter_read("cnp_skipped", i).packets for k, i in E.CNP_SKIP_REASONS.items()},
+            "first_signal_us": client.register_read("first_signal_us", port)}
+
+
+def drops(clients: dict, plan) -> dict:
+    """``tail`` (queued minus dequeued, per port), ``red`` (early drops), ``by_switch`` (every reason),
+    ``counted`` (all but not-IP), ``busiest_pkts`` (the most any one switch dequeued)."""
+    tail = busiest = 0
+    for sw, c in clients.items():
+        ports = [p.port for p in plan.switch(sw).ports]
+        dequeued = {p: c.counter_read("from_queue", p).packets for p in ports}
+        tail += sum(max(0, c.counter_read("to_port", p).packets - dequeued[p]) for p in ports)
+        busiest = max(busiest, sum(dequeued.values()))
+    by_switch = {sw: {k: c.counter_read("drops", i).packets for k, i in E.DROP_REASONS.items()}
+                 for sw, c in clients.items()}
+    red = sum(d["queue"] for d in by_switch.values())
+    counted = tail + sum(n for d in by_switch.values() for k, n in d.items() if k != "not_ip")
+    return {"tail": tail, "red": red, "by_switch": by_switch, "counted": counted, "busiest_pkts": busiest}

@@ -1,0 +1,75 @@
+"""A soft-RDMA endpoint configured by data: ``python -m testbed.rdma.endpoint serve|send CONFIG``.
+
+Scenarios start endpoints inside replica hosts. The sender's configuration travels as a JSON document
+(the plan's :class:`testbed.plan.EndpointEntry` values: emulated DCQCN constants and QP timeout), never
+as Python source, and the module imports only the RDMA stack (not the whole CLI: imports cost seconds on
+a busy machine)::
+
+    python -m testbed.rdma.endpoint serve 0.0.0.0
+    python -m testbed.rdma.endpoint send '{"host": "10.0.1.1", "test": "write_lat", "size": 1048576,
+        "iters": 8, "mtu": 1024, "window": 128, "timeout_s": 50.0, "dcqcn": {...emulated...}}'
+
+``send`` prints the client's result document (JSON) on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from testbed.errors import SpecError
+
+SEND_KEYS = ("host", "test", "size", "iters", "mtu", "window", "timeout_s", "dcqcn", "connect_wait_s")
+
+
+def qp_config(doc: dict):
+    """The :class:`~testbed.rdma.qp.QpConfig` of a send document (emulated units, as the plan gives them)."""
+    from testbed.rdma.dcqcn import DcqcnParams
+    from testbed.rdma.qp import QpConfig
+
+    unknown = sorted(set(doc) - set(SEND_KEYS))
+    if unknown:
+        raise SpecError(f"endpoint.{unknown[0]}", f"unknown key; allowed: {', '.join(SEND_KEYS)}")
+    dcqcn = DcqcnParams(**doc["dcqcn"]) if doc.get("dcqcn") else None
+    return QpConfig(mtu=doc.get("mtu", 1024), window=doc.get("window", 128), timeout=doc["timeout_s"], dcqcn=dcqcn)
+
+
+def send(doc: dict) -> dict:
+    from testbed.rdma.perf import run_client
+
+    return run_client(doc["host"], doc.get("test", "write_lat"), doc["size"], iters=doc.get("iters"),
+                      config=qp_config(doc), connect_wait=doc.get("connect_wait_s", 30))
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in ("serve", "send"):
+        print("usage: python -m testbed.rdma.endpoint serve BIND | send CONFIG_JSON", file=sys.stderr)
+        return 2
+    if argv[0] == "serve":
+        from testbed.rdma.perf import serve
+
+        serve(argv[1])
+        return 0
+    print(json.dumps(send(json.loads(argv[1]))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+
+
+def summarise_write_lat(results: list[dict]) -> dict:
+    """Flow figures of several senders' ``write_lat`` results (pure).
+
+    write-lat reports half round trips (perftest's convention): a message's completion time is twice that.
+    """
+    import statistics
+
+    seconds = max(x["seconds"] for x in results)
+    total = sum(x["bytes"] * x["iterations"] for x in results)
+    return {"goodput_bps": total * 8 / seconds if seconds else 0.0,
+            "fct_p50_s": statistics.median(2 * x["t_typical_usec"] * 1e-6 for x in results),
+            "fct_p99_s": max(2 * x["t_99_usec"] * 1e-6 for x in results),
+            "cnps_rx": sum(x["cnps_rx"] for x in results),
+            "retransmissions": sum(x["retransmissions"] for x in results),
+            "receiver_naks": sum(x.get("server", {}).get("stats", {}).get("naks_tx", 0) for x in results)}

@@ -1,0 +1,241 @@
+"""The replica plan of every shipped spec, checked against invariants computed here from the spec itself
+(not from the plan's code): BDP in packets real vs emulated, timers x scale, rates / scale, every
+``buffer:``/``queue:`` present, one allocator's numbers unique; and settings that cannot take effect are
+refused or noted with the backend's floor."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import networkx as nx
+import pytest
+import yaml
+
+from testbed.errors import SpecError
+from testbed.links.model import LinkParams, RedParams
+from testbed.plan import DELAY_FLOOR_S, Capabilities, Overrides, plan_replica
+from testbed.topo.spec import build_graph, load_spec, shipped_specs
+from testbed.units import parse_distance, parse_rate, parse_size
+
+SPECS = shipped_specs()
+NETEM = Capabilities(netem=True, red=True, source="test")
+
+
+@pytest.fixture(scope="module", params=sorted(SPECS))
+def shipped(request):
+    path = SPECS[request.param]
+    raw = yaml.safe_load(path.read_text())
+    G = build_graph(load_spec(path))
+    return raw, G, plan_replica(G)
+
+
+def test_every_shipped_spec_plans_in_milliseconds():
+    for path in SPECS.values():
+        G = build_graph(load_spec(path))
+        t0 = time.perf_counter()
+        plan_replica(G)
+        assert time.perf_counter() - t0 < 1.0, path  # pure: no probes, no processes
+
+
+def test_rates_divided_delays_multiplied_bdp_in_packets_kept(shipped):
+    raw, G, plan = shipped
+    scale = plan.scale
+    if raw.get("scale") not in (None, "auto"):
+        assert scale == raw["scale"]
+    mtu = raw.get("mtu", 1500)
+    for e in plan.links:
+        attrs = G.edges[e.u, e.v]
+        real_rate, real_delay = attrs["rate_bps"], attrs["delay_s"]
+        assert e.emulated.rate_bps == pytest.approx(real_rate / scale, rel=1e-9)
+        assert e.emulated.one_way_delay_s == pytest.approx(real_delay * scale, rel=1e-9, abs=1e-15)
+        real_bdp = real_rate * 2 * real_delay / (8 * mtu)
+        emulated_bdp = e.emulated.rate_bps * 2 * e.emulated.one_way_delay_s / (8 * mtu)
+        assert emulated_bdp == pytest.approx(real_bdp, rel=0.01)
+        if e.backend in ("htb", "netem") and e.applied.rate_bps:
+            assert e.applied.rate_bps == pytest.approx(real_rate / scale)
+
+
+def test_tier_rates_and_distances_written_in_the_spec_reach_the_plan(shipped):
+    raw, G, plan = shipped
+    tiers = raw.get("links") or {}
+    for e in plan.links:
+        block = {**(tiers.get("default") or {}), **(tiers.get(e.tier) or {})}
+        if "rate" in block and raw.get("params", {}).get("oversubscription") is None:
+            assert e.real.rate_bps == pytest.approx(parse_rate(block["rate"], "rate"))
+        if "distance" in (tiers.get(e.tier) or {}):
+            metres = parse_distance(tiers[e.tier]["distance"], "distance")
+            assert e.real.one_way_delay_s == pytest.approx(metres * 5e-9)
+
+
+def test_every_buffer_and_queue_is_in_the_plan(shipped):
+    raw, G, plan = shipped
+    mtu = raw.get("mtu", 1500)
+    frame = mtu + 14
+    tiers = raw.get("links") or {}
+    buffer = parse_size(raw["buffer"], "buffer") if raw.get("buffer") else None
+    for s in plan.switches:
+        for p in s.ports:
+            tier = G.edges[s.node, p.peer]["tier"]
+            queue = (tiers.get(tier) or {}).get("queue", (tiers.get("default") or {}).get("queue"))
+            if queue is not None:
+                want = queue if isinstance(queue, int) else (
+                    int(str(queue).rstrip("p")) if str(queue).rstrip("p").isdigit()
+                    else int(parse_size(queue, "queue") // frame))
+                assert (p.depth_pkts, p.depth_source) == (want, "link queue"), (s.node, p)
+            elif buffer is not None:
+                assert (p.depth_pkts, p.depth_source) == (int(buffer // frame), "buffer"), (s.node, p)
+            else:
+                assert (p.depth_pkts, p.depth_source) == (1000, "default")
+    for e in plan.links:
+        if e.backend == "htb":
+            limit = [a for _, argvs in e.tc for a in argvs if "pfifo" in a or "bfifo" in a]
+            assert len(limit) == len(e.tc), e  # every shaped end has the queue as its leaf
+
+
+def test_every_delay_is_emulated_or_noted_with_its_floor(shipped):
+    _, _, plan = shipped
+    for e in plan.links:
+        d = e.emulated.one_way_delay_s
+        if e.applied.one_way_delay_s == pytest.approx(d) or e.backend == "none" and not d:
+            continue
+        assert any("floor" in n and "us" in n for n in e.notes), e
+        floor = DELAY_FLOOR_S["userspace"]
+        assert d < floor
+
+
+def test_one_allocator_numbers_are_unique(shipped):
+    _, G, plan = shipped
+    dpids = [s.dpid for s in plan.switches] + [e.via_dpid for e in plan.links if e.via]
+    assert len(dpids) == len(set(dpids))
+    names = [s.name for s in plan.switches] + [h.name for h in plan.endpoints] + [e.via for e in plan.links if e.via]
+    assert len(names) == len(set(names)) and all(len(n) + len("-eth99") <= 15 for n in names)
+    intfs = [i for e in plan.links for i in (e.intf_u, e.intf_v)]
+    assert len(intfs) == len(set(intfs))
+    assert len({h.ip for h in plan.endpoints}) == len(plan.endpoints)
+    thrift = [s.thrift_port for s in plan.switches if s.kind == "bmv2"]
+    assert len(thrift) == len(set(thrift))
+
+
+def test_dcqcn_timers_times_scale_rates_divided(shipped):
+    _, G, plan = shipped
+    for h in plan.endpoints:
+        rate = G.edges[h.node, next(iter(G.neighbors(h.node)))]["rate_bps"]
+        real, emu = h.real_dcqcn, h.emulated_dcqcn
+        assert real["line_rate"] == rate and emu["line_rate"] == pytest.approx(rate / plan.scale)
+        for timer in ("alpha_timer", "rate_increase_timer", "cnp_interval"):
+            assert emu[timer] == pytest.approx(real[timer] * plan.scale)
+        assert emu["byte_counter"] == real["byte_counter"]  # bytes are kept
+        assert h.emulated_qp_timeout_s == pytest.approx(h.real_qp_timeout_s * plan.scale)
+
+
+def test_plan_json_round_trips_through_json(shipped):
+    _, _, plan = shipped
+    doc = json.loads(json.dumps(plan.to_json()))
+    assert len(doc["links"]) == len(plan.links) and doc["scale"] == plan.scale
+    for link in doc["links"]:
+        assert link["real"]["rate_bps"] * 1 == pytest.approx(link["emulated"]["rate_bps"] * plan.scale)
+
+
+def test_p4_replica_gets_bmv2_queue_rate_and_depth_from_the_plan():
+    plan = plan_replica(build_graph(load_spec(SPECS["long-haul"])))
+    for s in plan.switches:
+        assert s.kind == "bmv2" and s.program == "fabric"
+        for p in s.ports:
+            assert p.emulated_rate_pps == round(p.real_rate_bps / plan.scale / (8 * plan.frame_bytes))
+    long_haul = next(e for e in plan.links if e.tier == "dci")
+    # both ends BMv2: they drain their own queues; the delay line only delays
+    assert long_haul.backend == "userspace" and long_haul.applied.rate_bps is None
+    assert long_haul.applied.one_way_delay_s == pytest.approx(30e3 * 5e-9 * plan.scale)
+
+
+def _two_switches(**link) -> nx.Graph:
+    G = nx.Graph(name="t", scale=10.0)
+    G.add_node("a", role="leaf", tier=1)
+    G.add_node("b", role="leaf", tier=1)
+    G.add_edge("a", "b", ports={"a": 1, "b": 1}, tier="leaf-spine", link=LinkParams(**link))
+    return G
+
+
+def test_backend_follows_capabilities_given_as_data():
+    G = _two_switches(rate_bps=1e9, delay_s=1e-3, red=RedParams(20, 60, 0.1, unit="packets"))
+    assert plan_replica(G).links[0].backend == "userspace"
+    assert "lacks sch_netem" in plan_replica(G).links[0].reason
+    netem = plan_replica(G, NETEM).links[0]
+    assert netem.backend == "netem" and {n for n, _ in netem.tc} == {"a", "b"}
+    assert any("red" in argv for _, argvs in netem.tc for argv in argvs)
+    assert plan_replica(G, Capabilities(netem=True, red=False)).links[0].backend == "userspace"
+    assert plan_replica(G, NETEM, Overrides(link_backend="userspace")).links[0].backend == "userspace"
+    with pytest.raises(SpecError, match="link_backend"):
+        plan_replica(G, Capabilities(), Overrides(link_backend="netem"))
+
+
+def test_rate_only_link_is_htb_with_its_queue():
+    plan = plan_replica(_two_switches(rate_bps=1e9, limit=64))
+    e = plan.links[0]
+    assert e.backend == "htb"
+    for _, argvs in e.tc:
+        assert ["tc", "class", "replace"] == list(argvs[1][:3]) and "100000000bit" in argvs[1]
+        assert list(argvs[2][-3:]) == ["pfifo", "limit", "64"]
+
+
+def test_short_delay_is_noted_with_the_floor_not_dropped_silently():
+    e = plan_replica(_two_switches(rate_bps=1e9, delay_s=2e-6)).links[0]  # 20 us emulated
+    assert e.backend == "htb" and e.applied.one_way_delay_s == 0
+    assert "20 us" in e.notes[0] and "floor of 100 us" in e.notes[0]
+    assert plan_replica(_two_switches(rate_bps=1e9, delay_s=2e-6), NETEM).links[0].backend == "netem"
+
+
+def test_settings_no_backend_can_honour_are_refused_naming_the_field():
+    with pytest.raises(SpecError, match="links.leaf-spine.red"):
+        plan_replica(_two_switches(delay_s=1e-3, red=RedParams(20, 60, 0.1, unit="packets")))
+    with pytest.raises(SpecError, match="links.leaf-spine.rate"):
+        plan_replica(_two_switches(rate_bps=50e3), overrides=Overrides(scale=100))  # 500 bit/s emulated
+    G = _two_switches(rate_bps=1e9)
+    G.edges["a", "b"]["rate_bps"] = 5e9  # changed without set_link: the plan refuses to guess
+    with pytest.raises(SpecError, match="rate_bps"):
+        plan_replica(G)
+
+
+def test_set_link_keeps_edge_attributes_in_step():
+    from testbed.topo.builder import set_link
+
+    G = _two_switches(rate_bps=1e9, delay_s=1e-3)
+    set_link(G, "a", "b", rate_bps=4e9)
+    assert G.edges["a", "b"]["rate_bps"] == 4e9 and plan_replica(G).links[0].real.rate_bps == 4e9
+    set_link(G, "a", "b", distance_m=1000)
+    assert plan_replica(G).links[0].real.one_way_delay_s == pytest.approx(5e-6)
+
+
+def test_links_off_and_rates_modes_say_what_they_leave_out():
+    G = _two_switches(rate_bps=1e9, delay_s=1e-3)
+    off = plan_replica(G, overrides=Overrides(links="off"))
+    assert off.links[0].backend == "none" and not off.links[0].tc and "not emulated" in off.notes[0]
+    rates = plan_replica(G, overrides=Overrides(links="rates")).links[0]
+    assert rates.backend == "htb" and "delay not emulated" in rates.notes[0]
+
+
+def test_ovs_datapath_comes_from_capabilities():
+    G = _two_switches(rate_bps=1e9)
+    assert {s.datapath for s in plan_replica(G).switches} == {"user"}
+    assert {s.datapath for s in plan_replica(G, Capabilities(ovs_kernel=True)).switches} == {"kernel"}
+
+
+def test_thrift_ports_skip_ports_in_use():
+    G = _two_switches(rate_bps=1e9)
+    for n in G:
+        G.nodes[n]["p4"] = "fabric"
+    plan = plan_replica(G, Capabilities(tcp_ports_in_use=frozenset({9090, 9092})))
+    assert [s.thrift_port for s in plan.switches] == [9091, 9093]
+    assert [s.device_id for s in plan.switches] == [1, 2]
+
+
+def test_ocs_nodes_are_external_switches_built_by_the_run():
+    G = _two_switches(rate_bps=1e9)
+    G.nodes["b"]["role"] = "ocs"
+    kinds = {s.node: s.kind for s in plan_replica(G).switches}
+    assert kinds == {"a": "ovs", "b": "external"}
+    from testbed.emu.replica import Replica
+
+    with pytest.raises(SpecError, match="switch_factory"):
+        Replica(plan_replica(G))
