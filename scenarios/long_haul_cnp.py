@@ -47,6 +47,7 @@ from testbed.plan import Overrides, plan_replica  # noqa: E402
 from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # noqa: E402
 from testbed.topo.builder import set_link  # noqa: E402
 from testbed.units import parse_size  # noqa: E402
+from testbed.validate import trial_ledger as TL  # noqa: E402
 
 NAME = "long_haul_cnp"
 SPEC = REPO_ROOT / "scenarios" / "specs" / "long-haul.yaml"
@@ -138,12 +139,16 @@ def case_plan(G, case: str, mode: str, capabilities=None):
     return plan_replica(case_graph(G, case), capabilities or ASSUMED, overrides(mode))
 
 
-def row(case: str, distance_km: float, mode: str, scale: float, t: dict) -> dict:
-    """One result row: real-world units, the emulated figures beside them."""
+def row(case: str, distance_km: float, mode: str, scale: float, t: dict, repetition: int = 0) -> dict:
+    """One result row: real-world units, the emulated figures beside them, and the trial's verdict
+    (the fields ``testbed validate --long-haul`` reads, docs/validation.md)."""
     def real_ms(x):
         return None if x is None else round(x / scale * 1e3, 4)
 
-    return {"case": case, "distance_km": distance_km, "mode": mode,
+    return {"case": case, "distance_km": distance_km, "mode": mode, "repetition": repetition,
+            "valid": t["validity"]["valid"], "validity": t["validity"], "health": t["health"],
+            "emulator_ok": t["emulator_ok"], "unaccounted_losses": t["unaccounted_losses"],
+            "accounting": t["accounting"], "bottleneck": t["bottleneck"], "cnps_rx": t["cnps_rx"],
             "throughput_mbps": round(t["goodput_bps"] * scale / 1e6, 1),
             "fct_p50_ms": real_ms(t["fct_p50_s"]), "fct_p99_ms": real_ms(t["fct_p99_s"]),
             "queue_peak_pkts": t["queue_peak"], "queue_mean_pkts": t["queue_mean"],
@@ -153,6 +158,18 @@ def row(case: str, distance_km: float, mode: str, scale: float, t: dict) -> dict
             "saturation": t["saturation"],
             "emulated": {"throughput_mbps": round(t["goodput_bps"] / 1e6, 3), "fct_p50_ms": _ms(t["fct_p50_s"]),
                          "fct_p99_ms": _ms(t["fct_p99_s"]), "feedback_delay_ms": _ms(t["feedback_delay_s"])}}
+
+
+def validate_fields(G) -> dict:
+    """Config fields ``testbed validate --long-haul`` reads: the senders' real line rate, how many share the
+    bottleneck, one campus' cabling (host + campus-DCI link) and the backends."""
+    r = roles(G)
+    s = r.senders[0]
+    tor = next(iter(G.neighbors(s)))
+    up = next(n for n in G.neighbors(tor) if G.nodes[n].get("role") == "dci")
+    return {"line_rate_bps": G.edges[s, tor]["rate_bps"], "flows": len(r.senders),
+            "local_fibre_m": G.edges[s, tor].get("distance_m", 0.0) + G.edges[tor, up].get("distance_m", 0.0),
+            "backends": ["bmv2", "userspace", "soft-rdma"]}
 
 
 def _ms(x):
@@ -222,6 +239,10 @@ def run_distance(G, distance_km: float, cases, modes, args, res, bench_pps: floa
                     res.write_json(f"{distance_km:g}km/{case}-{mode}/plan.json", trial_plan.to_json())
                     rows.append(row(case, distance_km, mode, plan.scale, t))
                     res.write_json(f"{distance_km:g}km/{case}-{mode}/trial.json", t)
+                    console.print(f"  emulator_ok: {t['emulator_ok']}"
+                                  + (f" ({'; '.join(t['emulator']['reasons'])})" if not t["emulator_ok"] else "")
+                                  + f"; lost {t['accounting']['lost']}, unaccounted {t['unaccounted_losses']}; "
+                                  + TL.label(t["validity"]))
         finally:
             for p in servers:
                 p.terminate()
@@ -283,11 +304,20 @@ def trial(rep, plan, r: Roles, clients, case, mode, args, out: Path, long_haul, 
                      dropped["busiest_pkts"] / elapsed, args.bench_pps, lost["udp_rcvbuf_errors"],
                      lost["switch_socket_drops"], max(0, flows["receiver_naks"] - dropped["counted"]))
     port = plan.switch(bsw).port(bport)
+    block = TL.metrics_block(results, neck["switch_cnps"],
+                             {"long-haul": long_haul.stats()} if long_haul is not None else {},
+                             {**dropped["by_switch"], "egress queues": {"tail": dropped["tail"]}},
+                             lost["udp_rcvbuf_errors"], lost["switch_socket_drops"])
+    checked = TL.verdict({"mode": mode, "switch_cnps": neck["switch_cnps"], "cnps_rx": flows["cnps_rx"],
+                          "marks": neck["marks"]}, block, sat)
     return {**flows, **neck, "feedback_delay_s": feedback, "drops": dropped["tail"] + dropped["red"],
             "bottleneck": {"switch": bsw, "port": bport, "rate_pps": port.emulated_rate_pps,
-                           "kmin_pkts": port.ecn.kmin_pkts, "kmax_pkts": port.ecn.kmax_pkts},
+                           "kmin_pkts": port.ecn.kmin_pkts, "kmax_pkts": port.ecn.kmax_pkts,
+                           "real_rate_bps": G.edges[bsw, bnbr]["rate_bps"],
+                           "kmin_bytes": port.ecn.kmin_pkts * FRAME_BYTES,
+                           "kmax_bytes": port.ecn.kmax_pkts * FRAME_BYTES, "pmax": port.ecn.pmax},
             **lost, "switch_drops": dropped["by_switch"], "cpu": cpu.summary(), "elapsed_s": elapsed,
-            "saturation": sat, "senders": results}
+            "saturation": sat, **checked, "senders": results}
 
 
 # -- output -------------------------------------------------------------------------------------------------
@@ -295,12 +325,13 @@ def print_table(rows) -> None:
     from rich.table import Table
 
     t = Table("case", "km", "mode", "goodput Mb/s", "FCT p50 ms", "FCT p99 ms", "queue peak", "queue mean",
-              "feedback ms", "drops", "retx", "CNPs", "sat.", title="long-haul congestion feedback (real-world units)")
+              "feedback ms", "drops", "retx", "switch CNPs", "CNPs rx", "sat.", "valid", title="long-haul congestion feedback (real-world units)")
     for x in rows:
         t.add_row(x["case"], f"{x['distance_km']:g}", x["mode"], f"{x['throughput_mbps']:.0f}",
                   _fmt(x["fct_p50_ms"]), _fmt(x["fct_p99_ms"]), str(x["queue_peak_pkts"]),
                   f"{x['queue_mean_pkts']:.1f}", _fmt(x["feedback_delay_ms"]), str(x["drops"]),
-                  str(x["retransmissions"]), str(x["cnps_at_senders"]), "yes" if x["emulator_saturated"] else "")
+                  str(x["retransmissions"]), str(x["switch_cnps"]), str(x["cnps_at_senders"]),
+                  "yes" if x["emulator_saturated"] else "", TL.label(x["validity"]))
     console.print(t)
 
 
@@ -356,7 +387,8 @@ def main(argv=None) -> int:
     args.size = int(parse_size(args.size, "--size"))
     if args.size < 1:
         raise SpecError("--size", f"must be at least 1 byte, such as 64KB or 1MB; got {args.size}")
-    args.iters = args.iters or (2 if args.quick else 8)
+    if args.iters is None:  # 0 and negatives are refused by the parser (exit 2)
+        args.iters = 2 if args.quick else 8
     if not 1 <= args.window <= 1 << 20:
         raise SpecError("--window", f"must be 1..{1 << 20} packets, got {args.window}")
     distances = _list(args.distances or ",".join(map(str, QUICK_DISTANCES_KM if args.quick else DISTANCES_KM)),
@@ -372,7 +404,8 @@ def main(argv=None) -> int:
     config = {"spec": str(SPEC), "distances_km": distances, "modes": modes, "cases": cases,
               "message_bytes": args.size, "messages_per_sender": args.iters, "window_pkts": args.window, "scale": G0.graph["scale"],
               "ib_mtu": IB_MTU, "frame_bytes": FRAME_BYTES, "cnp_interval_s": CNP_INTERVAL_S,
-              "red_per_25g": {"kmin_bytes": KMIN_BYTES_PER_25G, "kmax_bytes": KMAX_BYTES_PER_25G, "pmax": PMAX}}
+              "red_per_25g": {"kmin_bytes": KMIN_BYTES_PER_25G, "kmax_bytes": KMAX_BYTES_PER_25G, "pmax": PMAX},
+              **validate_fields(G0)}
     with Results(NAME, args, config) as res:
         require_root(f"testbed run {NAME}")
         rows = []
@@ -382,15 +415,25 @@ def main(argv=None) -> int:
         print_table(rows)
         plot(rows, res.path("long_haul_cnp.png"))
         saturated = any(x["emulator_saturated"] for x in rows)
+        invalid = [x for x in rows if not x["valid"]]
+        if invalid:
+            console.print(f"[yellow]{len(invalid)} of {len(rows)} trials are INVALID (column 'valid'): they are "
+                          "not results of their mode[/yellow]")
+        emulator_ok = all(x["emulator_ok"] for x in rows)
+        console.print(f"emulator_ok: {emulator_ok}")
+        res.write_json("metrics.json", {"emulator_ok": emulator_ok, "trials": [
+            {k: x[k] for k in ("case", "distance_km", "mode", "repetition", "valid", "validity", "emulator_ok",
+                               "health", "unaccounted_losses", "accounting")} for x in rows]})
         if saturated:
             console.print("[yellow]the emulator saturated in some trials (column 'sat.'): do not read those "
                           "rows as protocol behaviour[/yellow]")
         keys = ("case", "distance_km", "mode", "throughput_mbps", "fct_p50_ms", "fct_p99_ms", "queue_peak_pkts",
-                "feedback_delay_ms", "drops")
+                "feedback_delay_ms", "drops", "valid", "validity", "emulator_ok")
         summary = {"rows": [{k: x[k] for k in keys} | {"emulated": x["emulated"],
                                                         "emulator_saturated": x["emulator_saturated"]}
                             for x in rows],
-                   "emulator_saturated": saturated, "scale": G0.graph["scale"]}
+                   "emulator_saturated": saturated, "emulator_ok": emulator_ok, "invalid_trials": len(invalid),
+                   "scale": G0.graph["scale"]}
         res.finish(summary)
     return 0
 

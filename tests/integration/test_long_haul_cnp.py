@@ -2,7 +2,9 @@
 
 Checks protocol behaviour that could fail: with fast CNP the switch's CNPs reach the soft-RDMA senders
 (accepted: ICRC and QP right) without any CE mark, and the feedback reaches the sender sooner than
-end-to-end ECN's, which must cross the long haul twice.
+end-to-end ECN's, which must cross the long haul twice. Every trial carries its validity verdict (rows.json,
+summary.json, metrics.json with ``emulator_ok`` and the frame ledger), a valid fast-CNP trial has switch CNPs
+and CNPs at the senders, and ``testbed validate --long-haul`` computes its rows from the folder.
 """
 
 from __future__ import annotations
@@ -30,6 +32,20 @@ def test_fast_cnp_feedback_beats_ecn_across_30km(tmp_path, capsys):
     # ECN: the switch marks, the receivers answer; fast CNP: no marks, the switch's CNPs are accepted
     assert ecn["marks"] > 0 and ecn["switch_cnps"] == 0
     assert fast["marks"] == 0 and fast["switch_cnps"] > 0 and fast["cnps_at_senders"] > 0
+    # every trial is checked before it is shown: the verdict is in every document, with reasons when invalid
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert isinstance(metrics["emulator_ok"], bool) and len(metrics["trials"]) == 2
+    for r in list(full.values()) + summary["rows"] + metrics["trials"]:
+        assert isinstance(r["valid"], bool) and r["valid"] == (not r["validity"]["reasons"])
+    for r in full.values():
+        assert r["accounting"]["sent"] > 0 and r["unaccounted_losses"] is not None
+        assert set(r["bottleneck"]) >= {"real_rate_bps", "kmin_bytes", "kmax_bytes", "pmax"}
+    if fast["valid"]:
+        assert fast["switch_cnps"] > 0 and fast["cnps_rx"] > 0
+    from testbed.validate.longhaul import load, long_haul_rows
+
+    rows_out = long_haul_rows(load(tmp_path), model_duration_s=0.05)
+    assert rows_out, "testbed validate --long-haul computed no rows from the run"
     if ecn["emulator_saturated"] or fast["emulator_saturated"]:
         pytest.skip(f"emulator saturated: {ecn['saturation'] + fast['saturation']}")
     assert fast["feedback_delay_ms"] is not None and ecn["feedback_delay_ms"] is not None

@@ -87,10 +87,70 @@ def test_sender_config_is_data_with_the_dilated_dcqcn(G):
     assert doc["host"] == plan.endpoint(r.receivers[0]).ip
 
 
-def test_row_undoes_the_dilation():
+def _checked(mode, switch_cnps, cnps_rx, marks, lost=0, sat=()):
+    from testbed.validate import trial_ledger as TL
+
+    results = [{"local": {"ip": "10.0.0.1"}, "remote": {"ip": "10.0.1.1"}, "tx_packets": 100, "rx_packets": 50,
+                "server": {"stats": {"rx_packets": 100 - lost, "tx_packets": 50 - switch_cnps}}}]
+    block = TL.metrics_block(results, switch_cnps, {}, {"d0": {"queue": 0}})
+    return TL.verdict({"mode": mode, "switch_cnps": switch_cnps, "cnps_rx": cnps_rx, "marks": marks}, block,
+                      list(sat))
+
+
+def _trial(**kw):
     t = {"goodput_bps": 5e6, "fct_p50_s": 1.0, "fct_p99_s": 2.0, "queue_peak": 40, "queue_mean": 10.0,
          "feedback_delay_s": 0.3, "drops": 0, "marks": 5, "switch_cnps": 0, "cnps_rx": 4, "retransmissions": 0,
-         "saturation": []}
-    x = lh.row("sender-dci", 30, "ecn", 1000.0, t)
+         "saturation": [], "bottleneck": {"real_rate_bps": 5e9, "kmin_bytes": 2e4, "kmax_bytes": 8e4, "pmax": 0.2}}
+    t.update(kw)
+    return {**t, **_checked("ecn" if t["switch_cnps"] == 0 else "fast-cnp", t["switch_cnps"], t["cnps_rx"],
+                            t["marks"], t.pop("lost", 0), t["saturation"])}
+
+
+def test_row_undoes_the_dilation():
+    x = lh.row("sender-dci", 30, "ecn", 1000.0, _trial())
     assert x["throughput_mbps"] == 5000.0 and x["fct_p50_ms"] == 1.0 and x["feedback_delay_ms"] == 0.3
     assert x["emulated"]["fct_p50_ms"] == 1000.0 and not x["emulator_saturated"]
+    assert x["valid"] and x["repetition"] == 0
+
+
+def test_row_carries_what_validate_long_haul_reads():
+    from testbed.validate.longhaul import ROW_FIELDS, long_haul_rows
+
+    ecn = lh.row("sender-dci", 30, "ecn", 1000.0, _trial(feedback_delay_s=0.31))
+    fast = lh.row("sender-dci", 30, "fast-cnp", 1000.0, _trial(switch_cnps=6, cnps_rx=6, marks=0,
+                                                               feedback_delay_s=0.01))
+    assert all(f in r for r in (ecn, fast) for f in ROW_FIELDS)
+    assert fast["valid"] and fast["bottleneck"]["real_rate_bps"] == 5e9
+    from testbed.topo.spec import build_graph, load_spec
+
+    config = {"scale": 1000.0, "frame_bytes": lh.FRAME_BYTES, **lh.validate_fields(build_graph(load_spec(lh.SPEC)))}
+    rows = long_haul_rows({"config": config, "rows": [ecn, fast]}, model_duration_s=0.05)
+    metrics = [r.metric for r in rows]
+    assert any("ECN feedback >= bound" in m for m in metrics)
+    assert any("feedback saved by fast CNP" in m for m in metrics)
+    assert any("goodput ratio fast/ECN" in m for m in metrics)
+
+
+def test_a_fast_cnp_row_without_cnps_is_invalid_and_says_so():
+    from testbed.validate import trial_ledger as TL
+
+    x = lh.row("sender-dci", 30, "fast-cnp", 1000.0, {**_trial(switch_cnps=1, cnps_rx=0, marks=0)})
+    assert not x["valid"] and "senders received no CNP" in TL.label(x["validity"])
+    lossy = lh.row("sender-dci", 30, "ecn", 1000.0, _trial(lost=3))
+    assert not lossy["valid"] and lossy["unaccounted_losses"] == 3 and not lossy["emulator_ok"]
+
+
+@pytest.mark.parametrize("flags, field", [(["--size", "0"], "--size"), (["--iters", "0"], "--iters"),
+                                          (["--iters", "-2"], "--iters")])
+def test_bad_sizes_and_counts_are_refused_before_any_results_folder(tmp_path, capsys, flags, field):
+    from testbed.cli import run_guarded
+
+    out = tmp_path / "run"
+    try:
+        rc = run_guarded(lambda: lh.main(["--quick", "--out", str(out), *flags]))
+    except SystemExit as exc:  # argparse refuses the flag itself
+        rc = exc.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and field in err[0]
+    assert not out.exists()
