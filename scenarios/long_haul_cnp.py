@@ -331,8 +331,12 @@ def print_table(rows) -> None:
                   _fmt(x["fct_p50_ms"]), _fmt(x["fct_p99_ms"]), str(x["queue_peak_pkts"]),
                   f"{x['queue_mean_pkts']:.1f}", _fmt(x["feedback_delay_ms"]), str(x["drops"]),
                   str(x["retransmissions"]), str(x["switch_cnps"]), str(x["cnps_at_senders"]),
-                  "yes" if x["emulator_saturated"] else "", TL.label(x["validity"]))
+                  "yes" if x["emulator_saturated"] else "", "valid" if x["valid"] else "INVALID")
     console.print(t)
+    for x in rows:
+        if not x["valid"]:
+            console.print(f"  {x['case']} {x['distance_km']:g} km {x['mode']}: {TL.label(x['validity'])}; "
+                          + "; ".join(x["validity"]["reasons"][1:]))
 
 
 def _fmt(v) -> str:
