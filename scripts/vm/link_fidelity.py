@@ -21,8 +21,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "vm" / "guest"))
 
-from testbed.emu.kernelwire import KernelWire  # noqa: E402
+from kernelwire import KernelWire  # noqa: E402
+
 from testbed.emu.registry import RunRegistry  # noqa: E402
 from testbed.links.model import LinkParams, LossModel, RedParams  # noqa: E402
 from testbed.links.probe import summarise  # noqa: E402

@@ -3,7 +3,7 @@ namespaces, measured the way tests/integration/test_link_delayline.py measures t
 (ping RTT, iperf3 goodput, the UDP probe's loss and CE counts), and every lost probe attributed to a qdisc
 counter.
 
-    netns A [10.78.0.1] ==veth (tc on both egresses)== [10.78.0.2] netns B   (testbed.emu.kernelwire)
+    netns A [10.78.0.1] ==veth (tc on both egresses)== [10.78.0.2] netns B   (tests/vm/guest/kernelwire.py)
 
 Rates and packet rates are lower than the host test's: the guest's CPU is QEMU TCG on a shared machine.
 """
@@ -15,8 +15,8 @@ import re
 import subprocess
 
 import pytest
+from kernelwire import IP_B, KernelWire
 
-from testbed.emu.kernelwire import IP_B, KernelWire
 from testbed.emu.registry import RunRegistry
 from testbed.links.model import LinkParams, LossModel, RedParams
 from testbed.links.probe import summarise

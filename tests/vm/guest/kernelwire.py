@@ -27,7 +27,7 @@ from testbed.poll import poll
 
 IP_A, IP_B = "10.78.0.1", "10.78.0.2"
 MAC_A, MAC_B = "02:78:00:00:00:01", "02:78:00:00:00:02"
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 class KernelWire:
