@@ -225,17 +225,20 @@ def run_distance(G, distance_km: float, cases, modes, args, res, bench_pps: floa
                 c.mirroring_add(session, port)
         servers = [rep.popen(h, ENDPOINT + ["serve", "0.0.0.0"], stdout=open(out / f"server-{h}.log", "w"),  # noqa: SIM115
                              stderr=subprocess.STDOUT) for h in r.receivers]
-        long_haul = None
-        try:
-            long_haul = rep.link_node(*r.dci)
-        except KeyError:
-            pass
+        nodes = {}
+        for u, v in plan.graph.edges:
+            try:
+                nodes[f"{u}-{v}"] = rep.link_node(u, v)
+            except KeyError:
+                pass  # not a userspace link
+        long_haul = nodes.get(f"{r.dci[0]}-{r.dci[1]}") or nodes.get(f"{r.dci[1]}-{r.dci[0]}")
         try:
             for case in cases:
                 for mode in modes:
                     trial_plan = case_plan(G, case, mode, caps)
                     console.print(f"[bold]{distance_km:g} km, {case}, {mode}[/bold]")
-                    t = trial(rep, trial_plan, r, clients, case, mode, args, out / f"{case}-{mode}", long_haul, poll)
+                    t = trial(rep, trial_plan, r, clients, case, mode, args, out / f"{case}-{mode}", long_haul, poll,
+                              nodes)
                     res.write_json(f"{distance_km:g}km/{case}-{mode}/plan.json", trial_plan.to_json())
                     rows.append(row(case, distance_km, mode, plan.scale, t))
                     res.write_json(f"{distance_km:g}km/{case}-{mode}/trial.json", t)
@@ -251,7 +254,7 @@ def run_distance(G, distance_km: float, cases, modes, args, res, bench_pps: floa
     return rows
 
 
-def trial(rep, plan, r: Roles, clients, case, mode, args, out: Path, long_haul, poll) -> dict:
+def trial(rep, plan, r: Roles, clients, case, mode, args, out: Path, long_haul, poll, nodes=None) -> dict:
     from testbed.p4rt import fabric_stats as F
     from testbed.rdma.endpoint import summarise_write_lat
 
@@ -305,7 +308,7 @@ def trial(rep, plan, r: Roles, clients, case, mode, args, out: Path, long_haul, 
                      lost["switch_socket_drops"], max(0, flows["receiver_naks"] - dropped["counted"]))
     port = plan.switch(bsw).port(bport)
     block = TL.metrics_block(results, neck["switch_cnps"],
-                             {"long-haul": long_haul.stats()} if long_haul is not None else {},
+                             {name: st for name, n in (nodes or {}).items() if (st := n.stats())},
                              {**dropped["by_switch"], "egress queues": {"tail": dropped["tail"]}},
                              lost["udp_rcvbuf_errors"], lost["switch_socket_drops"])
     checked = TL.verdict({"mode": mode, "switch_cnps": neck["switch_cnps"], "cnps_rx": flows["cnps_rx"],
