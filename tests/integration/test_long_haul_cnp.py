@@ -45,7 +45,10 @@ def test_fast_cnp_feedback_beats_ecn_across_30km(tmp_path, capsys):
     from testbed.validate.longhaul import load, long_haul_rows
 
     rows_out = long_haul_rows(load(tmp_path), model_duration_s=0.05)
-    assert rows_out, "testbed validate --long-haul computed no rows from the run"
+    computed = [r.metric for r in rows_out]
+    assert ("invalid trials left out" in computed) == (not (ecn["valid"] and fast["valid"]))
+    if ecn["valid"]:
+        assert "sender-dci 30 km: ECN feedback >= bound" in computed
     if ecn["emulator_saturated"] or fast["emulator_saturated"]:
         pytest.skip(f"emulator saturated: {ecn['saturation'] + fast['saturation']}")
     assert fast["feedback_delay_ms"] is not None and ecn["feedback_delay_ms"] is not None
