@@ -16,6 +16,7 @@ there, trying in turn::
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
 from typing import Callable
@@ -84,3 +85,29 @@ def default_bind() -> tuple[str, str]:
     if initial:
         return "127.0.0.1", f"loopback only: the machine's own network namespace ({how}); use --bind ADDR"
     return "0.0.0.0", f"all addresses: a network namespace of its own ({how})"
+
+
+def open_listener(bind: str | None, port: int, backlog: int) -> tuple[socket.socket, str, str]:
+    """A listening TCP socket for a server's connection exchange: (socket, address, why that address).
+
+    ``bind`` None means :func:`default_bind`. One place for both servers (perftest-like and rc_pingpong),
+    so they listen, and fail to, the same way.
+
+    Raises:
+        RdmaError: the address cannot be bound (names the address and port).
+    """
+    from testbed.rdma.verbs import RdmaError
+
+    why = "--bind"
+    if bind is None:
+        bind, why = default_bind()
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    lsock = socket.socket(family, socket.SOCK_STREAM)
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        lsock.bind((bind, port))
+    except OSError as exc:
+        lsock.close()
+        raise RdmaError(f"cannot listen on {bind}:{port}: {exc.strerror}") from exc
+    lsock.listen(backlog)
+    return lsock, bind, why

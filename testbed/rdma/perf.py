@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import random
-import socket
 import statistics
 import struct
 import time
@@ -22,7 +21,7 @@ import time
 from testbed.console import console
 from testbed.rdma.dcqcn import DcqcnParams, TimeSeries
 from testbed.rdma.device import Device
-from testbed.rdma.listen import default_bind
+from testbed.rdma.listen import open_listener
 from testbed.rdma.oob import DEFAULT_PORT, Channel
 from testbed.rdma.qp import GRH_LEN, QpConfig, Remote, UdDest
 from testbed.rdma.verbs import (
@@ -86,17 +85,8 @@ def serve(bind: str | None = None, port: int = DEFAULT_PORT, roce_port: int = RO
 
     ``bind`` defaults to :func:`testbed.rdma.listen.default_bind`."""
     results = []
-    why = "--bind"
-    if bind is None:
-        bind, why = default_bind()
-    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as lsock:
-        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            lsock.bind((bind, port))
-        except OSError as exc:
-            raise RdmaError(f"cannot listen on {bind}:{port}: {exc.strerror}") from exc
-        lsock.listen(4)
+    lsock, bind, why = open_listener(bind, port, 4)
+    with lsock:
         if ready:
             ready(lsock.getsockname()[1])
         console.print(f"listening on {bind}:{lsock.getsockname()[1]} ({why}); RoCE UDP port {roce_port}")

@@ -29,7 +29,7 @@ from testbed.rdma.interop import (
     gid_of_ip,
     parse_pingpong,
 )
-from testbed.rdma.listen import default_bind
+from testbed.rdma.listen import open_listener
 from testbed.rdma.oob import DEFAULT_PORT, Channel
 from testbed.rdma.qp import QpConfig, Remote
 from testbed.rdma.verbs import CompletionQueue, RdmaError, WcOpcode, WcStatus
@@ -67,17 +67,8 @@ def serve_pingpong(bind: str | None = None, port: int = DEFAULT_PORT, size: int 
                    rx_depth: int = 500, config: QpConfig | None = None, roce_port: int = ROCE_UDP_PORT,
                    peer_roce_port: int = ROCE_UDP_PORT, ready=None, timeout: float = 120.0) -> dict:
     """One rc_pingpong server run (rc_pingpong without a host name)."""
-    why = "--bind"
-    if bind is None:
-        bind, why = default_bind()
-    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as lsock:
-        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            lsock.bind((bind, port))
-        except OSError as exc:
-            raise RdmaError(f"cannot listen on {bind}:{port}: {exc.strerror}") from exc
-        lsock.listen(1)
+    lsock, bind, why = open_listener(bind, port, 1)
+    with lsock:
         if ready:
             ready(lsock.getsockname()[1])
         console.print(f"rc_pingpong server listening on {bind}:{lsock.getsockname()[1]} ({why})")
