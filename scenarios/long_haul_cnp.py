@@ -10,7 +10,8 @@
     flight, so every message is a flow with its own completion time), all switches BMv2 + p4/fabric.p4.
 
     mode ecn:       d0 marks CE -> long haul -> receiver (NP) -> CNP -> long haul -> sender cuts its rate
-    mode fast-cnp:  d0 sends the CNP itself (to the sender's QP, learned from the ACKs) -> sender
+    mode fast-cnp:  d0 sends the CNP itself (to the sender's QP: the control plane preloads every switch's QP
+                    map, as vendors keep a flow table; --learn-qp learns it from the ACKs instead) -> sender
                     so feedback skips two long-haul crossings.  At the receiver-side ToR (case 2) both
                     paths cross the long haul once: fast CNP saves only x1 -> receiver -> x1.
 
@@ -176,11 +177,28 @@ def _ms(x):
     return None if x is None else round(x * 1e3, 2)
 
 
-def sender_config(plan, sender, receiver, args) -> dict:
-    """The send document of one sender (:mod:`testbed.rdma.endpoint`): the plan's emulated DCQCN and timeout."""
+def pair_qpns(i: int) -> tuple[int, int]:
+    """(sender's, receiver's) QP number of sender-receiver pair ``i``: fixed, so the QP maps can be preloaded."""
+    return 0x100 + i, 0x200 + i
+
+
+def qp_map_entries(plan, r: Roles) -> list:
+    """The control plane's QP map: (sender ip, receiver ip, receiver QP) -> sender QP for every pair."""
+    from testbed.p4rt import entries as E
+
+    return [E.qp_map_entry(plan.endpoint(s).ip, plan.endpoint(d).ip, pair_qpns(i)[1], pair_qpns(i)[0])
+            for i, (s, d) in enumerate(zip(r.senders, r.receivers, strict=True))]
+
+
+def sender_config(plan, sender, receiver, args, qpns=None) -> dict:
+    """The send document of one sender (:mod:`testbed.rdma.endpoint`): the plan's emulated DCQCN and timeout,
+    and (preloaded QP maps) the pair's QP numbers."""
     ep = plan.endpoint(sender)
-    return {"host": plan.endpoint(receiver).ip, "test": "write_lat", "size": args.size, "iters": args.iters,
-            "mtu": IB_MTU, "window": args.window, "timeout_s": ep.emulated_qp_timeout_s, "dcqcn": ep.emulated_dcqcn}
+    doc = {"host": plan.endpoint(receiver).ip, "test": "write_lat", "size": args.size, "iters": args.iters,
+           "mtu": IB_MTU, "window": args.window, "timeout_s": ep.emulated_qp_timeout_s, "dcqcn": ep.emulated_dcqcn}
+    if qpns is not None:
+        doc["qpns"] = list(qpns)
+    return doc
 
 
 # -- root glue --------------------------------------------------------------------------------------------
@@ -223,6 +241,8 @@ def run_distance(G, distance_km: float, cases, modes, args, res, bench_pps: floa
             c.apply(prog.entries)
             for session, port in prog.mirrors:
                 c.mirroring_add(session, port)
+            if not args.learn_qp:
+                c.apply(qp_map_entries(plan, r))
         servers = [rep.popen(h, ENDPOINT + ["serve", "0.0.0.0"], stdout=open(out / f"server-{h}.log", "w"),  # noqa: SIM115
                              stderr=subprocess.STDOUT) for h in r.receivers]
         nodes = {}
@@ -273,9 +293,11 @@ def trial(rep, plan, r: Roles, clients, case, mode, args, out: Path, long_haul, 
                                     "-w", str(out / f"cnp-{s}.pcap"), "udp dst port 4791 and udp[8] = 0x81"],
                                 stdout=subprocess.DEVNULL, stderr=open(err, "w")), err))
     poll(lambda: all("listening on" in e.read_text() for _, e in dumps), timeout=20, what="tcpdump on senders")
-    senders = [(s, rep.popen(s, ENDPOINT + ["send", json.dumps(sender_config(plan, s, d, args))],
+    docs = [sender_config(plan, s, d, args, None if args.learn_qp else pair_qpns(i))
+            for i, (s, d) in enumerate(zip(r.senders, r.receivers, strict=True))]
+    senders = [(s, rep.popen(s, ENDPOINT + ["send", json.dumps(doc)],
                              stdout=open(out / f"sender-{s}.json", "w"), stderr=open(out / f"sender-{s}.log", "w")))
-               for s, d in zip(r.senders, r.receivers, strict=True)]
+               for s, doc in zip(r.senders, docs, strict=True)]
     pids = [rep.switch(sw).process.proc.pid for sw in clients]
     losses = LossWatch(rep, r.senders + r.receivers, pids).start()
     started = time.monotonic()
@@ -387,6 +409,9 @@ def main(argv=None) -> int:
                              "packets, so senders are window-limited beyond ~10 km; larger windows let "
                              "DCQCN limit them but turn each emulator loss into a long go-back-N burst)")
     parser.add_argument("--pcap", action="store_true", help="per-port pcaps of every switch")
+    parser.add_argument("--learn-qp", action="store_true",
+                        help="fast CNP learns each sender's QP from the ACKs (shows the learning delay) instead of "
+                             "the control plane preloading the switches' QP maps (default)")
     parser.add_argument("--bench-pps", type=float, default=15000,
                         help="BMv2 forwarding rate on this machine (testbed bench p4), for saturation checks")
     parser.add_argument("--trial-timeout", type=float, default=180, help="seconds a trial may take")
@@ -412,6 +437,7 @@ def main(argv=None) -> int:
               "message_bytes": args.size, "messages_per_sender": args.iters, "window_pkts": args.window, "scale": G0.graph["scale"],
               "ib_mtu": IB_MTU, "frame_bytes": FRAME_BYTES, "cnp_interval_s": CNP_INTERVAL_S,
               "red_per_25g": {"kmin_bytes": KMIN_BYTES_PER_25G, "kmax_bytes": KMAX_BYTES_PER_25G, "pmax": PMAX},
+              "qp_map": "learned from ACKs" if args.learn_qp else "preloaded by the control plane",
               **validate_fields(G0)}
     with Results(NAME, args, config) as res:
         require_root(f"testbed run {NAME}")

@@ -30,6 +30,7 @@ import struct
 import time
 from typing import Callable
 
+from testbed.errors import SpecError
 from testbed.rdma import wire
 from testbed.rdma.qp import QpConfig, QueuePair, Remote
 from testbed.rdma.verbs import CompletionQueue, ProtectionDomain, RdmaError
@@ -131,12 +132,18 @@ class Device:
 
     def create_qp(self, pd: ProtectionDomain, cq: CompletionQueue, config: QpConfig | None = None,
                   recv_cq: CompletionQueue | None = None, transport: str = "rc",
-                  qkey: int = 0x11111111, psn: int = 0) -> QueuePair:
-        """A new QP; a UD QP is ready at once (``psn`` its first PSN), RC/UC wait for :meth:`connect`."""
-        while True:
+                  qkey: int = 0x11111111, psn: int = 0, qpn: int | None = None) -> QueuePair:
+        """A new QP; a UD QP is ready at once (``psn`` its first PSN), RC/UC wait for :meth:`connect`.
+
+        ``qpn`` asks for a number (a control plane that preloads switches' QP maps must know it); default random.
+        """
+        if qpn is not None and (isinstance(qpn, bool) or not isinstance(qpn, int) or not 2 <= qpn < 1 << 24
+                                or qpn in self.qps):
+            raise SpecError("qpn", f"must be a free QP number 2..{(1 << 24) - 1}, got {qpn!r}")
+        while qpn is None:
             qpn = self._rng.randrange(2, 1 << 24)
-            if qpn not in self.qps:
-                break
+            if qpn in self.qps:
+                qpn = None
         sock = self._tx_socket(qpn)
         qp = QueuePair(qpn, pd, cq, config or QpConfig(), self._sender(qpn, sock), recv_cq, transport, qkey)
         qp.sport = sock.getsockname()[1]

@@ -19,7 +19,7 @@ import sys
 
 from testbed.errors import SpecError
 
-SEND_KEYS = ("host", "test", "size", "iters", "mtu", "window", "timeout_s", "dcqcn", "connect_wait_s")
+SEND_KEYS = ("host", "test", "size", "iters", "mtu", "window", "timeout_s", "dcqcn", "connect_wait_s", "qpns")
 
 
 def qp_config(doc: dict):
@@ -38,7 +38,8 @@ def send(doc: dict) -> dict:
     from testbed.rdma.perf import run_client
 
     return run_client(doc["host"], doc.get("test", "write_lat"), doc["size"], iters=doc.get("iters"),
-                      config=qp_config(doc), connect_wait=doc.get("connect_wait_s", 30))
+                      config=qp_config(doc), connect_wait=doc.get("connect_wait_s", 30),
+                      qpns=tuple(doc["qpns"]) if doc.get("qpns") else None)
 
 
 def main(argv: list[str]) -> int:

@@ -138,7 +138,8 @@ def serve_one(chan: Channel, roce_port: int = ROCE_UDP_PORT) -> dict:
         qps, records = [], []
         for i, peer in enumerate(peers):
             psn = random.getrandbits(24)
-            qp = dev.create_qp(pd, cq, cfg, transport=transport, qkey=QKEY, psn=psn)
+            qp = dev.create_qp(pd, cq, cfg, transport=transport, qkey=QKEY, psn=psn,
+                               qpn=hello.get("server_qpn") if i == 0 else None)
             if transport != "ud":
                 dev.connect(qp, Remote(peer["qpn"], peer["psn"], peer["ip"], peer["port"]), psn)
             if test == "send_bw":
@@ -204,8 +205,11 @@ def run_client(host: str, test: str, size: int, iters: int | None = None, durati
                port: int = DEFAULT_PORT, roce_port: int = ROCE_UDP_PORT, config: QpConfig | None = None,
                verify: bool = False, tx_depth: int = 16, seed: int = 1, series_every: float | None = None,
                timeout: float = 300.0, connect_wait: float = 0.0, source: str | None = None,
-               qps: int = 1, transport: str = "rc") -> dict:
-    """Run one test against ``testbed rdma server`` at ``host``; returns the result document."""
+               qps: int = 1, transport: str = "rc", qpns: tuple[int, int] | None = None) -> dict:
+    """Run one test against ``testbed rdma server`` at ``host``; returns the result document.
+
+    ``qpns``: (this side's, the server's) number of the first QP, when a control plane must know them in advance
+    (switches' QP maps preloaded for fast CNP); default random."""
     cfg = config or QpConfig()
     check_test(test, transport, qps, size, cfg.mtu)
     if (iters is None) == (duration is None):
@@ -215,7 +219,7 @@ def run_client(host: str, test: str, size: int, iters: int | None = None, durati
     try:
         with Device(chan.local_ip, roce_port) as dev:
             return _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed,
-                           series_every, timeout, qps, transport)
+                           series_every, timeout, qps, transport, qpns)
     finally:
         chan.close()
 
@@ -272,18 +276,19 @@ class _Work:
 
 
 def _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed, series_every, timeout,
-            nqps, transport):
+            nqps, transport, qpns=None):
     pd, cq = dev.alloc_pd(), CompletionQueue()
     src = pattern(max(1, size), seed)
     mr = pd.reg_mr(src)
     qps, records = [], []
-    for _ in range(nqps):
+    for i in range(nqps):
         psn = random.getrandbits(24)
-        qp = dev.create_qp(pd, cq, cfg, transport=transport, qkey=QKEY, psn=psn)
+        qp = dev.create_qp(pd, cq, cfg, transport=transport, qkey=QKEY, psn=psn,
+                           qpn=qpns[0] if qpns and i == 0 else None)
         qps.append(qp)
         records.append({"qpn": qp.qpn, "psn": psn, "ip": dev.ip, "port": dev.port, "qkey": QKEY, "sport": qp.sport})
     chan.send({"test": test, "size": size, "config": config_to_dict(cfg), "transport": transport, "seed": seed,
-               "qp": records[0], "qps": records})
+               "qp": records[0], "qps": records, "server_qpn": qpns[1] if qpns else None})
     reply = chan.recv()
     rqs, rmr = reply["qps"], reply["mr"]
     if len(rqs) != nqps:

@@ -154,3 +154,24 @@ def test_bad_sizes_and_counts_are_refused_before_any_results_folder(tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and field in err[0]
     assert not out.exists()
+
+
+def test_the_qp_map_is_preloaded_for_every_pair_unless_learning(G):
+    from types import SimpleNamespace
+
+    plan = lh.case_plan(G, "sender-dci", "fast-cnp")
+    r = lh.roles(G)
+    entries = lh.qp_map_entries(plan, r)
+    assert [e.table for e in entries] == ["qp_map", "qp_map"]
+    for i, (e, s, d) in enumerate(zip(entries, r.senders, r.receivers, strict=True)):
+        sender_qp, receiver_qp = lh.pair_qpns(i)
+        assert e.match == (plan.endpoint(s).ip, plan.endpoint(d).ip, str(receiver_qp)) and e.params == (str(sender_qp),)
+    args = SimpleNamespace(size=1 << 20, iters=2, window=128)
+    assert lh.sender_config(plan, r.senders[0], r.receivers[0], args, lh.pair_qpns(0))["qpns"] == [0x100, 0x200]
+    assert "qpns" not in lh.sender_config(plan, r.senders[0], r.receivers[0], args)
+
+
+def test_learning_the_qp_map_is_a_flag(capsys):
+    with pytest.raises(SystemExit):
+        lh.main(["--help"])
+    assert "--learn-qp" in capsys.readouterr().out

@@ -148,3 +148,23 @@ def test_cli_refuses_a_transport_the_test_lacks(capsys):
     assert main(["rdma", "read-bw", "127.0.0.1", "-c", "UD"]) == 2
     assert "runs over RC" in capsys.readouterr().err
     assert main(["rdma", "send-bw", "127.0.0.1", "-c", "UD", "--size", "4KB"]) == 2
+
+
+def test_the_control_plane_can_choose_both_qp_numbers(server):
+    """Fast CNP with a preloaded QP map needs the numbers before the first packet (long_haul_cnp)."""
+    r = run_client("127.0.0.1", "write_lat", 64, iters=5, port=server["port"], roce_port=0, qpns=(0x101, 0x201))
+    assert r["local"]["qpn"] == 0x101 and r["remote"]["qpn"] == 0x201
+    assert r["tx_packets"] >= 5 and r["server"]["stats"]["rx_packets"] >= 5
+
+
+def test_a_taken_or_out_of_range_qp_number_is_refused():
+    from testbed.errors import SpecError
+    from testbed.rdma.device import Device
+    from testbed.rdma.verbs import CompletionQueue
+
+    with Device("127.0.0.1", 0, seed=1) as dev:
+        pd, cq = dev.alloc_pd(), CompletionQueue()
+        assert dev.create_qp(pd, cq, qpn=0x300).qpn == 0x300
+        for bad in (0x300, 1, 1 << 24, True):
+            with pytest.raises(SpecError, match="qpn"):
+                dev.create_qp(pd, cq, qpn=bad)
