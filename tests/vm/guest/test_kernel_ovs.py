@@ -14,8 +14,10 @@ import time
 
 import pytest
 
-from testbed.bench.failover import Stream, cut_candidate, flow_links, link_event, set_link
+from testbed.bench.failover import Stream, cut_candidate, flow_links
+from testbed.emu.ops import set_link_state
 from testbed.poll import poll
+from testbed.routing.failover import link_event
 from testbed.topo import addressing
 from testbed.topo import generators as gen
 
@@ -23,13 +25,17 @@ from testbed.topo import generators as gen
 @pytest.fixture(scope="module")
 def fabric(tmp_path_factory):
     from controllers.launch import start_controller
+    from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
+    from testbed.plan import Overrides, plan_replica
 
     out = tmp_path_factory.mktemp("vmfab")
     G = addressing.assign(gen.spine_leaf(2, 2, 2))
     with RunRegistry("vm-ovs-kernel") as run:
         ctl = start_controller(run, G, out, lldp_interval=2)
-        with Replica(G, controller=ctl.address, run=run, static_arp=False, out_dir=out, datapath="kernel",
+        plan = plan_replica(G, plan_capabilities(),
+                            Overrides(links="off", static_arp=False, datapath="kernel"))
+        with Replica(plan, controller=ctl.address, run=run, out_dir=out,
                      name="vm-ovs-kernel") as rep:
             ctl.wait_ready(timeout=300)   # os-ken and 4 bridges start slowly under TCG on a loaded host
             yield G, ctl, rep, out
@@ -78,7 +84,7 @@ def test_spine_link_cut_is_rerouted(fabric):
     assert cut is not None and G.nodes[cut[1]]["role"] == "spine"
     intf = rep.intf_name(cut[0], cut[1])
     t_cut = time.time()
-    set_link([intf], up=False)
+    set_link_state([intf], up=False)
     try:
         poll(lambda: link_event(ctl, "link_down", cut, t_cut - 0.01), timeout=20, what="controller reroute")
         a = ctl.get("/ports", fresh=1)
@@ -89,7 +95,7 @@ def test_spine_link_cut_is_rerouted(fabric):
         assert ctl.get("/paths", src=src, dst=dst)["equal_cost"] == 1
         assert rep.net.pingAll(timeout="2") == 0.0
     finally:
-        set_link([intf], up=True)
+        set_link_state([intf], up=True)
     # The stream drove the counters above; its receiver gives up after 0.5 s without packets, which the
     # reroute outage exceeds under TCG, so its loss is not asserted here (the host suite asserts it).
     stream.result()
