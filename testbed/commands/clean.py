@@ -31,8 +31,9 @@ def _clean(args) -> int:
     finally:
         release_lock(lock)
     failed = any(r["failed"] for r in reports)
-    if args.json:
+    if args.json:  # exactly one JSON document on stdout, nothing else
         print_json({"dry_run": args.dry_run, "runs": reports})
+        return 1 if failed else 0
     verb = "would remove" if args.dry_run else "removed"
     if not reports:
         out.print("nothing to clean: no recorded runs")
