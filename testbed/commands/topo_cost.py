@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from testbed.console import console, print_json
+from testbed.console import console, out, print_json
 from testbed.errors import UsageError
 from testbed.topo import deepseek, sizing
 from testbed.topo.cost import MEDIA, SPEEDS, Prices
@@ -37,7 +37,7 @@ def add_parser(verbs) -> None:
 
 
 def _sizes(text: str) -> list[int]:
-    out = []
+    sizes = []
     for item in text.split(","):
         item = item.strip().lower()
         mult = 1024 if item.endswith("k") else 1
@@ -47,8 +47,8 @@ def _sizes(text: str) -> list[int]:
             raise UsageError(f"--hosts: {item!r} is not a count such as 512, 8k or 128k") from None
         if n < 1:
             raise UsageError(f"--hosts: {item!r} must be >= 1")
-        out.append(n)
-    return out
+        sizes.append(n)
+    return sizes
 
 
 def _speed(text: str) -> int:
@@ -70,16 +70,16 @@ def _media(text):
 
 
 def _overrides(pairs) -> dict:
-    out = {}
+    prices = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         try:
-            out[key.strip()] = float(value)
+            prices[key.strip()] = float(value)
         except ValueError:
             raise UsageError(f"--price: expected KEY=USD such as dr_400g=700, got {pair!r}") from None
         if not sep:
             raise UsageError(f"--price: expected KEY=USD such as dr_400g=700, got {pair!r}")
-    return out
+    return prices
 
 
 def run(args) -> int:
@@ -120,7 +120,7 @@ def _print(rows) -> None:
         t.add_row(r["kind"], f"{r['hosts']:,}", str(r["tiers"]), f"{r['switches']:,}", f"{r['optical_modules']:,}",
                   f"{r['switch_ports_usd']:,.0f}", f"{r['links_usd']:,.0f}", f"{r['cost_usd']:,.0f}",
                   f"{r['per_host_port_usd']:,.0f}", f"{r['per_gbps_usd']:.2f}")
-    console.print(t)
+    out.print(t)
 
 
 def _print_deepseek(doc) -> None:
@@ -133,7 +133,7 @@ def _print_deepseek(doc) -> None:
         t.add_row(r["topology"], f"{r['endpoints']:,}", f"{r['switches']:,}", f"{r['links']:,}",
                   "match" if r["counts_match"] else "DIFFER", f"{r['per_endpoint_usd']:,.0f}",
                   f"{r['published_usd']:,.0f}", f"{r['error']:+.1%}", r["role"])
-    console.print(t)
+    out.print(t)
 
 
 def plot(rows, path) -> str:

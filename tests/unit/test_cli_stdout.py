@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
     (["topo", "show", "fat-tree-k4"], "bisection"),
     (["link", "plan", "--rate", "100G", "--distance", "10km", "--scale", "1000"], "emulated"),
     (["results", "{tmp}"], "no runs"),
+    (["topo", "cost", "--kinds", "fat-tree", "--hosts", "1k"], "fat-tree"),
+    (["topo", "cost", "--kinds", "fat-tree", "--hosts", "1k", "--validate"], "DeepSeek"),
 ])
 def test_data_commands_print_on_stdout(tmp_path, capsys, argv, word):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
