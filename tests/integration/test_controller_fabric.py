@@ -56,8 +56,11 @@ def test_core_link_cut_moves_traffic_and_keeps_pairs_connected(fabric):
     rep.host(src).cmd(f"ping -c1 -W1 {rep.ip(dst)}")
     stream = Stream(rep, src, dst, 5101, 43210, 0.001, 4.0, out, "itest")
     c0 = poll(lambda: ctl.get("/ports", fresh=1), timeout=5, what="port counters")
-    c1 = poll(lambda: (c := ctl.get("/ports", fresh=1)) and flow_links(G, c0, c, 5000) and c, timeout=5,
-              what="the stream to show up in port counters")
+    # Counters climb hop by hop: wait until the stream shows on an agg -> core link, not merely on the
+    # first hop (t -> a), or the cut candidate would be the ToR's uplink.
+    c1 = poll(lambda: (c := ctl.get("/ports", fresh=1)) and any(
+        G.nodes[v]["role"] == "core" for _, v in flow_links(G, c0, c, 5000)) and c, timeout=5,
+              what="the stream to show up on an agg -> core link in port counters")
     cut = cut_candidate(G, flow_links(G, c0, c1, 5000), ctl.get("/routes"), f"{rep.ip(dst)}/32")
     assert cut is not None and G.nodes[cut[1]]["role"] == "core"
     intf = rep.intf_name(cut[0], cut[1])
