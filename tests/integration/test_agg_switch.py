@@ -8,8 +8,8 @@ the pure model (testbed.agg.model), which must agree on every output and every c
     agT4 ----- agS4   port 4  h4  (not a worker: its packets are bad-worker drops)
     agT5 ----- agS5   port 5  h5  parameter server of job 1 (window 6, 4 switch slots: 4, 5 spill)
 
-"Nothing else came" is checked with barrier packets (routed to every port after the packet under test;
-BMv2 handles them in order), so no test waits for a fixed time.
+"Nothing else came" is checked with barrier packets (sent on the same port right after the packet under test
+and routed to every port; BMv2 keeps order within one ingress port), so no test waits for a fixed time.
 """
 
 from __future__ import annotations
@@ -87,8 +87,10 @@ class Wire:
         self.socks[port].send(frame)
         self.barrier_no += 1
         tag = f"barrier-{self.barrier_no}".encode()
+        # Barriers enter on the same port as the packet under test: BMv2 keeps order within one ingress
+        # port, not across ports (each port's receive thread races the others).
         for p in self.socks:
-            self.socks[1].send(self.frame(1, tag, dst_ip=self.hosts[p][1], dport=BARRIER_PORT))
+            self.socks[port].send(self.frame(port, tag, dst_ip=self.hosts[p][1], dport=BARRIER_PORT))
         got = {p: [] for p in self.socks}
         done = set()
 
