@@ -333,7 +333,6 @@ class Cluster:
                 self._lose(w)
             if ev.get("event") == "result":
                 self._pending[ev["id"]] = ev
-                continue
             return ev
 
     def _check_others(self, current: RemoteWorker) -> None:

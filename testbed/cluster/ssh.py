@@ -223,13 +223,11 @@ def connect(worker, options: SshOptions, field: str = "cluster.workers"):
         client.set_missing_host_key_policy(_AcceptNew(path))
     else:
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    identity = os.path.expanduser(options.identity) if options.identity else None
-    if identity is not None and not os.path.isfile(identity):
-        raise SpecError("identity", f"no private key at {identity}")
+    pkey = load_identity(options.identity) if options.identity else None
     name = _host_key_name(worker.host, worker.port)
     try:
-        client.connect(worker.host, port=worker.port, username=worker.user, key_filename=identity,
-                       allow_agent=True, look_for_keys=identity is None, timeout=CONNECT_TIMEOUT,
+        client.connect(worker.host, port=worker.port, username=worker.user, pkey=pkey,
+                       allow_agent=True, look_for_keys=pkey is None, timeout=CONNECT_TIMEOUT,
                        banner_timeout=CONNECT_TIMEOUT, auth_timeout=CONNECT_TIMEOUT)
     except paramiko.BadHostKeyException:
         client.close()
@@ -251,6 +249,21 @@ def connect(worker, options: SshOptions, field: str = "cluster.workers"):
         client.close()
         raise SshError(f"{label}: cannot connect to port {worker.port}: {exc.strerror or exc}") from None
     return Connection(worker, client, label)
+
+
+def load_identity(path: str):
+    """The private key at ``path`` (an encrypted one belongs in an agent: no passphrase is asked for)."""
+    paramiko = _paramiko()
+    full = os.path.expanduser(path)
+    if not os.path.isfile(full):
+        raise SpecError("identity", f"no private key at {full}")
+    try:
+        return paramiko.PKey.from_path(full)
+    except paramiko.PasswordRequiredException:
+        raise SpecError("identity", f"{full} is encrypted; load it into an SSH agent (ssh-add) and omit "
+                                    "--identity (no passphrase is asked for or stored)") from None
+    except (paramiko.SSHException, OSError, ValueError) as exc:
+        raise SpecError("identity", f"{full} is not a private key paramiko can read: {exc}") from None
 
 
 class _AcceptNew:
