@@ -220,9 +220,9 @@ def _bisect(H: nx.Graph, nodes: list, ratio: float, imbalance: float, order: dic
     load = {x: H.nodes[x]["load"] for x in nodes}
     total = sum(load.values())
     target = ratio * total
-    # Feasible window for A's load: the tolerance of the smaller side's fair share, and at least half the
-    # heaviest node (else no split might satisfy it).
-    slack = max(imbalance * min(ratio, 1 - ratio) * total, max(load.values()) / 2)
+    # Feasible window for A's load: the tolerance of the smaller side's fair share. When no split fits
+    # (a few very heavy nodes), the best balanced one wins (see _refine's key).
+    slack = imbalance * min(ratio, 1 - ratio) * total
     side = _grow(H, nodes, inside, load, target, order)
     side = _refine(H, nodes, inside, load, side, target, slack, order)
     a = [x for x in nodes if side[x] == 0]
@@ -272,7 +272,8 @@ def _refine(H, nodes, inside, load, side, target, slack, order) -> dict:
         return abs(got - target)
 
     def key(state_cut, got):
-        return (deviation(got) > slack, state_cut, deviation(got))
+        dev = deviation(got)
+        return (0, state_cut, dev) if dev <= slack else (1, dev, state_cut)
 
     side = dict(side)
     got = sum(load[x] for x in nodes if side[x] == 0)
