@@ -28,11 +28,12 @@ from __future__ import annotations
 import json
 import queue
 import shlex
+import sys
 import threading
 import time
 from pathlib import Path
 
-from testbed.cluster.config import require_underlays
+from testbed.topo.workers import require_underlays
 from testbed.cluster.ssh import SshError, SshOptions, connect
 from testbed.console import console
 from testbed.errors import EmulationError, SpecError, TestbedError
@@ -53,8 +54,9 @@ class WorkerFailed(EmulationError):
 class RemoteWorker:
     """One worker: its connection, its worker process channel and the events it sent."""
 
-    def __init__(self, index: int, spec, conn, out_dir: Path):
+    def __init__(self, index: int, spec, conn, out_dir: Path, any_ended: threading.Event | None = None):
         self.index, self.spec, self.conn = index, spec, conn
+        self.any_ended = any_ended or threading.Event()
         self.label = f"w{index} {spec.label}"
         self.out_dir = out_dir / f"w{index}"
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -70,7 +72,7 @@ class RemoteWorker:
 
     @property
     def python(self) -> str:
-        return self.spec.python or str(Path(self.checkout) / ".venv" / "bin" / "python")
+        return self.spec.python or sys.executable
 
     @property
     def checkout(self) -> str:
@@ -103,6 +105,7 @@ class RemoteWorker:
             except Exception:  # noqa: BLE001 - the transport is gone
                 self.exit_status = None
             self.ended.set()
+            self.any_ended.set()
             self.events.put({"event": "ended"})
 
     def _read_log(self) -> None:
@@ -138,7 +141,7 @@ class Cluster:
 
     Args:
         spec_path: the fabric spec (YAML) every worker builds its part of.
-        workers: :class:`~testbed.cluster.config.WorkerSpec`, worker 0 first.
+        workers: :class:`~testbed.topo.workers.WorkerSpec`, worker 0 first.
         out_dir: the one results folder (``w<i>/`` per worker, ``cluster.json``, controller log).
         overrides: :class:`testbed.plan.Overrides` (``static_arp`` is forced off: the controller answers ARP).
         ssh: :class:`SshOptions`.
@@ -168,18 +171,32 @@ class Cluster:
         self._pending: dict[int, dict] = {}
         self.timings: dict[str, float] = {}
         self.lost: list[str] = []
+        self._any_ended = threading.Event()
+        self._signals = None
 
     # ------------------------------------------------------------------------------------------ start-up
     def __enter__(self) -> Cluster:
+        from testbed.emu.signals import terminate_raises
+
+        self._signals = terminate_raises()   # SIGTERM/SIGHUP unwind like Ctrl-C: every worker torn down
+        self._signals.__enter__()
         try:
             self._start()
         except BaseException:
-            self._teardown()
+            self._exit()
             raise
         return self
 
     def __exit__(self, *exc) -> None:
-        self._teardown()
+        self._exit()
+
+    def _exit(self) -> None:
+        try:
+            self._teardown()
+        finally:
+            if self._signals is not None:
+                self._signals.__exit__(None, None, None)
+                self._signals = None
 
     def _start(self) -> None:
         from dataclasses import replace
@@ -204,7 +221,7 @@ class Cluster:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         for i, w in enumerate(self.specs):   # every connection first: a bad worker starts nothing anywhere
             conn = connect(w, self.ssh, field=f"cluster.workers[{i}]")
-            self.workers.append(RemoteWorker(i, w, conn, self.out_dir))
+            self.workers.append(RemoteWorker(i, w, conn, self.out_dir, self._any_ended))
         console.print(f"[dim]cluster: {len(self.workers)} workers connected[/dim]")
         caps = []
         for w in self.workers:
@@ -303,10 +320,11 @@ class Cluster:
                 self._lose(w)
 
     def hold(self, interval: float = 1.0) -> None:
-        """Stay up until Ctrl-C/SIGTERM (raised here) or a lost worker (WorkerLost)."""
+        """Stay up until Ctrl-C/SIGTERM (raised here) or a lost worker (WorkerLost). A worker's end wakes
+        this at once; ``interval`` only bounds how late a silently dead SSH transport is noticed."""
         while True:
             self.check_alive()
-            time.sleep(interval)   # a watchdog period, not a wait for a condition
+            self._any_ended.wait(interval)
 
     # ------------------------------------------------------------------------------------------ events
     def _lose(self, w: RemoteWorker) -> None:

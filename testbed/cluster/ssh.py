@@ -204,7 +204,7 @@ def _pump(chan, host: str, port: int) -> None:
 
 
 def connect(worker, options: SshOptions, field: str = "cluster.workers"):
-    """Connect to ``worker`` (a :class:`~testbed.cluster.config.WorkerSpec`).
+    """Connect to ``worker`` (a :class:`~testbed.topo.workers.WorkerSpec`).
 
     Raises:
         SpecError: unknown or changed host key, authentication refused (exit 2: fix the input).

@@ -136,7 +136,10 @@ class Part:
         return argv
 
     def serve(self) -> int:
+        import os
+
         self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "worker.pid").write_text(f"{os.getpid()}\n")
         plan, pp, part = plan_part(self.job, self.out)
         if any(s.kind != "ovs" for s in plan.switches):
             raise SpecError("cluster", "a partitioned replica runs Open vSwitch switches under the fabric "
@@ -181,9 +184,12 @@ class Part:
                          name=name, run=run, link_node_class=DelayLineNode,
                          wait_connected=float(self.job.get("connect_timeout", 120))) as rep:
                 self.rep = rep
-                run.record_links([t.intf for t in pp.tunnels])
+                recorded = [run.record_link(t.intf) for t in pp.tunnels]   # before creating them
                 for argv in commands:
                     ops.run(argv, what=f"set up tunnel ({' '.join(argv[:4])})", timeout=30)
+                for obj in recorded:   # by ifindex too, so `testbed clean` removes them while others run
+                    obj["ifindex"] = ops.link_index(obj["name"])
+                run.save()
                 (self.out / "tunnels.json").write_text(json.dumps(
                     [{"intf": t.intf, "vni": t.vni, "node": str(t.node), "peer": str(t.peer), "port": t.port,
                       "peer_worker": t.peer_worker, "backend": t.backend} for t in pp.tunnels], indent=1) + "\n")

@@ -161,7 +161,7 @@ class Spec:
     cost: Mapping[str, float] = dataclasses.field(default_factory=lambda: MappingProxyType(dict(COST_TABLE)))
     description: str = ""
     pfc: PfcConfig | None = None         #: lossless Ethernet; None = off
-    cluster: Any = None                  #: testbed.cluster.config.ClusterConfig: workers of a partitioned run
+    cluster: Any = None                  #: testbed.topo.workers.ClusterConfig: workers of a partitioned run
 
     @property
     def tiers(self) -> tuple[str, ...]:
@@ -339,7 +339,7 @@ def parse_spec(doc, source: str = "spec") -> Spec:
            if doc.get("pfc") is not None else None)
     cluster = None
     if doc.get("cluster") is not None:
-        from testbed.cluster.config import parse_cluster
+        from testbed.topo.workers import parse_cluster
 
         cluster = parse_cluster(doc["cluster"], "cluster")
     return Spec(name=name.strip(), kind=kind, params=params, links=MappingProxyType(links), mtu=mtu,

@@ -19,7 +19,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from testbed.cluster.config import WorkerSpec
+from testbed.topo.workers import WorkerSpec
 from testbed.cluster.coordinator import Cluster, WorkerLost
 from testbed.cluster.ssh import SshOptions
 from testbed.plan import Overrides

@@ -11,7 +11,7 @@ import networkx as nx
 import pytest
 
 from testbed.cluster import checks
-from testbed.cluster.config import parse_cluster, parse_workers
+from testbed.topo.workers import parse_cluster, parse_workers
 from testbed.cluster.partition import DEFAULT_IMBALANCE, node_loads, partition, partition_from_json
 from testbed.cluster.parts import (
     PartLayout,

@@ -13,7 +13,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from testbed.cluster.config import WorkerSpec
+from testbed.topo.workers import WorkerSpec
 from testbed.cluster.coordinator import Cluster
 from testbed.cluster.ssh import SshError, SshOptions, connect
 from testbed.errors import SpecError

@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 IN_VM = bool(os.environ.get("TESTBED_KERNEL_TESTS"))  # set by `make kernel-test`
-HOST_TESTS = ["test_kernel_vm.py", "test_harness.py"]
+HOST_TESTS = ["test_kernel_vm.py", "test_harness.py", "test_cluster_vm.py"]
 collect_ignore = HOST_TESTS if IN_VM else []
 collect_ignore_glob = [] if IN_VM else ["guest/*"]
 

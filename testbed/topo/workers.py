@@ -1,4 +1,4 @@
-"""Where a partitioned replica runs: the ``cluster:`` block of a spec, or ``--workers`` (pure).
+"""Where a partitioned replica runs: the ``cluster:`` block of a spec, or ``--workers`` (pure; testbed.cluster uses it).
 
     cluster:
       workers:                                    # one machine per entry, in order (worker 0, 1, ...)
@@ -13,7 +13,7 @@
 
 ``underlay`` is the address the other workers reach this one at for VXLAN (default: ``host`` when it is an
 IP address). ``python``/``checkout`` say how to run the worker there (default: the coordinator's own
-checkout path and its ``.venv``). Passwords are never read or stored: key-based auth only (a
+interpreter and checkout paths: the same layout on every machine). Passwords are never read or stored: key-based auth only (a
 ``password`` key is refused). Unknown keys and bad values raise a SpecError naming the field.
 """
 
