@@ -33,10 +33,10 @@ import threading
 import time
 from pathlib import Path
 
-from testbed.topo.workers import require_underlays
 from testbed.cluster.ssh import SshError, SshOptions, connect
 from testbed.console import console
 from testbed.errors import EmulationError, SpecError, TestbedError
+from testbed.topo.workers import require_underlays
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 600.0      # a TCG guest builds half a k=4 fat-tree in minutes

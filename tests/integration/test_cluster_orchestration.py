@@ -19,12 +19,12 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from testbed.topo.workers import WorkerSpec
 from testbed.cluster.coordinator import Cluster, WorkerLost
 from testbed.cluster.ssh import SshOptions
 from testbed.plan import Overrides
 from testbed.poll import poll
 from testbed.topo.spec import resolve_spec
+from testbed.topo.workers import WorkerSpec
 from tests.unit.sshd_stub import SshdStub
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,6 @@ import networkx as nx
 import pytest
 
 from testbed.cluster import checks
-from testbed.topo.workers import parse_cluster, parse_workers
 from testbed.cluster.partition import DEFAULT_IMBALANCE, node_loads, partition, partition_from_json
 from testbed.cluster.parts import (
     PartLayout,
@@ -27,6 +26,7 @@ from testbed.errors import SpecError
 from testbed.plan import ASSUMED, Capabilities, Overrides, plan_replica
 from testbed.plan.alloc import VNI_BASE
 from testbed.topo.spec import build_graph, load_spec, parse_spec, resolve_spec
+from testbed.topo.workers import parse_cluster, parse_workers
 
 
 def graph(name):

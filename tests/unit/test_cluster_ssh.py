@@ -13,11 +13,11 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from testbed.topo.workers import WorkerSpec
 from testbed.cluster.coordinator import Cluster
 from testbed.cluster.ssh import SshError, SshOptions, connect
 from testbed.errors import SpecError
 from testbed.topo.spec import resolve_spec
+from testbed.topo.workers import WorkerSpec
 from tests.unit.sshd_stub import SshdStub
 
 REPO = Path(__file__).resolve().parents[2]
