@@ -2,6 +2,8 @@
 
 * ``pingall``: every host pings every other host once (each source loops over all destinations; all
   sources at once). Every lost pair is listed, and whether it crosses machines.
+* ``failover_cut``: a cut link the traffic uses is failed through the controller (both tunnel ports
+  down, on two machines); the paths must leave it and pings across must not be lost; then restored.
 * ``iperf_cut``: TCP from the first host of worker 0 to the first host of the last worker (any path
   between two parts crosses the cut), compared with the path's bottleneck rate as emulated. A TCP
   stream's goodput is below the wire rate by its headers (1448 B of payload per 1514 B frame at MTU
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import networkx as nx
 
@@ -106,3 +109,64 @@ def iperf_cut(cluster, seconds: float = 10.0, tolerance: float = 0.10) -> dict:
 
 def hosts_of(G) -> list:
     return [n for n, d in G.nodes(data=True) if d.get("role") == HOST]
+
+
+def ping_loss(output: str) -> float | None:
+    """Packet loss in percent from ping's summary line (None when there is none)."""
+    import re
+
+    m = re.search(r"([0-9.]+)% packet loss", output)
+    return float(m.group(1)) if m else None
+
+
+def cut_edge_on_paths(paths, part) -> tuple | None:
+    """The first link of ``paths`` (lists of node names) whose ends are on two workers."""
+    by_name = {str(n): w for n, w in part.assign.items()}
+    for path in paths:
+        for u, v in zip(path, path[1:], strict=False):
+            if by_name.get(str(u)) is not None and by_name.get(str(v)) is not None and by_name[str(u)] != by_name[str(v)]:
+                return str(u), str(v)
+    return None
+
+
+def failover_cut(cluster, pings: int = 20, timeout: float = 60.0) -> dict:
+    """Fail a cut link the traffic h(w0) -> h(last) uses now (the controller sets both tunnel ports down,
+    each on its own worker), wait until the controller's paths avoid it, ping across, restore it.
+
+    Passes when the paths left the failed link and no ping was lost after the reroute."""
+    from testbed.poll import poll
+
+    if cluster.ctl is None:
+        return {"passed": False, "why": "no fabric controller of our own (dry run or a foreign controller)"}
+    src, dst = iperf_pair(cluster)
+    before = cluster.ctl.get("/paths", src=src.name, dst=dst.name)
+    edge = cut_edge_on_paths(before["paths"], cluster.partition)
+    if edge is None:
+        return {"passed": False, "why": f"no path {src.name} -> {dst.name} crosses the cut: {before['paths']}"}
+    cluster.ctl.post("/fail/link", a=edge[0], b=edge[1])
+    doc = {"src": src.name, "dst": dst.name, "failed": list(edge), "paths_before": before["paths"]}
+    try:
+        def rerouted():
+            now = cluster.ctl.get("/paths", src=src.name, dst=dst.name)
+            uses = any(_adjacent(p, edge) for p in now["paths"])
+            return now if now["ok"] and now["paths"] and not uses else None
+
+        t0 = time.monotonic()
+        after = poll(rerouted, timeout=timeout, interval=0.2, what=f"paths {src.name} -> {dst.name} to avoid "
+                                                                   f"{edge[0]}--{edge[1]}")
+        doc["reroute_s"] = round(time.monotonic() - t0, 2)
+        doc["paths_after"] = after["paths"]
+        rc, out = cluster.exec(src.node, ["ping", "-c", str(pings), "-i", "0.2", "-W", "5", dst.ip],
+                               timeout=pings + 60)
+        doc["ping_loss_pct"] = ping_loss(out)
+        doc["passed"] = rc == 0 and doc["ping_loss_pct"] == 0.0
+    except TimeoutError as exc:
+        doc.update(passed=False, why=str(exc))
+    finally:
+        cluster.ctl.post("/restore/link", a=edge[0], b=edge[1])
+    return doc
+
+
+def _adjacent(path, edge) -> bool:
+    names = [str(n) for n in path]
+    return any({a, b} == set(edge) for a, b in zip(names, names[1:], strict=False))

@@ -136,7 +136,11 @@ def _run(args) -> int:
             console.print(f"iperf3 across the cut {ip.get('src')} -> {ip.get('dst')}: "
                           f"{ip.get('received_bps', 0) / 1e6:.2f} Mbit/s of {ip.get('rate_bps', 0) / 1e6:.2f} "
                           f"(ratio {ip.get('ratio')}, {'pass' if ip['passed'] else 'FAIL'})")
-        doc["passed"] = all(doc[k]["passed"] for k in ("pingall", "iperf_cut") if k in doc)
+            doc["failover_cut"] = fo = checks.failover_cut(cl)
+            console.print(f"failover across the cut ({'--'.join(fo.get('failed', []))}): rerouted in "
+                          f"{fo.get('reroute_s')} s, ping loss {fo.get('ping_loss_pct')} % "
+                          f"({'pass' if fo['passed'] else 'FAIL: ' + str(fo.get('why', ''))})")
+        doc["passed"] = all(doc[k]["passed"] for k in ("pingall", "iperf_cut", "failover_cut") if k in doc)
         (out_dir / "results.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
         if args.hold:
             console.print("cluster: up; Ctrl-C tears every worker down")

@@ -274,3 +274,13 @@ def test_bottleneck_is_the_slowest_emulated_link(k4):
     src, dst = checks.iperf_pair(type("C", (), {"partition": part, "plan": plan})())
     assert part.assign[src.node] == 0 and part.assign[dst.node] == 1
     assert checks.bottleneck_bps(plan, src.node, dst.node) == pytest.approx(100e6)   # 100G / scale 1000
+
+
+def test_failover_helpers(k4):
+    G, plan, part = k4
+    paths = [["h0", "t0", "a0", "cr0", "a4", "t4", "h8"], ["h0", "t0", "a1", "cr2", "a5", "t4", "h8"]]
+    edge = checks.cut_edge_on_paths(paths, part)
+    assert edge is not None and part.assign[edge[0]] != part.assign[edge[1]]
+    assert checks.cut_edge_on_paths([["h0", "t0", "a0", "t1", "h2"]], part) is None
+    assert checks.ping_loss("20 packets transmitted, 19 received, 5% packet loss, time 3804ms") == 5.0
+    assert checks.ping_loss("no summary") is None

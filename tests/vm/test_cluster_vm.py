@@ -8,9 +8,9 @@ fat-tree with the same Replica code, the 8 cut links as VXLAN tunnels.
       VM a: sshd, coordinator + controller (127.0.0.1), worker 0  ==eth0==  VM b: sshd, worker 1
                                    VXLAN (UDP 4789) over the socket link
 
-1. all-pairs ping (240 pairs) and iperf3 across the cut within 10 % of the emulated rate (2 Mbit/s:
-   scale 50000, rates only -- TCG cannot carry the spec's 100 Mbit/s; docs/vm.md "TCG and rates"),
-   then Ctrl-C (SIGINT to the coordinator): both VMs hold no bridge, tunnel, interface or live run.
+1. all-pairs ping (240 pairs), iperf3 across the cut within 10 % of the emulated rate (2 Mbit/s:
+   scale 50000, rates only -- TCG cannot carry the spec's 100 Mbit/s; docs/vm.md "TCG and rates"), a
+   failover across the cut (a tunnel the traffic uses is failed: rerouted, no ping lost), then Ctrl-C (SIGINT to the coordinator): both VMs hold no bridge, tunnel, interface or live run.
 2. kill -9 of worker 1's process: the coordinator reports it lost, tears worker 0 down and runs
    `testbed clean` on b: both VMs clean again.
 """
@@ -105,12 +105,14 @@ def test_pingall_and_iperf_across_the_cut_then_ctrl_c(vms):
     _wait_for(vms, job, "run1", "Ctrl-C tears every worker down", timeout=1500)
     res_dir = vms.out_dir / "a" / "run1"
     doc = json.loads((res_dir / "results.json").read_text())
-    print(json.dumps({k: doc[k] for k in ("timings", "partition", "iperf_cut")}, indent=1))
+    print(json.dumps({k: doc[k] for k in ("timings", "partition", "iperf_cut", "failover_cut")}, indent=1))
     assert doc["partition"]["cut"] == 8
     ping = doc["pingall"]
     assert ping["pairs"] == 240 and ping["lost"] == [], ping["lost"][:10]
     ip = doc["iperf_cut"]
     assert ip["passed"], ip          # goodput within 10 % of 2 Mbit/s x 1448/1514, never above the rate
+    fo = doc["failover_cut"]
+    assert fo["passed"], fo          # a used cut link failed: paths leave it, no ping lost after the reroute
     vms["a"].run("kill -INT $(cat /tmp/run1.pid)")
     res = job.wait(600, check=False)
     assert res.rc == 130, _log(vms, "run1")[-3000:]
