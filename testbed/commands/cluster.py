@@ -136,6 +136,7 @@ def _run(args) -> int:
             doc["pingall"] = checks.pingall(cl)
             console.print(f"pingall: {doc['pingall']['pairs'] - len(doc['pingall']['lost'])}/"
                           f"{doc['pingall']['pairs']} pairs answered")
+        if not args.dry_run and not args.no_checks and cl.partition.cut:   # one worker: no cut to check
             doc["iperf_cut"] = checks.iperf_cut(cl, args.iperf_seconds)
             ip = doc["iperf_cut"]
             console.print(f"iperf3 across the cut {ip.get('src')} -> {ip.get('dst')}: "
