@@ -33,6 +33,8 @@ import threading
 import time
 from pathlib import Path
 
+from rich.markup import escape
+
 from testbed.cluster.ssh import SshError, SshOptions, connect
 from testbed.console import console
 from testbed.errors import EmulationError, SpecError, TestbedError
@@ -114,7 +116,7 @@ class RemoteWorker:
                 for line in self.chan.makefile_stderr("r"):
                     log.write(line)
                     log.flush()
-                    console.print(f"[dim]{self.label}: {line.rstrip()}[/dim]", markup=True, highlight=False)
+                    console.print(f"[dim]{escape(self.label)}: {escape(line.rstrip())}[/dim]", highlight=False)
             except (OSError, EOFError):
                 pass
 
