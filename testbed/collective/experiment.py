@@ -192,3 +192,52 @@ def run(opts: Options, out_dir, tag: str = "run") -> dict:
                                      "ring_switch_hops": P.ring_hops(G, list(j.hosts))}
                             for k, j in enumerate(jobs)}
     return result
+
+
+def summary(result: dict) -> dict:
+    jobs = []
+    for j in result["jobs"]:
+        doc = {"name": j["name"], "jct_s": round(j["jct_s"], 4), "real_jct_ms": round(j["real_jct_ms"], 4)}
+        if j.get("rows"):
+            last = j["rows"][-1]
+            doc.update(largest_size_bytes=last["size_bytes"], busbw_bps=last["busbw_bps"],
+                       busbw_over_link=round(last["busbw_bps"] / result["link_rate_bps"], 4),
+                       wrong=sum(r["wrong"] for r in j["rows"]))
+        if j.get("trace"):
+            doc.update(step_time_s=j["trace"]["step_time_s"], wrong=j["trace"]["wrong"])
+        jobs.append(doc)
+    busiest = result["links"][0] if result["links"] else None
+    return {"fabric": result["fabric"], "scale": result["scale"], "link_rate_bps": result["link_rate_bps"],
+            "jobs": jobs, "busiest_link": busiest, "emulator_ok": result["health"]["ok"],
+            "health_reasons": result["health"]["reasons"], "load": result["health"]["load"]}
+
+
+def print_report(result: dict) -> None:
+    from testbed.collective import metrics
+    from testbed.console import console, out
+
+    for j in result["jobs"]:
+        console.print(f"[bold]{j['name']}[/bold] on {' '.join(str(h) for h in j['hosts'])}: JCT {j['jct_s']:.3f} s "
+                      f"emulated = {j['real_jct_ms']:.3f} ms real; QP retransmissions {j['qp_stats']['retransmissions']}"
+                      f", timeouts {j['qp_stats']['timeouts']}")
+        groups: dict = {}
+        for r in j.get("rows") or []:
+            groups.setdefault((r["collective"], r.get("algorithm"), r.get("skew", 1.0)), []).append(r)
+        for (coll, algo, skew), rows in groups.items():
+            out.print(metrics.table_text(rows).replace(f"# {coll},", f"# {coll} ({algo or 'default'}"
+                                                       + (f", skew {skew:g}" if skew != 1 else "") + "),", 1))
+        if j.get("trace"):
+            tr = j["trace"]
+            out.print(f"# trace replay: step times (emulated s) {[round(s, 4) for s in tr['step_time_s']]}, "
+                      f"real ms {[round(s, 4) for s in tr['real_step_time_ms']]}, #wrong {tr['wrong']}")
+    links = result["links"][:6]
+    out.print("# busiest links: " + ", ".join(f"{x['link']} {x['utilisation']:.2f}" for x in links))
+    h = result["health"]
+    out.print(f"# emulator health: {'ok' if h['ok'] else 'UNHEALTHY: ' + '; '.join(h['reasons'])} "
+              f"(machine CPU {h['cpu'].get('machine_mean', 0):.0f}%, ovs-vswitchd max {h['cpu'].get('switch_max', 0):.0f}%, "
+              f"load {h['load']})")
+    led = h.get("losses")
+    if led:
+        out.print(f"# frames: {led['sent']} sent, {led['lost']} lost ({led['counted_drops']} counted by queues or "
+                  f"interfaces, {led['socket_enobufs']} refused by sockets, {led['endpoint_discards']} discarded by "
+                  f"endpoints, {led['unattributed']} unattributed)")

@@ -32,6 +32,7 @@ def job_rows(reports: list[dict], scale: float) -> list[dict]:
         t = statistics.fmean(times)
         rows.append(metrics.row(run["collective"], n, run["bytes"], t, scale, wrong,
                                 algorithm=run.get("algorithm") or "", chunks=run.get("chunks", 1),
+                                skew=run.get("skew", 1.0),
                                 iterations=len(times), times_s=times,
                                 sent_bytes_max=max(pr["sent_bytes"] for pr in per_rank)))
     return rows
@@ -93,3 +94,55 @@ def link_usage(links: list[tuple], before: dict, after: dict, seconds: float, to
         rows.append({"link": f"{u}->{v}", "bytes": moved, "utilisation": round(util, 4)})
     rows.sort(key=lambda r: -r["bytes"])
     return rows[:top] if top else rows
+
+
+def counted_drops(qdisc_json: str, link_json: str, devs=None) -> int:
+    """Frames dropped by qdiscs (``tc -s -j qdisc show``) and interfaces (``ip -s -j link show``: rx and
+    tx ``dropped``), over ``devs`` (None: every interface but lo)."""
+    import json
+
+    def want(dev):
+        return dev != "lo" and (devs is None or dev in devs)
+
+    total = 0
+    for q in json.loads(qdisc_json or "[]"):
+        if want(q.get("dev")) and q.get("root"):    # a root qdisc's drops include its children's
+            total += int(q.get("drops", 0))
+    for link in json.loads(link_json or "[]"):
+        if want(link.get("ifname")):
+            st = link.get("stats64") or link.get("stats") or {}
+            total += int(st.get("rx", {}).get("dropped", 0)) + int(st.get("tx", {}).get("dropped", 0))
+    return total
+
+
+def loss_ledger(reports: list[dict], counted: int) -> dict:
+    """Frames the ranks sent that no rank received (all traffic of a run stays between its ranks), set
+    against the drops some queue or interface counted and the datagrams the sockets refused."""
+    tx = sum(r["stats"]["tx_packets"] for r in reports)
+    rx = sum(r["stats"]["rx_packets"] for r in reports)
+    dev = [r["stats"]["device"] for r in reports]
+    enobufs = sum(d.get("tx_enobufs", 0) for d in dev)
+    discarded = sum(d.get("rx_unknown_qp", 0) + d.get("rx_icrc_bad", 0) + d.get("rx_malformed", 0) for d in dev)
+    lost = max(0, tx - rx)
+    return {"sent": tx, "received": rx, "lost": lost, "counted_drops": counted, "socket_enobufs": enobufs,
+            "endpoint_discards": discarded, "unattributed": max(0, lost - counted - enobufs - discarded)}
+
+
+def ovs_interface_drops(list_json: str, intfs) -> int:
+    """Drops Open vSwitch counted on ``intfs`` (``ovs-vsctl --format=json --columns=name,statistics list
+    interface``): rx/tx dropped and rx missed (the userspace datapath did not read in time)."""
+    import json
+
+    total = 0
+    for name, stats in (json.loads(list_json or "{}").get("data") or []):
+        if name in intfs and isinstance(stats, list) and len(stats) == 2:
+            d = dict(stats[1])
+            total += int(d.get("rx_dropped", 0)) + int(d.get("tx_dropped", 0)) + int(d.get("rx_missed_errors", 0))
+    return total
+
+
+def upcalls_lost(dpctl_text: str) -> int:
+    """``lost:`` of ``ovs-appctl dpctl/show`` (packets the datapath dropped on the way to the slow path)."""
+    import re
+
+    return sum(int(m) for m in re.findall(r"\blost:(\d+)", dpctl_text or ""))

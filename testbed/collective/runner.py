@@ -32,6 +32,9 @@ RANK = [sys.executable, "-m", "testbed.collective.rank"]
 #: the plan's QP timeout is the real fabric's dilated by scale (minutes at scale 10^4): a run caps it,
 #: and any timeout that fires is reported (the run is lossless by construction, so it is the emulator's)
 QP_TIMEOUT_CAP_S = 0.5
+#: packets in flight per QP: a few BDPs of a host link (no delay is emulated), small enough that an
+#: n-to-1 step (all-to-all) fits the switch queues
+WINDOW = 32
 
 
 @dataclass(frozen=True)
@@ -77,8 +80,9 @@ def read_counters(intfs) -> dict:
 class CollectiveFabric:
     """A replica for collective jobs. ``link_rate_bps`` is the emulated rate of the host links."""
 
-    def __init__(self, G, link_rate_bps: float, out_dir: Path, name: str = "collective"):
+    def __init__(self, G, link_rate_bps: float, out_dir: Path, name: str = "collective", window: int = WINDOW):
         self.G, self.rate, self.out_dir, self.name = G, float(link_rate_bps), Path(out_dir), name
+        self.window = window
         host_rates = [d["rate_bps"] for u, v, d in G.edges(data=True)
                       if "host" in (G.nodes[u].get("role"), G.nodes[v].get("role"))]
         self.scale = max(host_rates) / self.rate
@@ -124,9 +128,27 @@ class CollectiveFabric:
             targets = " ".join(self.rep.ip(b) for b in hosts if b != a)
             self.rep.host(a).cmd(f"for t in {targets}; do ping -c1 -W2 -q $t >/dev/null; done")
 
+    def drops(self, intfs) -> dict:
+        """Drops counted by the switch ports' qdiscs and interfaces (machine namespace), every host's,
+        Open vSwitch's per-port counters, and the datapath's lost upcalls (machine-wide: shared)."""
+        def ns_text(cmd, host=None):
+            if host is None:
+                return subprocess.run(cmd, capture_output=True, text=True).stdout
+            return self.rep.host(host).cmd(" ".join(cmd))
+
+        kernel = R.counted_drops(ns_text(["tc", "-s", "-j", "qdisc", "show"]),
+                                 ns_text(["ip", "-s", "-j", "link", "show"]), set(intfs))
+        for h in self.plan.layout.hosts:
+            kernel += R.counted_drops(ns_text(["tc", "-s", "-j", "qdisc", "show"], h.node),
+                                      ns_text(["ip", "-s", "-j", "link", "show"], h.node))
+        ovs = R.ovs_interface_drops(ns_text(["ovs-vsctl", "--format=json", "--columns=name,statistics", "list",
+                                             "interface"]), set(intfs))
+        return {"kernel": kernel, "ovs_ports": ovs, "ovs_upcalls_lost": R.upcalls_lost(ns_text(["ovs-appctl",
+                                                                                              "dpctl/show"]))}
+
     def qp_config(self, host) -> dict:
         ep = self.plan.endpoint(host)
-        return {"mtu": 1024, "window": 128, "timeout_s": min(ep.emulated_qp_timeout_s, QP_TIMEOUT_CAP_S),
+        return {"mtu": 1024, "window": self.window, "timeout_s": min(ep.emulated_qp_timeout_s, QP_TIMEOUT_CAP_S),
                 "plan_timeout_s": ep.emulated_qp_timeout_s, "dcqcn": ep.emulated_dcqcn}
 
     def run(self, jobs: list[JobRun], tag: str, timeout: float = 600.0) -> dict:
@@ -164,6 +186,7 @@ class CollectiveFabric:
         pid = _ovs_pid()
         losses = LossWatch(self.rep, all_hosts, [pid] if pid else []).start()
         before = read_counters(intfs)
+        drops_before = self.drops(intfs)
         t0 = time.time()
         try:
             with CpuWatch([pid] if pid else []) as cpu:
@@ -176,9 +199,11 @@ class CollectiveFabric:
                     p.wait(timeout=10)
                 log.close()
         after = read_counters(intfs)
+        drops_after = self.drops(intfs)
+        drops = {k: drops_after[k] - drops_before[k] for k in drops_after}
         t1 = time.time()
         lost = losses.stop()
-        out_jobs = []
+        out_jobs, all_reports = [], []
         for job in jobs:
             jdir = folder / job.name
             reports = []
@@ -191,6 +216,7 @@ class CollectiveFabric:
                     raise EmulationError(f"job {job.name} rank {r} on {job.hosts[r]}: {rep['error']}; "
                                          f"see {jdir / f'rank-{r}.log'}")
                 reports.append(rep)
+            all_reports += reports
             start, end = R.job_span(reports)
             stats = {k: sum(rp["stats"][k] for rp in reports) for k in reports[0]["stats"] if k != "device"}
             doc = {"name": job.name, "hosts": list(job.hosts), "ranks": len(job.hosts), "jct_s": end - start,
@@ -210,7 +236,12 @@ class CollectiveFabric:
         if cpu_sum.get("switch_max", 0) >= 90:
             reasons = [r for r in reasons if "BMv2" not in r] + [f"ovs-vswitchd at {cpu_sum['switch_max']:.0f}% "
                                                                   "of a core"]
-        health = {"ok": not reasons, "reasons": reasons, "cpu": cpu_sum, **lost,
+        ledger = R.loss_ledger(all_reports, sum(drops.values()))
+        ledger["counted_by"] = drops
+        if ledger["unattributed"]:
+            reasons.append(f"{ledger['unattributed']} of {ledger['lost']} lost frames not counted by any queue or "
+                           "interface (lost in the emulator's I/O)")
+        health = {"ok": not reasons, "reasons": reasons, "cpu": cpu_sum, **lost, "losses": ledger,
                   "wall_s": t1 - t0, "load": _load()}
         jcts = ", ".join(f"{j['name']} JCT {j['jct_s']:.2f}s" for j in out_jobs)
         console.print(f"[dim]{tag}: {jcts}; "

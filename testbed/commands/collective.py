@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 
 from testbed.cli import add_verbs
-from testbed.console import console, out, print_json, require_root
+from testbed.console import out, print_json, require_root
 
 
 def _common(p, run: bool) -> None:
@@ -148,7 +148,6 @@ def place(args) -> int:
 
 def run(args) -> int:
     from testbed.collective import experiment as X
-    from testbed.collective import metrics
     from testbed.scenario import Results
 
     opts = X.Options.from_args(args)
@@ -157,48 +156,11 @@ def run(args) -> int:
     with Results("collective", args, config={"options": {k: v for k, v in vars(opts).items() if k != "trace"},
                                               "trace": opts.trace}) as res:
         result = X.run(opts, res.dir)
-        print_report(result, metrics)
+        X.print_report(result)
         res.write_json("metrics.json", result)
         if any(j.get("rows") for j in result["jobs"]):
             X.plot(result["jobs"], opts.link_rate_bps, res.dir / "busbw.png")
         wrong = sum(r["wrong"] for j in result["jobs"] for r in j.get("rows", [])) + \
             sum(j["trace"]["wrong"] for j in result["jobs"] if "trace" in j)
-        res.finish(summary(result))
+        res.finish(X.summary(result))
     return 1 if wrong else 0
-
-
-def summary(result: dict) -> dict:
-    jobs = []
-    for j in result["jobs"]:
-        doc = {"name": j["name"], "jct_s": round(j["jct_s"], 4), "real_jct_ms": round(j["real_jct_ms"], 4)}
-        if j.get("rows"):
-            last = j["rows"][-1]
-            doc.update(largest_size_bytes=last["size_bytes"], busbw_bps=last["busbw_bps"],
-                       busbw_over_link=round(last["busbw_bps"] / result["link_rate_bps"], 4),
-                       wrong=sum(r["wrong"] for r in j["rows"]))
-        if j.get("trace"):
-            doc.update(step_time_s=j["trace"]["step_time_s"], wrong=j["trace"]["wrong"])
-        jobs.append(doc)
-    busiest = result["links"][0] if result["links"] else None
-    return {"fabric": result["fabric"], "scale": result["scale"], "link_rate_bps": result["link_rate_bps"],
-            "jobs": jobs, "busiest_link": busiest, "emulator_ok": result["health"]["ok"],
-            "health_reasons": result["health"]["reasons"], "load": result["health"]["load"]}
-
-
-def print_report(result: dict, metrics) -> None:
-    for j in result["jobs"]:
-        console.print(f"[bold]{j['name']}[/bold] on {' '.join(str(h) for h in j['hosts'])}: JCT {j['jct_s']:.3f} s "
-                      f"emulated = {j['real_jct_ms']:.3f} ms real; QP retransmissions {j['qp_stats']['retransmissions']}"
-                      f", timeouts {j['qp_stats']['timeouts']}")
-        if j.get("rows"):
-            out.print(metrics.table_text(j["rows"]))
-        if j.get("trace"):
-            tr = j["trace"]
-            out.print(f"# trace replay: step times (emulated s) {[round(s, 4) for s in tr['step_time_s']]}, "
-                      f"real ms {[round(s, 4) for s in tr['real_step_time_ms']]}, #wrong {tr['wrong']}")
-    links = result["links"][:6]
-    out.print("# busiest links: " + ", ".join(f"{x['link']} {x['utilisation']:.2f}" for x in links))
-    h = result["health"]
-    out.print(f"# emulator health: {'ok' if h['ok'] else 'UNHEALTHY: ' + '; '.join(h['reasons'])} "
-              f"(machine CPU {h['cpu'].get('machine_mean', 0):.0f}%, ovs-vswitchd max {h['cpu'].get('switch_max', 0):.0f}%, "
-              f"load {h['load']})")
