@@ -128,16 +128,21 @@ def loss_ledger(reports: list[dict], counted: int) -> dict:
             "endpoint_discards": discarded, "unattributed": max(0, lost - counted - enobufs - discarded)}
 
 
-def ovs_interface_drops(list_json: str, intfs) -> int:
-    """Drops Open vSwitch counted on ``intfs`` (``ovs-vsctl --format=json --columns=name,statistics list
-    interface``): rx/tx dropped and rx missed (the userspace datapath did not read in time)."""
-    import json
+def ovs_port_drops(dpctl_text: str, intfs) -> int:
+    """Drops the userspace datapath counted on ``intfs`` (``ovs-appctl dpctl/show -s``: live, unlike the
+    OVSDB statistics column, refreshed every few seconds): RX dropped + overruns, TX dropped."""
+    import re
 
-    total = 0
-    for name, stats in (json.loads(list_json or "{}").get("data") or []):
-        if name in intfs and isinstance(stats, list) and len(stats) == 2:
-            d = dict(stats[1])
-            total += int(d.get("rx_dropped", 0)) + int(d.get("tx_dropped", 0)) + int(d.get("rx_missed_errors", 0))
+    total, port = 0, None
+    for line in (dpctl_text or "").splitlines():
+        m = re.match(r"\s*port \d+: (\S+)", line)
+        if m:
+            port = m.group(1)
+            continue
+        if port in intfs:
+            for key in ("dropped", "overruns"):
+                for v in re.findall(rf"\b{key}:(\d+)", line):
+                    total += int(v)
     return total
 
 

@@ -141,10 +141,9 @@ class CollectiveFabric:
         for h in self.plan.layout.hosts:
             kernel += R.counted_drops(ns_text(["tc", "-s", "-j", "qdisc", "show"], h.node),
                                       ns_text(["ip", "-s", "-j", "link", "show"], h.node))
-        ovs = R.ovs_interface_drops(ns_text(["ovs-vsctl", "--format=json", "--columns=name,statistics", "list",
-                                             "interface"]), set(intfs))
-        return {"kernel": kernel, "ovs_ports": ovs, "ovs_upcalls_lost": R.upcalls_lost(ns_text(["ovs-appctl",
-                                                                                              "dpctl/show"]))}
+        dpctl = ns_text(["ovs-appctl", "dpctl/show", "-s"])
+        return {"kernel": kernel, "ovs_ports": R.ovs_port_drops(dpctl, set(intfs)),
+                "ovs_upcalls_lost": R.upcalls_lost(dpctl)}
 
     def qp_config(self, host) -> dict:
         ep = self.plan.endpoint(host)

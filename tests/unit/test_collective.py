@@ -405,9 +405,13 @@ def test_loss_ledger_and_drop_counters():
 
 
 def test_ovs_counters():
-    import json
-
-    doc = {"data": [["l0-eth1", ["map", [["rx_dropped", 3], ["tx_dropped", 1], ["rx_missed_errors", 2]]]],
-                    ["other-eth1", ["map", [["rx_dropped", 100]]]]]}
-    assert report.ovs_interface_drops(json.dumps(doc), {"l0-eth1"}) == 6
-    assert report.upcalls_lost("netdev@ovs-netdev:\n  lookups: hit:14304 missed:849 lost:4\n") == 4
+    text = """netdev@ovs-netdev:
+  lookups: hit:14304 missed:849 lost:4
+  port 1: l0-eth1
+    RX packets:12 errors:0 dropped:3 overruns:2 frame:0
+    TX packets:52788 errors:0 dropped:1 aborted:0 carrier:0
+  port 2: t9-eth1
+    RX packets:12 errors:0 dropped:100 overruns:0 frame:0
+"""
+    assert report.ovs_port_drops(text, {"l0-eth1"}) == 6
+    assert report.upcalls_lost(text) == 4
