@@ -3,7 +3,7 @@
     k=4 fat-tree (20 OVS switches, os-ken ECMP controller), every link 100G real, --link-rate emulated
       1. ring allreduce, --ranks spread over ToRs (every ring hop crosses the fabric), largest --sizes:
          busbw / host-link rate                      goal >= 0.8 (nccl-tests' busbw definition)
-      2. uniform all-to-all on the same ranks: busbw / the bisection-limited bound (a full-bisection
+      2. uniform all-to-all (smallest size) on the same ranks: busbw / the bisection-limited bound (a full-bisection
          fat-tree: the host link, so the bound is the link rate)    goal >= 0.7
       3. two 4-rank ring allreduce jobs packed in pods 0 and 1 (they share no link): each alone, then
          both at once; slowdown = JCT together / JCT alone            goal < 1.05
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from testbed.console import console, out, print_json, require_root
-from testbed.errors import SpecError
+from testbed.errors import EmulationError, SpecError
 from testbed.units import parse_rate, parse_size
 
 
@@ -64,38 +64,50 @@ def run(args) -> int:
     a = P.place(G, 4, "packed", within=set(pods[0]))
     b = P.place(G, 4, "packed", within=set(pods[1]))
     ring = tuple({"collective": "allreduce", "algorithm": "ring", "bytes": s, "chunks": 4} for s in sizes)
-    a2a = ({"collective": "all_to_all", "bytes": sizes[-1], "chunks": 2},)
+    a2a = ({"collective": "all_to_all", "bytes": sizes[0], "chunks": 2},)
+    doc["wrong"], doc["rows"], doc["failed"] = 0, [], {}
+
+    def part(name, jobs):
+        """One run; a run that fails (a QP gave up) is reported with its reason, the others still run."""
+        try:
+            result = fab.run(jobs, name)
+        except EmulationError as exc:
+            doc["failed"][name] = str(exc)
+            console.print(f"[red]{name}: {exc}[/red]")
+            return None
+        doc["health"][name] = result["health"]
+        doc["wrong"] += sum(r["wrong"] for j in result["jobs"] for r in j.get("rows", []))
+        return result
+
     with CollectiveFabric(G, rate, folder, name="bench-collective") as fab:
         fab.warm(spread + [h for h in a + b if h not in spread])
-        r1 = fab.run([JobRun("ring", tuple(spread), runs=ring + a2a, iters=args.iters, warmup=1)], "ring")
-        doc["health"]["ring"] = r1["health"]
-        rows = r1["jobs"][0]["rows"]
-        doc["rows"] = rows
-        ar = [r for r in rows if r["collective"] == "allreduce"]
-        doc["busbw_over_link"] = round(ar[-1]["busbw_bps"] / rate, 3)
-        doc["a2a_busbw_over_bound"] = round(rows[-1]["busbw_bps"] / rate, 3)
-        doc["wrong"] = sum(r["wrong"] for r in rows)
+        r1 = part("ring", [JobRun("ring", tuple(spread), runs=ring, iters=args.iters, warmup=1)])
+        if r1:
+            doc["rows"] += r1["jobs"][0]["rows"]
+            doc["busbw_over_link"] = round(r1["jobs"][0]["rows"][-1]["busbw_bps"] / rate, 3)
+        r2 = part("all_to_all", [JobRun("a2a", tuple(spread), runs=a2a, iters=args.iters, warmup=1)])
+        if r2:
+            doc["rows"] += r2["jobs"][0]["rows"]
+            doc["a2a_busbw_over_bound"] = round(r2["jobs"][0]["rows"][-1]["busbw_bps"] / rate, 3)
         if not args.no_jobs:
             one = (ring[-1],)
             ja, jb = JobRun("pod0", tuple(a), runs=one, iters=args.iters), JobRun("pod1", tuple(b), runs=one,
                                                                                   iters=args.iters, seed=2)
-            alone = [fab.run([ja], "alone-pod0"), fab.run([jb], "alone-pod1")]
-            both = fab.run([ja, jb], "together")
+            alone = [part("alone-pod0", [ja]), part("alone-pod1", [jb])]
+            both = part("together", [ja, jb])
+        if not args.no_jobs and all(alone) and both:
             jct_alone = [x["jobs"][0]["jct_s"] for x in alone]
             jct_both = [j["jct_s"] for j in both["jobs"]]
             doc["jct_alone_s"], doc["jct_together_s"] = jct_alone, jct_both
             doc["slowdown"] = [round(t / s, 3) for t, s in zip(jct_both, jct_alone, strict=True)]
             doc["interference"] = round(max(doc["slowdown"]) - 1, 3)
             doc["busiest_links_together"] = both["links"][:4]
-            doc["health"].update({"alone-pod0": alone[0]["health"], "alone-pod1": alone[1]["health"],
-                                  "together": both["health"]})
-            doc["wrong"] += sum(r["wrong"] for x in alone + [both] for j in x["jobs"] for r in j["rows"])
     doc["load_after"] = _load()
     doc["results_dir"] = str(folder)
     _print(doc, rate)
     if args.json:
         print_json(doc)
-    return 1 if doc["wrong"] else 0
+    return 1 if doc["wrong"] or doc["failed"] else 0
 
 
 def _print(doc: dict, rate: float) -> None:
@@ -104,10 +116,16 @@ def _print(doc: dict, rate: float) -> None:
     def verdict(h):
         return "healthy" if h["ok"] else "UNHEALTHY: " + "; ".join(h["reasons"])
 
-    out.print(metrics.table_text(doc["rows"]))
-    out.print(f"ring allreduce busbw / host link ({rate / 1e6:g} Mb/s): {doc['busbw_over_link']:.3f}  (goal >= 0.8; "
-              f"{verdict(doc['health']['ring'])})")
-    out.print(f"all-to-all busbw / bisection bound: {doc['a2a_busbw_over_bound']:.3f}  (goal >= 0.7)")
+    for coll in dict.fromkeys(r["collective"] for r in doc["rows"]):
+        out.print(metrics.table_text([r for r in doc["rows"] if r["collective"] == coll]))
+    for name, why in doc["failed"].items():
+        out.print(f"{name}: FAILED ({why})")
+    if "busbw_over_link" in doc:
+        out.print(f"ring allreduce busbw / host link ({rate / 1e6:g} Mb/s): {doc['busbw_over_link']:.3f}  (goal >= 0.8; "
+                  f"{verdict(doc['health']['ring'])})")
+    if "a2a_busbw_over_bound" in doc:
+        out.print(f"all-to-all busbw / bisection bound: {doc['a2a_busbw_over_bound']:.3f}  (goal >= 0.7; "
+                  f"{verdict(doc['health']['all_to_all'])})")
     if "interference" in doc:
         out.print(f"two jobs on disjoint pods: JCT alone {[round(x, 3) for x in doc['jct_alone_s']]} s, together "
                   f"{[round(x, 3) for x in doc['jct_together_s']]} s, slowdown {doc['slowdown']} -> interference "

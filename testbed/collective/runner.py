@@ -31,7 +31,7 @@ from testbed.poll import poll
 RANK = [sys.executable, "-m", "testbed.collective.rank"]
 #: the plan's QP timeout is the real fabric's dilated by scale (minutes at scale 10^4): a run caps it,
 #: and any timeout that fires is reported (the run is lossless by construction, so it is the emulator's)
-QP_TIMEOUT_CAP_S = 0.5
+QP_TIMEOUT_CAP_S = 1.0
 #: packets in flight per QP: a few BDPs of a host link (no delay is emulated), small enough that an
 #: n-to-1 step (all-to-all) fits the switch queues
 WINDOW = 32
