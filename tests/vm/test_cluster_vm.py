@@ -87,8 +87,14 @@ def vms(vm_image, vm_out):
         yield g
 
 
+#: The guest agent starts jobs in the background of a non-interactive shell, which ignores SIGINT; a
+#: terminal's foreground job does not. Restore the default before exec, so SIGINT is Ctrl-C as typed.
+FOREGROUND = "python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); " \
+             "os.execvp(sys.argv[1], sys.argv[1:])'"
+
+
 def _start(vm, args: str, name: str):
-    return vm.spawn(f"echo $$ > /tmp/{name}.pid; exec {RUN} {args} --out /mnt/out/{name} "
+    return vm.spawn(f"echo $$ > /tmp/{name}.pid; exec {FOREGROUND} {RUN} {args} --out /mnt/out/{name} "
                     f"> /mnt/out/{name}.log 2>&1")
 
 
