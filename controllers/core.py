@@ -4,7 +4,9 @@ The os-ken app (:mod:`controllers.fabric`) translates each OpenFlow event into o
 what comes back; the status API reads the ``*_doc`` methods. Time is an argument (``now``), so unit tests
 drive the whole controller with a fake clock and :func:`controllers.ofrules.proto` as the datapath::
 
-    switch connects      --connect()-->      base flows + every route of that switch + port-desc request
+    switch connects      --join()-->         base flows + every route of that switch + port-desc request;
+                                             a switch that was down rejoins: RoutingBrain.switch_up
+    switch disconnects   --disconnect()-->   RoutingBrain.switch_down --> the others route around it
     port-desc reply      --port_desc()-->    liveness, LLDP probes, routes of links found down
     port-status          --port_status()-->  RoutingBrain.link_down/up --> group mods (failover event)
     packet-in ARP        --packet_in()-->    ARP reply from the address plan (never flooded)
@@ -21,10 +23,10 @@ import time
 from dataclasses import dataclass, field
 
 import networkx as nx
-from os_ken.ofproto import ofproto_v1_3 as ofp
-from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controllers import ofrules
+from controllers.compat import ofproto_v1_3 as ofp
+from controllers.compat import ofproto_v1_3_parser as parser
 from testbed.routing.brain import RouteDiff, RoutingBrain, route_dict
 from testbed.routing.verify import walk
 from testbed.topo.graph import HOST, hosts, neighbour_on_port, switches
@@ -42,9 +44,9 @@ class Failover:
     """One port event that changed routes; times are the caller's clock (wall seconds)."""
 
     time: float
-    kind: str
-    link: tuple
-    cause: str  # port-status | port-desc
+    kind: str   # link_down | link_up | switch_down | switch_up
+    link: tuple  # (a, b) of a link; (switch,) of a switch event
+    cause: str  # port-status | port-desc | datapath-disconnect | datapath-connect
     switch: str
     port: int
     compute_ms: float = 0.0
@@ -105,7 +107,10 @@ class ControllerCore:
         return self.by_dpid.get(dpid)
 
     def connect(self, dpid: int, dp) -> list:
-        """A switch connected: clean slate, then every current route of that switch."""
+        """A switch connected: clean slate, then every current route of that switch (messages for ``dp``).
+
+        The shim calls :meth:`join`, which also brings a switch that was down back into the brain.
+        """
         sw = self.switch_of(dpid)
         if sw is None:
             self.unknown_datapaths.add(dpid)
@@ -119,10 +124,56 @@ class ControllerCore:
         msgs.append(parser.OFPPortDescStatsRequest(dp, 0))
         return msgs
 
-    def disconnect(self, dpid: int) -> None:
+    def join(self, dpid: int, dp, now: float) -> list:
+        """A switch connected; returns ``(switch, message)`` pairs: its own tables first, then the others'.
+
+        A switch the brain holds as down (it disconnected earlier) rejoins: ``switch_up`` recomputes, the
+        joining switch gets its full tables (after the clean-slate delete), and the other switches get the
+        difference that spreads traffic over it again. Its own messages go first so that, on its
+        connection, its routes are in place before any neighbour starts sending through it.
+        """
         sw = self.switch_of(dpid)
-        if sw is not None:
-            self.dps.pop(sw, None)
+        if sw is None:
+            self.unknown_datapaths.add(dpid)
+            return []
+        diff, old, ev = RouteDiff(), {}, None
+        if sw in self.brain.down_switches:
+            old = dict(self.brain.routes)
+            t0 = time.perf_counter()
+            diff = self.brain.switch_up(sw, now)
+            ev = Failover(time=now, kind="switch_up", link=(sw,), cause="datapath-connect", switch=sw, port=0,
+                          compute_ms=(time.perf_counter() - t0) * 1e3,
+                          destinations=self.brain.events[-1].destinations if diff else 0)
+            self.failovers.append(ev)
+        pairs = [(sw, m) for m in self.connect(dpid, dp)]
+        if diff:
+            others = RouteDiff(add=tuple(r for r in diff.add if r.switch != sw),
+                               modify=tuple(r for r in diff.modify if r.switch != sw),
+                               delete=tuple(r for r in diff.delete if r.switch != sw))
+            pairs += list(ofrules.diff_msgs(self._dp, others, self.mode, self.macs, old, self.basis,
+                                            first=set(self.G.neighbors(sw))))
+        return pairs
+
+    def disconnect(self, dpid: int, now: float = 0.0, dp=None) -> list:
+        """A switch's OpenFlow connection ended: it is down (crashed, or cut off from its controller).
+
+        The brain's ``switch_down`` recomputes every destination the switch could carry and the other
+        switches get the difference (``(switch, message)`` pairs, the switch's neighbours first). A
+        stale connection ending after the switch reconnected (``dp`` is not the current one) changes
+        nothing.
+        """
+        sw = self.switch_of(dpid)
+        if sw is None or sw not in self.dps or (dp is not None and self.dps[sw] is not dp):
+            return []
+        self.dps.pop(sw)
+        old = dict(self.brain.routes)
+        t0 = time.perf_counter()
+        diff = self.brain.switch_down(sw, now)
+        self.failovers.append(Failover(time=now, kind="switch_down", link=(sw,), cause="datapath-disconnect",
+                                       switch=sw, port=0, compute_ms=(time.perf_counter() - t0) * 1e3,
+                                       destinations=self.brain.events[-1].destinations if diff else 0))
+        return list(ofrules.diff_msgs(self._dp, diff, self.mode, self.macs, old, self.basis,
+                                      first=set(self.G.neighbors(sw))))
 
     def _dp(self, sw):
         return self.dps.get(sw)
@@ -304,6 +355,7 @@ class ControllerCore:
                 "switches_connected": len(self.dps), "switches_expected": expected,
                 "ready": len(self.dps) == expected, "unknown_datapaths": sorted(self.unknown_datapaths),
                 "routes": len(self.brain.routes), "down_links": len(self.brain.down_links),
+                "down_switches": sorted(self.brain.down_switches),
                 "lldp_mismatches": len(self.mismatches), **self.stats}
 
     def topology_doc(self) -> dict:

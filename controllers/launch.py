@@ -110,23 +110,33 @@ class ControllerHandle(ApiClient):
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def wait_api(self, timeout: float = 30.0) -> dict:
-        def up():
+    def _dead(self) -> EmulationError:
+        return EmulationError(f"controller exited with status {self.proc.returncode}; see {self.log}")
+
+    def _wait(self, ready, timeout: float, interval: float, what: str) -> dict:
+        """Poll ``ready()`` (a truthy answer) but stop at once, naming the log, if the process has died."""
+        def check():
             if not self.alive():
-                raise EmulationError(f"controller exited with {self.proc.returncode}; see {self.log}")
-            return self.get("/health")
+                return {"__dead__": True}
+            return ready()
         try:
-            return poll(up, timeout=timeout, interval=0.05, what=f"controller API on {self.url}")
+            got = poll(check, timeout=timeout, interval=interval, what=what)
         except TimeoutError as exc:
+            if not self.alive():
+                raise self._dead() from None
             raise EmulationError(f"{exc}; see {self.log}") from None
+        if got.get("__dead__"):
+            raise self._dead()
+        return got
+
+    def wait_api(self, timeout: float = 30.0) -> dict:
+        """The API answers; raises at once when the controller process has exited."""
+        return self._wait(lambda: self.get("/health"), timeout, 0.05, f"controller API on {self.url}")
 
     def wait_ready(self, timeout: float = 60.0) -> dict:
-        """Every switch of the graph connected and programmed."""
-        try:
-            return poll(lambda: (h := self.get("/health"))["ready"] and h, timeout=timeout, interval=0.1,
-                        what="all switches to connect to the controller")
-        except TimeoutError as exc:
-            raise EmulationError(f"{exc}; see {self.log}") from None
+        """Every switch of the graph connected and programmed (raises at once if the controller died)."""
+        return self._wait(lambda: (h := self.get("/health"))["ready"] and h, timeout, 0.1,
+                          "all switches to connect to the controller")
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.alive():
@@ -163,7 +173,7 @@ def start_controller(run, G: nx.Graph, out_dir, mode: str = "controller", lldp_i
     """
     if any(d.get("role") == HOST for _, d in G.nodes(data=True)) is False:
         raise EmulationError("the graph has no hosts; nothing to route")
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).resolve()  # the process runs in the repository, not in the caller's folder
     out_dir.mkdir(parents=True, exist_ok=True)
     graph_file = dump_graph(addressed(G), out_dir / "controller-graph.json")
     log = out_dir / "controller.log"

@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import struct
 
-from os_ken.lib.packet import arp, ether_types, ethernet, lldp, packet
-from os_ken.ofproto import nicira_ext
-from os_ken.ofproto import ofproto_v1_3 as ofp
-from os_ken.ofproto import ofproto_v1_3_parser as parser
-from os_ken.ofproto.ofproto_protocol import ProtocolDesc
-
+from controllers.compat import ProtocolDesc, arp, ether_types, ethernet, lldp, nicira_ext, packet
+from controllers.compat import ofproto_v1_3 as ofp
+from controllers.compat import ofproto_v1_3_parser as parser
 from testbed.routing.brain import Route, RouteDiff
 
 MODES = ("controller", "fast-failover")

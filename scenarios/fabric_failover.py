@@ -57,7 +57,7 @@ from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # no
 NAME = "fabric_failover"
 SPEC = REPO_ROOT / "scenarios" / "specs" / "fat-tree-k4.yaml"
 PORT = 5201
-PROBE = [sys.executable, "-m", "testbed.routing.udpprobe"]
+PROBE = [sys.executable, "-m", "testbed.links.probe"]
 
 
 # ------------------------------------------------------------------------------------------ pure analysis
@@ -113,8 +113,8 @@ def run(G, res: Results, args) -> dict:
             before = controller_paths(ctl, hs)
             ip_of = {h: rep.ip(h) for h in hs}
             kw = {"cwd": str(REPO_ROOT), "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
-            recvs = {h: rep.popen(h, PROBE + ["recv", "--port", str(PORT), "--duration", str(args.duration + 10),
-                                              "--idle", "1.5", "--arrivals", "--out", str(probe_dir / f"{h}-recv.json")],
+            recvs = {h: rep.popen(h, PROBE + ["recv", "--port", str(PORT), "--timeout", str(args.duration + 10),
+                                              "--idle", "1.5", "--out", str(probe_dir / f"{h}-recv.json")],
                                   **kw) for h in hs}
             t_start = time.time()
             sends = {h: rep.popen(h, PROBE + ["send", "--dst", ",".join(ip_of[d] for d in hs if d != h),

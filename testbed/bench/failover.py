@@ -33,11 +33,11 @@ from testbed.emu.ops import set_link_state
 from testbed.errors import EmulationError, UsageError
 from testbed.poll import poll, sleep_until
 from testbed.routing.failover import link_event
-from testbed.routing.udpprobe import outage
+from testbed.links.probe import outage
 from testbed.topo.graph import HOST, hosts
 
 REPO = Path(__file__).resolve().parent.parent.parent
-PROBE = [sys.executable, "-m", "testbed.routing.udpprobe"]
+PROBE = [sys.executable, "-m", "testbed.links.probe"]
 
 
 def register(sub) -> None:
@@ -118,11 +118,11 @@ class Stream:
         self.recv_file = workdir / f"{tag}-recv.json"
         self.send_file = workdir / f"{tag}-send.json"
         kw = {"cwd": str(REPO), "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
-        self.recv = rep.popen(dst, PROBE + ["recv", "--port", str(port), "--duration", str(duration + 3),
+        self.recv = rep.popen(dst, PROBE + ["recv", "--port", str(port), "--timeout", str(duration + 3),
                                             "--idle", "0.5", "--out", str(self.recv_file)], **kw)
         self.send = rep.popen(src, PROBE + ["send", "--dst", rep.ip(dst), "--port", str(port), "--sport",
                                             str(sport), "--interval", str(interval), "--duration", str(duration),
-                                            "--out", str(self.send_file)], **kw)
+                                            "--size", "200", "--out", str(self.send_file)], **kw)
         self.interval = interval
 
     def result(self, window=None) -> dict:
@@ -137,7 +137,7 @@ class Stream:
                 raise EmulationError(f"udp probe {what} failed ({proc.returncode}): {err}")
         sent = json.loads(self.send_file.read_text())
         got = json.loads(self.recv_file.read_text())
-        return {"send_times": sent["send_times"], "seqs": got["seqs"], "interval": self.interval,
+        return {"send_times": sent["send_times"], "seq": got["seq"], "interval": self.interval,
                 "window": window}
 
 
@@ -170,8 +170,8 @@ def one_cut(rep, ctl, G, src, dst, sport: int, interval: float, workdir: Path, t
     poll(lambda: link_event(ctl, "link_up", cut, t_restore - 0.01), timeout=10, interval=0.02,
          what=f"controller to see {cut[0]}-{cut[1]} up")
     raw = stream.result()
-    o = outage(raw["send_times"], raw["seqs"], interval, window=(t_cut - 0.002, t_restore))
-    r = outage(raw["send_times"], raw["seqs"], interval, window=(t_restore, float("inf")))
+    o = outage(raw["send_times"], raw["seq"], interval, window=(t_cut - 0.002, t_restore))
+    r = outage(raw["send_times"], raw["seq"], interval, window=(t_restore, float("inf")))
     return {"src": src, "dst": dst, "sport": sport, "cut": list(cut), **o.as_dict(),
             "restore_lost": r.lost_in_window, "controller_reaction_ms": (ev["time"] - t_cut) * 1e3,
             "controller_push_ms": (ev["pushed"] - ev["time"]) * 1e3 if ev.get("pushed") else None}

@@ -14,7 +14,8 @@ BIN_S = 0.25
 
 
 def flow_table(send_docs: dict, recv_docs: dict, ip_of: dict) -> dict:
-    """``{(src, dst): {"send_times": [...], "arrivals": [(seq, t), ...]}}`` from the probes' records."""
+    """``{(src, dst): {"send_times": [...], "arrivals": [(seq, t), ...]}}`` from the probes' records
+    (:mod:`testbed.links.probe` sender ``--out`` and receiver documents)."""
     host_of = {ip: h for h, ip in ip_of.items()}
     flows = {}
     for src, doc in send_docs.items():
@@ -22,16 +23,16 @@ def flow_table(send_docs: dict, recv_docs: dict, ip_of: dict) -> dict:
             flows[(src, host_of[dst_ip])] = {"send_times": doc["send_times"], "interval": doc["interval"],
                                              "arrivals": []}
     for dst, doc in recv_docs.items():
-        for src_ip, seq, t in doc.get("arrivals", []):
+        for src_ip, seq, rx_ns in zip(doc["src"], doc["seq"], doc["rx_ns"], strict=True):
             key = (host_of.get(src_ip), dst)
             if key in flows:
-                flows[key]["arrivals"].append((seq, t))
+                flows[key]["arrivals"].append((seq, rx_ns / 1e9))
     return flows
 
 
 def flow_outages(flows: dict, window: tuple[float, float]) -> dict:
     """Per flow: packets lost while sent in ``window`` and the outage they mean (lost x interval)."""
-    from testbed.routing.udpprobe import outage
+    from testbed.links.probe import outage
 
     out = {}
     for key, f in flows.items():
@@ -93,6 +94,14 @@ def link_event(ctl, kind: str, link: tuple, after: float) -> dict | None:
     """The controller's first ``kind`` (link_down | link_up) event of ``link`` at or after ``after``."""
     for ev in ctl.get("/events")["failovers"]:
         if ev["kind"] == kind and set(ev["link"]) == set(link) and ev["time"] >= after:
+            return ev
+    return None
+
+
+def switch_event(ctl, kind: str, switch: str, after: float) -> dict | None:
+    """The controller's first ``kind`` (switch_down | switch_up) event of ``switch`` at or after ``after``."""
+    for ev in ctl.get("/events")["failovers"]:
+        if ev["kind"] == kind and ev["link"] == [switch] and ev["time"] >= after:
             return ev
     return None
 

@@ -60,7 +60,7 @@ def test_scenario_flow_analysis():
     ip_of = {"h0": "10.0.0.1", "h1": "10.0.0.2", "h2": "10.0.0.3"}
     send_docs = {h: {"dsts": [ip for o, ip in ip_of.items() if o != h], "interval": 0.1,
                      "send_times": [100 + 0.1 * i for i in range(10)]} for h in ip_of}
-    recv_docs = {h: {"arrivals": []} for h in ip_of}
+    recv_docs = {h: {"src": [], "seq": [], "rx_ns": []} for h in ip_of}
     for src in ip_of:
         for dst in ip_of:
             if src == dst:
@@ -68,7 +68,10 @@ def test_scenario_flow_analysis():
             for i in range(10):
                 if (src, dst) == ("h0", "h2") and 3 <= i < 6:
                     continue  # lost while the link was down
-                recv_docs[dst]["arrivals"].append([ip_of[src], i, 100 + 0.1 * i + 0.001])
+                doc = recv_docs[dst]
+                doc["src"].append(ip_of[src])
+                doc["seq"].append(i)
+                doc["rx_ns"].append(int((100 + 0.1 * i + 0.001) * 1e9))
     flows = scen.flow_table(send_docs, recv_docs, ip_of)
     assert len(flows) == 6
     out = scen.flow_outages(flows, (100.25, 100.65))
