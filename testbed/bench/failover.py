@@ -31,9 +31,9 @@ import numpy as np
 from testbed.console import console, print_json, require_root
 from testbed.emu.ops import set_link_state
 from testbed.errors import EmulationError, UsageError
+from testbed.links.probe import outage
 from testbed.poll import poll, sleep_until
 from testbed.routing.failover import link_event
-from testbed.links.probe import outage
 from testbed.topo.graph import HOST, hosts
 
 REPO = Path(__file__).resolve().parent.parent.parent
