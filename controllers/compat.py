@@ -7,11 +7,12 @@ runs under ``osken-manager``/``python -m controllers.fabric`` (os-ken) and ``ryu
     controllers.fabric, .core, .ofrules --> controllers.compat --> os_ken.*  (preferred)
                                                                \\-> ryu.*     (when os-ken is absent)
 
-Ryu 4.34 (its last release, 2020) does not run on this machine's Python 3.11: it needs eventlet's
-green-thread hub, and the eventlet releases Ryu 4.34 works with (<= 0.30.2) fail to import on Python
-3.10+ (``eventlet.green.thread`` and ``dnspython`` break), while newer eventlet removed what Ryu 4.34
-imports; its ``setup.py`` also breaks with current setuptools (``easy_install.get_script_args``). See
-docs/sdn.md. os-ken 2.x+ is the supported path here.
+Ryu 4.34 (its last release, 2020) runs on this Python 3.11 only in its own environment with three
+pins and one shim, all measured here (``scripts/ryu-env.sh``, ``controllers/ryurun.py``, docs/sdn.md):
+its ``setup.py`` needs setuptools < 58 (``easy_install.get_script_args``); eventlet <= 0.30.2, which it
+was written for, fails on 3.11 (``cannot set 'is_timeout' attribute of immutable type 'TimeoutError'``),
+and eventlet >= 0.30.3 dropped ``eventlet.wsgi.ALREADY_HANDLED`` that ``ryu.app.wsgi`` imports, so the
+launcher supplies that one name on eventlet 0.33.3 (with dnspython >= 2.3). os-ken is the default.
 
 It also carries one fix for os-ken's *native* hub (threads instead of eventlet, the default): when a
 switch closes its connection, ``Datapath.serve`` joins its sender thread, which sits blocked on an empty
@@ -22,7 +23,14 @@ loop ends, so the sender returns, ``serve`` returns and the disconnect event fir
 
 from __future__ import annotations
 
+import os
+
+#: ``ryu`` forces Ryu where both are installed (``controllers.ryurun`` sets it); default: os-ken first.
+FRAMEWORK_ENV = "TESTBED_OF_FRAMEWORK"
+
 try:
+    if os.environ.get(FRAMEWORK_ENV) == "ryu":
+        raise ImportError("Ryu requested by $TESTBED_OF_FRAMEWORK")
     from os_ken import cfg
     from os_ken.base import app_manager
     from os_ken.controller import controller as _controller

@@ -69,12 +69,14 @@ class ControllerCore:
         G: the fabric graph (hosts with ip/mac, switches with dpid, edges with ports).
         mode: ``controller`` (recompute on port events) or ``fast-failover`` (groups repair locally too).
         aggregate: one route per first-tier switch's block of hosts where the address plan allows.
+        ecmp: ``multipath`` (NX multipath, OVS) or ``select`` (OpenFlow 1.3 SELECT groups); see ofrules.
     """
 
     G: nx.Graph
     mode: str = "controller"
     started: float = 0.0
     aggregate: bool = False
+    ecmp: str = "multipath"
     brain: RoutingBrain = field(init=False)
     dps: dict = field(default_factory=dict)          # switch -> datapath
     ports: dict = field(default_factory=dict)        # (switch, port_no) -> PortInfo
@@ -90,6 +92,7 @@ class ControllerCore:
     def __post_init__(self):
         if self.mode not in ofrules.MODES:
             raise ValueError(f"mode must be one of {ofrules.MODES}, got {self.mode!r}")
+        ofrules.check_ecmp(self.ecmp)
         self.brain = RoutingBrain(self.G, aggregate=self.aggregate)
         self.brain.compute_all(self.started)
         self.by_dpid = {int(self.G.nodes[s]["dpid"]): s for s in switches(self.G)}
@@ -120,7 +123,7 @@ class ControllerCore:
         for r in sorted(self.brain.routes.values(), key=lambda r: r.prefix):
             if r.switch == sw:
                 msgs += ofrules.route_msgs(dp, r, self.mode, self.macs.get(r.dest), "add",
-                                           basis=self.basis[sw])[0]
+                                           basis=self.basis[sw], ecmp=self.ecmp)[0]
         msgs.append(parser.OFPPortDescStatsRequest(dp, 0))
         return msgs
 
@@ -151,7 +154,7 @@ class ControllerCore:
                                modify=tuple(r for r in diff.modify if r.switch != sw),
                                delete=tuple(r for r in diff.delete if r.switch != sw))
             pairs += list(ofrules.diff_msgs(self._dp, others, self.mode, self.macs, old, self.basis,
-                                            first=set(self.G.neighbors(sw))))
+                                            first=set(self.G.neighbors(sw)), ecmp=self.ecmp))
         return pairs
 
     def disconnect(self, dpid: int, now: float = 0.0, dp=None) -> list:
@@ -173,7 +176,7 @@ class ControllerCore:
                                        switch=sw, port=0, compute_ms=(time.perf_counter() - t0) * 1e3,
                                        destinations=self.brain.events[-1].destinations if diff else 0))
         return list(ofrules.diff_msgs(self._dp, diff, self.mode, self.macs, old, self.basis,
-                                      first=set(self.G.neighbors(sw))))
+                                      first=set(self.G.neighbors(sw)), ecmp=self.ecmp))
 
     def _dp(self, sw):
         return self.dps.get(sw)
@@ -215,7 +218,8 @@ class ControllerCore:
                       switch=sw, port=port_no, compute_ms=(time.perf_counter() - t0) * 1e3,
                       destinations=self.brain.events[-1].destinations if diff else 0)
         self.failovers.append(ev)
-        return ofrules.diff_msgs(self._dp, diff, self.mode, self.macs, old, self.basis, first=(sw, nbr))
+        return ofrules.diff_msgs(self._dp, diff, self.mode, self.macs, old, self.basis, first=(sw, nbr),
+                                 ecmp=self.ecmp)
 
     def port_status(self, dpid: int, port_no: int, name: str, hw_addr: str, config: int, state: int,
                     now: float, reason: int | None = None):
@@ -282,9 +286,18 @@ class ControllerCore:
         """Switch between ``controller`` and ``fast-failover`` groups; returns the messages re-pushing them."""
         if mode not in ofrules.MODES:
             raise KeyError(f"mode must be one of {', '.join(ofrules.MODES)}, got {mode!r}")
-        old, self.mode = self.mode, mode
+        return self._repush(mode, self.ecmp)
+
+    def set_ecmp(self, ecmp: str) -> list:
+        """Switch the ECMP method (``multipath`` | ``select``); returns the messages re-pushing every route."""
+        if ecmp not in ofrules.ECMP_METHODS:
+            raise KeyError(f"ecmp must be one of {', '.join(ofrules.ECMP_METHODS)}, got {ecmp!r}")
+        return self._repush(self.mode, ecmp)
+
+    def _repush(self, mode: str, ecmp: str) -> list:
+        (old_mode, old_ecmp), (self.mode, self.ecmp) = (self.mode, self.ecmp), (mode, ecmp)
         out = []
-        if old == mode:
+        if (old_mode, old_ecmp) == (mode, ecmp):
             return out
         for r in sorted(self.brain.routes.values(), key=lambda r: r.key):
             dp = self.dps.get(r.switch)
@@ -292,8 +305,8 @@ class ControllerCore:
                 continue
             mac, basis = self.macs.get(r.dest), self.basis[r.switch]
             # group types differ between modes (INDIRECT vs FAST_FAILOVER): replace, do not modify
-            delete = ofrules.route_msgs(dp, r, old, mac, "delete")
-            add = ofrules.route_msgs(dp, r, mode, mac, "add", basis=basis)[0]
+            delete = ofrules.route_msgs(dp, r, old_mode, mac, "delete", ecmp=old_ecmp)
+            add = ofrules.route_msgs(dp, r, mode, mac, "add", basis=basis, ecmp=ecmp)[0]
             out += [(r.switch, m) for m in (*delete[0], *delete[1], *add)]
         return out
 
@@ -351,7 +364,7 @@ class ControllerCore:
     # ------------------------------------------------------------------ status documents
     def health_doc(self, now: float) -> dict:
         expected = len(self.by_dpid)
-        return {"status": "ok", "mode": self.mode, "uptime_s": round(now - self.started, 3),
+        return {"status": "ok", "mode": self.mode, "ecmp": self.ecmp, "uptime_s": round(now - self.started, 3),
                 "switches_connected": len(self.dps), "switches_expected": expected,
                 "ready": len(self.dps) == expected, "unknown_datapaths": sorted(self.unknown_datapaths),
                 "routes": len(self.brain.routes), "down_links": len(self.brain.down_links),

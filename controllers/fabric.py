@@ -19,6 +19,7 @@ exceptions are logged and counted (``handler_errors`` in ``/health``), never fat
     POST /fail/link?a=A&b=B           ports of link A-B administratively down (restore: /restore/link)
     POST /fail/switch?s=S             every port of S down (restore: /restore/switch)
     POST /mode?m=fast-failover        re-push every group in another mode (controller | fast-failover)
+    POST /ecmp?m=select               re-push every route with another ECMP method (multipath | select)
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class FabricApp(BaseApp):
         compat.wake_sender_on_eof()  # a closed connection must reach DEAD_DISPATCHER (switch loss)
         self.lock = threading.RLock()
         self.core = ControllerCore(settings["graph"], mode=settings.get("mode", "controller"),
-                                   started=time.time(), aggregate=settings.get("aggregate", False))
+                                   started=time.time(), aggregate=settings.get("aggregate", False),
+                                   ecmp=settings.get("ecmp", "multipath"))
         self.pending_stats: set = set()
         self.stats_done = threading.Condition(self.lock)
         self.api = StatusAPI(self, SETTINGS.get("api_port", 0))
@@ -286,6 +288,10 @@ class _Handler(BaseHTTPRequestHandler):
                 with app.lock:
                     sent = app.send(core.set_mode(q.get("m")))
                 return self._reply(200, {"ok": True, "mode": core.mode, "messages": sent})
+            if method == "POST" and url.path == "/ecmp":
+                with app.lock:
+                    sent = app.send(core.set_ecmp(q.get("m")))
+                return self._reply(200, {"ok": True, "ecmp": core.ecmp, "messages": sent})
             return self._reply(404, {"error": f"no route {method} {url.path}"})
         except KeyError as exc:
             return self._reply(400, {"error": str(exc.args[0]) if exc.args else "bad request"})
@@ -312,6 +318,8 @@ def arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--api-port", type=int, default=8653, help="status API port on 127.0.0.1")
     parser.add_argument("--mode", choices=ofrules.MODES, default="controller",
                         help="controller: reroute on port events; fast-failover: groups repair locally too")
+    parser.add_argument("--ecmp", choices=ofrules.ECMP_METHODS, default="multipath",
+                        help="multipath: NX multipath on IPs + L4 ports (OVS); select: OpenFlow 1.3 SELECT groups")
     parser.add_argument("--lldp-interval", type=float, default=10.0, help="seconds between LLDP rounds (0: off)")
     parser.add_argument("--aggregate", action="store_true",
                         help="one route per ToR's block of hosts where the address plan allows (fewer flows)")
@@ -321,7 +329,7 @@ def arg_parser() -> argparse.ArgumentParser:
 
 def settings_from(args: argparse.Namespace) -> dict:
     return {"graph": load_graph(args.graph), "mode": args.mode, "api_port": args.api_port,
-            "lldp_interval": args.lldp_interval, "aggregate": args.aggregate}
+            "lldp_interval": args.lldp_interval, "aggregate": args.aggregate, "ecmp": args.ecmp}
 
 
 def _settings() -> dict:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import urllib.error
@@ -148,15 +149,36 @@ class ControllerHandle(ApiClient):
                 self.proc.wait(timeout)
 
 
+#: The Ryu environment ``scripts/ryu-env.sh`` builds (``$TESTBED_RYU_PYTHON`` overrides).
+RYU_PYTHON = REPO / ".venv-ryu" / "bin" / "python"
+FRAMEWORKS = ("os-ken", "ryu")
+
+
+def ryu_python() -> Path:
+    return Path(os.environ.get("TESTBED_RYU_PYTHON") or RYU_PYTHON)
+
+
 def controller_argv(graph_file: Path, of_port: int, api_port: int, mode: str, lldp_interval: float,
-                    aggregate: bool = False) -> list:
-    return [sys.executable, "-m", "controllers.fabric", "--graph", str(graph_file), "--of-port", str(of_port),
-            "--api-port", str(api_port), "--mode", mode, "--lldp-interval", str(lldp_interval)] + \
-        (["--aggregate"] if aggregate else [])
+                    aggregate: bool = False, ecmp: str = "multipath") -> list:
+    return [sys.executable, "-m", "controllers.fabric", *app_args(graph_file, of_port, api_port, mode,
+                                                                  lldp_interval, aggregate, ecmp)]
+
+
+def app_args(graph_file: Path, of_port: int, api_port: int, mode: str, lldp_interval: float,
+             aggregate: bool = False, ecmp: str = "multipath") -> list:
+    return ["--graph", str(graph_file), "--of-port", str(of_port), "--api-port", str(api_port), "--mode", mode,
+            "--lldp-interval", str(lldp_interval), "--ecmp", ecmp] + (["--aggregate"] if aggregate else [])
+
+
+def ryu_argv(of_port: int) -> list:
+    """``ryu-manager`` (through :mod:`controllers.ryurun`) on 127.0.0.1; the app's options go in the env."""
+    return [str(ryu_python()), "-m", "controllers.ryurun", "--ofp-listen-host", "127.0.0.1",
+            "--ofp-tcp-listen-port", str(of_port)]
 
 
 def start_controller(run, G: nx.Graph, out_dir, mode: str = "controller", lldp_interval: float = 10.0,
-                     wait: bool = True, aggregate: bool = False) -> ControllerHandle:
+                     wait: bool = True, aggregate: bool = False, framework: str = "os-ken",
+                     ecmp: str = "multipath") -> ControllerHandle:
     """Start ``python -m controllers.fabric`` for graph ``G``.
 
     Args:
@@ -167,6 +189,9 @@ def start_controller(run, G: nx.Graph, out_dir, mode: str = "controller", lldp_i
         mode: ``controller`` or ``fast-failover``.
         wait: poll until the API answers.
         aggregate: per-ToR prefix routes where the address plan allows (see RoutingBrain).
+        ecmp: ``multipath`` (NX multipath) or ``select`` (OpenFlow 1.3 SELECT groups).
+        framework: ``os-ken`` (this environment) or ``ryu`` (real Ryu 4.34 under ryu-manager, from the
+            environment ``scripts/ryu-env.sh`` builds).
 
     Raises:
         EmulationError: the process died or its API never answered (names the log).
@@ -179,8 +204,17 @@ def start_controller(run, G: nx.Graph, out_dir, mode: str = "controller", lldp_i
     log = out_dir / "controller.log"
     of_port = free_port(OF_PORT_BASE)
     api_port = free_port(API_PORT_BASE, taken={of_port})
-    argv = controller_argv(graph_file, of_port, api_port, mode, lldp_interval, aggregate)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    if framework == "os-ken":
+        argv = controller_argv(graph_file, of_port, api_port, mode, lldp_interval, aggregate, ecmp)
+    elif framework == "ryu":
+        if not ryu_python().exists():
+            raise EmulationError(f"no Ryu environment at {ryu_python()}; build it with scripts/ryu-env.sh")
+        argv = ryu_argv(of_port)
+        env["TESTBED_FABRIC_ARGS"] = shlex.join(app_args(graph_file, of_port, api_port, mode, lldp_interval,
+                                                         aggregate, ecmp))
+    else:
+        raise EmulationError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     if run is not None:
         proc = run.spawn(argv, log=log, env=env, cwd=str(REPO))
     else:
