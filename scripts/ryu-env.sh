@@ -8,8 +8,15 @@ set -eu
 cd "$(dirname "$0")/.."
 VENV=${RYU_VENV:-.venv-ryu}
 [ -x "$VENV/bin/ryu-manager" ] && "$VENV/bin/python" -c "import ryu, networkx" 2>/dev/null && exit 0
+pipq() {  # pip, quiet; its warnings about index locations this machine lacks are dropped, errors kept
+  log=$(mktemp)
+  if ! "$VENV/bin/pip" install -q --disable-pip-version-check "$@" >"$log" 2>&1; then
+    grep -v '^WARNING: Location' "$log" >&2; rm -f "$log"; echo "ryu-env: pip install $* failed" >&2; exit 1
+  fi
+  rm -f "$log"
+}
 python3 -m venv "$VENV"
-"$VENV/bin/pip" install -q 'setuptools<58' wheel
-"$VENV/bin/pip" install -q --no-build-isolation 'ryu==4.34'
-"$VENV/bin/pip" install -q 'eventlet==0.33.3' 'dnspython>=2.3' networkx PyYAML
+pipq 'setuptools<58' wheel
+pipq --no-build-isolation 'ryu==4.34'
+pipq 'eventlet==0.33.3' 'dnspython>=2.3' networkx PyYAML
 echo "ryu-env: $("$VENV/bin/python" -m controllers.ryurun --version 2>&1 | tail -1) in $VENV"
