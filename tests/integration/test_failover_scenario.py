@@ -4,6 +4,7 @@ replica, from outside the repository folder, and its figures make sense."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -17,7 +18,8 @@ pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs, pytest.mar
 def test_fabric_failover_quick(tmp_path):
     # started from another folder with a relative --out: the controller and the probes must find it
     res = subprocess.run([sys.executable, str(REPO_ROOT / "scenarios" / "fabric_failover.py"), "--quick", "--json",
-                          "--out", "out"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                          "--out", "out"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=600 + float(os.environ.get("TESTBED_LOCK_WAIT", 0)))  # it may queue for the lock
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads(res.stdout)
     out = tmp_path / "out"
