@@ -242,9 +242,11 @@ def controllers_in_runs(docs: list[dict]) -> list[dict]:
             continue
         for obj in doc.get("objects", []):
             argv = [str(a) for a in obj.get("argv") or []]
-            if obj.get("kind") != "process" or "controllers.fabric" not in argv:
+            if obj.get("kind") != "process" or not {"controllers.fabric", "controllers.ryurun"} & set(argv):
                 continue
             opts = dict(zip(argv, argv[1:], strict=False))
+            if "controllers.ryurun" in argv:  # the app's options travel in the environment: no API port here
+                opts = {"--of-port": opts.get("--ofp-tcp-listen-port", 0), "--mode": "controller"}
             found.append({"run_id": doc.get("run_id"), "name": doc.get("name"), "pid": obj.get("pid"),
                           "api_port": int(opts.get("--api-port", 0)), "of_port": int(opts.get("--of-port", 0)),
                           "mode": opts.get("--mode", "controller")})
@@ -270,4 +272,7 @@ def find_controller(api_port: int | None = None) -> ApiClient:
     if len(found) > 1:
         ports = ", ".join(str(f["api_port"]) for f in found)
         raise UsageError(f"several controllers are running (API ports {ports}); choose one with --api-port")
+    if not found[0]["api_port"]:
+        raise UsageError(f"the controller of run {found[0]['run_id']} runs under Ryu and its API port is not "
+                         "recorded; pass --api-port")
     return ApiClient(found[0]["api_port"])
