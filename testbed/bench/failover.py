@@ -163,17 +163,26 @@ class Stream:
                 "window": window}
 
 
+def stream_links(ctl, G, interval: float, timeout: float = 5.0) -> list[tuple]:
+    """Links the stream crosses, once port counters show it up to a core (a busy machine starts the
+    sender late, and counters climb hop by hop); [] if it never shows within ``timeout``."""
+    before = ctl.get("/ports", fresh=1)
+    min_bytes = int(0.1 / interval * 100)  # about half of what the stream sends in 0.2 s
+
+    def seen():
+        links = flow_links(G, before, ctl.get("/ports", fresh=1), min_bytes)
+        return links if any(G.nodes[v].get("role") == "core" for _, v in links) else None
+    try:
+        return poll(seen, timeout=timeout, interval=0.1, what="the stream on an agg -> core link")
+    except TimeoutError:
+        return []
+
+
 def one_cut(rep, ctl, G, src, dst, sport: int, interval: float, workdir: Path, tag: str) -> dict:
     """Stream src -> dst, find its path, cut the ECMP link on it, restore; returns the outage record."""
-    duration = 2.0
+    duration = 4.0
     stream = Stream(rep, src, dst, 5001, sport, interval, duration, workdir, tag)
-    t0 = time.time()
-    sleep_until(t0 + 0.6)
-    before = ctl.get("/ports", fresh=1)
-    sleep_until(t0 + 0.8)
-    after = ctl.get("/ports", fresh=1)
-    min_bytes = int(0.1 / interval * 100)  # at least half the stream's bytes in 0.2 s
-    links = flow_links(G, before, after, min_bytes)
+    links = stream_links(ctl, G, interval)
     prefix = f"{rep.ip(dst)}/32"
     cut = cut_candidate(G, links, ctl.get("/routes"), prefix)
     if cut is None:
@@ -204,13 +213,9 @@ def one_switch_loss(rep, ctl, G, src, dst, sport: int, interval: float, workdir:
     from testbed.emu.switchlife import crash_switch, restart_switch
     from testbed.routing.failover import switch_event
 
-    duration = 3.0
+    duration = 5.0
     stream = Stream(rep, src, dst, 5001, sport, interval, duration, workdir, tag)
-    t0 = time.time()
-    sleep_until(t0 + 0.6)
-    before = ctl.get("/ports", fresh=1)
-    sleep_until(t0 + 0.8)
-    links = flow_links(G, before, ctl.get("/ports", fresh=1), int(0.1 / interval * 100))
+    links = stream_links(ctl, G, interval)
     cores = sorted({v for _, v in links if G.nodes[v].get("role") == "core"})
     if not cores:
         stream.result()

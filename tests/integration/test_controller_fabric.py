@@ -102,12 +102,15 @@ def test_cli_fail_restore_and_status(fabric):
     answer = _testbed("fail", "link", "a3", "cr2", "--json")
     assert answer["ok"] and answer["port_mods"] == 2
     poll(lambda: link_event(ctl, "link_down", ("a3", "cr2"), t0), timeout=10, what="port-mod to take the link down")
-    status = _testbed("controller", "status", "--json", "--paths", "h4", "h8")
+    # found through the run registry above; named from here on, since on a shared machine another
+    # helper's replica with a controller may come up meanwhile
+    port = str(ctl.api_port)
+    status = _testbed("controller", "status", "--json", "--paths", "h4", "h8", "--api-port", port)
     assert ["a3", "cr2"] in status["links_down"] or ["cr2", "a3"] in status["links_down"]
     assert status["health"]["status"] == "ok" and status["paths"]["ok"]
     assert any(set(e["link"]) == {"a3", "cr2"} for e in status["events"]["failovers"])
     t1 = time.time()
-    _testbed("restore", "link", "a3", "cr2", "--json")
+    _testbed("restore", "link", "a3", "cr2", "--json", "--api-port", port)
     poll(lambda: link_event(ctl, "link_up", ("a3", "cr2"), t1), timeout=10, what="link to come back")
     assert rep.host("h4").cmd(f"ping -c1 -W1 {rep.ip('h8')}").count(" 0% packet loss") == 1
 

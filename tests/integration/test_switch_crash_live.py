@@ -11,7 +11,7 @@ import pytest
 from testbed.bench.failover import Stream, flow_links
 from testbed.emu.switchlife import crash_switch, restart_switch
 from testbed.links.probe import outage
-from testbed.poll import poll
+from testbed.poll import poll, sleep_until
 from testbed.routing.failover import switch_event
 from testbed.topo import addressing
 from testbed.topo import generators as gen
@@ -62,6 +62,7 @@ def test_core_switch_crash_is_routed_around_and_rejoins(fabric):
     moved = poll(lambda: (m := flow_links(G, a, ctl.get("/ports", fresh=1), 20000)) and any(
         G.nodes[v]["role"] == "core" for _, v in m) and m, timeout=10, what="the stream on another core")
     assert all(core not in link for link in moved)
+    sleep_until(t_kill + 1.5)  # the experiment: the switch stays dead for 1.5 s
     t_restart = time.time()
     restart_switch(rep, core)
     back = poll(lambda: switch_event(ctl, "switch_up", core, t_restart - 0.01), timeout=20,
@@ -71,8 +72,11 @@ def test_core_switch_crash_is_routed_around_and_rejoins(fabric):
     assert ctl.get("/paths", src=src, dst=dst)["equal_cost"] == 4
     raw = stream.result()
     lost = outage(raw["send_times"], raw["seq"], INTERVAL, window=(t_kill - 0.002, t_restart))
-    # delivery resumed through another core: the loss is the reroute, not the whole time it was dead
-    assert lost.outage_ms < 0.5 * (t_restart - t_kill) * 1e3, lost
+    # delivery resumed through another core within a bound (the bench measures how fast: ~0.1 s), and
+    # everything sent in the second half of the dead time arrived
+    assert lost.outage_ms < 600, lost
+    late = outage(raw["send_times"], raw["seq"], INTERVAL, window=(t_kill + 0.75, t_restart))
+    assert late.lost_in_window == 0, late
     rejoin = outage(raw["send_times"], raw["seq"], INTERVAL, window=(t_restart, raw["send_times"][-1]))
     assert rejoin.lost_in_window < 0.1 * (raw["send_times"][-1] - t_restart) / INTERVAL, rejoin
     assert rep.host("h4").cmd(f"ping -c1 -W1 {rep.ip('h12')}").count(" 0% packet loss") == 1
