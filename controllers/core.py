@@ -8,7 +8,8 @@ drive the whole controller with a fake clock and :func:`controllers.ofrules.prot
                                              a switch that was down rejoins: RoutingBrain.switch_up
     switch disconnects   --disconnect()-->   RoutingBrain.switch_down --> the others route around it
     port-desc reply      --port_desc()-->    liveness, LLDP probes, routes of links found down
-    port-status          --port_status()-->  RoutingBrain.link_down/up --> group mods (failover event)
+    port-status          --port_status()-->  RoutingBrain.link_down/up --> group mods (failover event);
+                                             carrier lost, or OFPPS_LIVE lost (BFD down, carrier up)
     packet-in ARP        --packet_in()-->    ARP reply from the address plan (never flooded)
     packet-in LLDP       --packet_in()-->    link seen; mismatch with the graph reported
     testbed fail link    --admin_link()-->   port mods (ports administratively down/up)
@@ -81,6 +82,7 @@ class ControllerCore:
     dps: dict = field(default_factory=dict)          # switch -> datapath
     ports: dict = field(default_factory=dict)        # (switch, port_no) -> PortInfo
     lldp_seen: dict = field(default_factory=dict)    # (switch, port) -> (switch, port) seen
+    live_seen: set = field(default_factory=set)      # (switch, port) once reported OFPPS_LIVE
     mismatches: list = field(default_factory=list)
     failovers: list = field(default_factory=list)
     unknown_datapaths: set = field(default_factory=set)
@@ -231,8 +233,18 @@ class ControllerCore:
         if reason == ofp.OFPPR_DELETE:
             down = True
         else:
-            down = ofrules.port_is_down(config, state)
+            down = self._port_state_down(sw, port_no, config, state)
         return self._update_port(sw, port_no, name, hw_addr, down, now, "port-status")
+
+    def _port_state_down(self, sw, port_no, config: int, state: int) -> bool:
+        """Admin down or no carrier; or no longer ``OFPPS_LIVE`` after having been (OVS clears it when the
+        port's BFD session goes down with carrier still up). A switch that never sets LIVE is judged by
+        carrier alone."""
+        if state & ofp.OFPPS_LIVE:
+            self.live_seen.add((sw, port_no))
+        elif (sw, port_no) in self.live_seen:
+            return True
+        return ofrules.port_is_down(config, state)
 
     def port_desc(self, dpid: int, descs, now: float) -> list:
         """Port description reply: record names/liveness, LLDP probes; returns ``(switch, message)`` pairs."""
@@ -244,7 +256,7 @@ class ControllerCore:
             if d.port_no > ofp.OFPP_MAX:
                 continue
             name = d.name.decode(errors="replace") if isinstance(d.name, bytes) else str(d.name)
-            down = ofrules.port_is_down(d.config, d.state)
+            down = self._port_state_down(sw, d.port_no, d.config, d.state)
             out += list(self._update_port(sw, d.port_no, name, d.hw_addr, down, now, "port-desc"))
             if not down and sw in self.dps:
                 out.append((sw, self.lldp_probe(sw, d.port_no)))

@@ -153,3 +153,42 @@ def test_fast_failover_repairs_locally_while_the_controller_is_frozen(fabric):
     frozen = outage(raw["send_times"], raw["seq"], 0.001, window=(t_cut, t_cut + 1.0))
     # INDIRECT groups would lose the whole second on this link; fast-failover loses only OVS's reaction
     assert frozen.sent > 0 and frozen.lost_in_window < 300, frozen
+
+
+def test_bfd_sees_a_black_holed_link_with_carrier_up(fabric):
+    """A link that drops everything but keeps its carrier: invisible to port-status, seen by BFD (OVS
+    clears the port's LIVE bit), so fast-failover buckets and the controller move off it."""
+    from testbed.emu.bfd import bfd_argv, bfd_state, blackhole, enable_bfd
+    from testbed.emu.ops import run
+    from testbed.links.probe import outage
+
+    G, ctl, rep, out = fabric
+    src, dst = "h2", "h13"
+    rep.host(src).cmd(f"ping -c1 -W1 {rep.ip(dst)}")
+    stream = Stream(rep, src, dst, 5103, 43312, 0.001, 6.0, out, "bfd")
+    c0 = poll(lambda: ctl.get("/ports", fresh=1), timeout=5, what="port counters")
+    c1 = poll(lambda: (c := ctl.get("/ports", fresh=1)) and any(
+        G.nodes[v]["role"] == "core" for _, v in flow_links(G, c0, c, 5000)) and c, timeout=5,
+              what="the stream on an agg -> core link")
+    cut = cut_candidate(G, flow_links(G, c0, c1, 5000), ctl.get("/routes"), f"{rep.ip(dst)}/32")
+    assert cut is not None
+    intfs = enable_bfd(rep, [cut], interval_s=0.01, mult=3)  # 30 ms detection (scale 1 here)
+    try:
+        poll(lambda: all(bfd_state(i).get("state") == "up" for i in intfs), timeout=10, what="BFD sessions up")
+        t_block = time.time()
+        blackhole(rep.intf_name(*cut), True)  # carrier stays up: no port-status for a cable cut
+        try:
+            ev = poll(lambda: link_event(ctl, "link_down", cut, t_block - 0.01), timeout=5, interval=0.02,
+                      what="BFD to take the link down")
+            sleep_until(t_block + 1.0)
+        finally:
+            blackhole(rep.intf_name(*cut), False)
+        t_fix = time.time()
+        run(bfd_argv(intfs, None), what="turn BFD off")
+        poll(lambda: link_event(ctl, "link_up", cut, t_fix - 0.01), timeout=10, what="the link back")
+        raw = stream.result()
+    finally:
+        run(bfd_argv(intfs, None), what="turn BFD off")
+    assert ev["cause"] == "port-status" and (ev["time"] - t_block) < 1.0
+    lost = outage(raw["send_times"], raw["seq"], 0.001, window=(t_block, t_block + 1.0))
+    assert lost.lost_in_window < 500, lost  # without BFD the whole second would be lost on this flow
