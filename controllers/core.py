@@ -83,6 +83,7 @@ class ControllerCore:
     ports: dict = field(default_factory=dict)        # (switch, port_no) -> PortInfo
     lldp_seen: dict = field(default_factory=dict)    # (switch, port) -> (switch, port) seen
     live_seen: set = field(default_factory=set)      # (switch, port) once reported OFPPS_LIVE
+    pending_join: dict = field(default_factory=dict)  # switch -> the others' messages held until it is ready
     mismatches: list = field(default_factory=list)
     failovers: list = field(default_factory=list)
     unknown_datapaths: set = field(default_factory=set)
@@ -133,14 +134,17 @@ class ControllerCore:
         """A switch connected; returns ``(switch, message)`` pairs: its own tables first, then the others'.
 
         A switch the brain holds as down (it disconnected earlier) rejoins: ``switch_up`` recomputes, the
-        joining switch gets its full tables (after the clean-slate delete), and the other switches get the
-        difference that spreads traffic over it again. Its own messages go first so that, on its
-        connection, its routes are in place before any neighbour starts sending through it.
+        joining switch gets its full tables (after the clean-slate delete) and a port-description request.
+        The difference that spreads the other switches' traffic over it again is held until that reply
+        comes (:meth:`port_desc`): a switch answers in order, so the reply means its tables are in, and
+        its ports exist -- no neighbour sends into a switch still being programmed. Any other event
+        before then sends the held messages first (switches and brain never disagree).
         """
         sw = self.switch_of(dpid)
         if sw is None:
             self.unknown_datapaths.add(dpid)
             return []
+        held = self._flush()
         diff, old, ev = RouteDiff(), {}, None
         if sw in self.brain.down_switches:
             old = dict(self.brain.routes)
@@ -150,14 +154,21 @@ class ControllerCore:
                           compute_ms=(time.perf_counter() - t0) * 1e3,
                           destinations=self.brain.events[-1].destinations if diff else 0)
             self.failovers.append(ev)
-        pairs = [(sw, m) for m in self.connect(dpid, dp)]
+        pairs = held + [(sw, m) for m in self.connect(dpid, dp)]
         if diff:
             others = RouteDiff(add=tuple(r for r in diff.add if r.switch != sw),
                                modify=tuple(r for r in diff.modify if r.switch != sw),
                                delete=tuple(r for r in diff.delete if r.switch != sw))
-            pairs += list(ofrules.diff_msgs(self._dp, others, self.mode, self.macs, old, self.basis,
-                                            first=set(self.G.neighbors(sw)), ecmp=self.ecmp))
+            self.pending_join[sw] = list(ofrules.diff_msgs(self._dp, others, self.mode, self.macs, old,
+                                                           self.basis, first=set(self.G.neighbors(sw)),
+                                                           ecmp=self.ecmp))
         return pairs
+
+    def _flush(self) -> list:
+        """Every held rejoin message (see :meth:`join`), to send before anything else."""
+        out = [pair for pairs in self.pending_join.values() for pair in pairs]
+        self.pending_join.clear()
+        return out
 
     def disconnect(self, dpid: int, now: float = 0.0, dp=None) -> list:
         """A switch's OpenFlow connection ended: it is down (crashed, or cut off from its controller).
@@ -170,6 +181,7 @@ class ControllerCore:
         sw = self.switch_of(dpid)
         if sw is None or sw not in self.dps or (dp is not None and self.dps[sw] is not dp):
             return []
+        held = self._flush()
         self.dps.pop(sw)
         old = dict(self.brain.routes)
         t0 = time.perf_counter()
@@ -177,8 +189,8 @@ class ControllerCore:
         self.failovers.append(Failover(time=now, kind="switch_down", link=(sw,), cause="datapath-disconnect",
                                        switch=sw, port=0, compute_ms=(time.perf_counter() - t0) * 1e3,
                                        destinations=self.brain.events[-1].destinations if diff else 0))
-        return list(ofrules.diff_msgs(self._dp, diff, self.mode, self.macs, old, self.basis,
-                                      first=set(self.G.neighbors(sw)), ecmp=self.ecmp))
+        return held + list(ofrules.diff_msgs(self._dp, diff, self.mode, self.macs, old, self.basis,
+                                             first=set(self.G.neighbors(sw)), ecmp=self.ecmp))
 
     def _dp(self, sw):
         return self.dps.get(sw)
@@ -230,10 +242,13 @@ class ControllerCore:
         if sw is None:
             self.unknown_datapaths.add(dpid)
             return []
+        held = self._flush()
         if reason == ofp.OFPPR_DELETE:
             down = True
         else:
             down = self._port_state_down(sw, port_no, config, state)
+        if held:
+            return held + list(self._update_port(sw, port_no, name, hw_addr, down, now, "port-status"))
         return self._update_port(sw, port_no, name, hw_addr, down, now, "port-status")
 
     def _port_state_down(self, sw, port_no, config: int, state: int) -> bool:
@@ -251,7 +266,7 @@ class ControllerCore:
         sw = self.switch_of(dpid)
         if sw is None:
             return []
-        out: list = []
+        out: list = self._flush()  # this switch's rejoin (it is ready now), and any other held
         for d in descs:
             if d.port_no > ofp.OFPP_MAX:
                 continue
@@ -308,7 +323,7 @@ class ControllerCore:
 
     def _repush(self, mode: str, ecmp: str) -> list:
         (old_mode, old_ecmp), (self.mode, self.ecmp) = (self.mode, self.ecmp), (mode, ecmp)
-        out = []
+        out = self._flush()
         if (old_mode, old_ecmp) == (mode, ecmp):
             return out
         for r in sorted(self.brain.routes.values(), key=lambda r: r.key):

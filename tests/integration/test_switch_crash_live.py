@@ -78,5 +78,7 @@ def test_core_switch_crash_is_routed_around_and_rejoins(fabric):
     late = outage(raw["send_times"], raw["seq"], INTERVAL, window=(t_kill + 0.75, t_restart))
     assert late.lost_in_window == 0, late
     rejoin = outage(raw["send_times"], raw["seq"], INTERVAL, window=(t_restart, raw["send_times"][-1]))
-    assert rejoin.lost_in_window < 0.1 * (raw["send_times"][-1] - t_restart) / INTERVAL, rejoin
+    assert raw["send_times"][-1] - t_restart > 1.0  # the stream outlived the rejoin
+    # rejoining is clean: traffic moves back only once the switch is programmed (at most a few packets)
+    assert rejoin.lost_in_window <= 50, rejoin
     assert rep.host("h4").cmd(f"ping -c1 -W1 {rep.ip('h12')}").count(" 0% packet loss") == 1

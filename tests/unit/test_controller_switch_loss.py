@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import networkx as nx
 import pytest
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controllers.core import ControllerCore
 from testbed.topo.graph import hosts
@@ -26,6 +28,13 @@ def _programmed():
         dps[sw] = FakeDP(dpid)
         fabric.apply_all(core.join(dpid, dps[sw], 0.0))
     return G, core, fabric, dps
+
+
+def _descs(G, sw):
+    """The port-description reply of switch ``sw``: every port up."""
+    return [parser.OFPPort(port_no=d["ports"][sw], hw_addr="02:00:00:00:00:01", name=f"{sw}-eth{d['ports'][sw]}".encode(),
+                           config=0, state=ofp.OFPPS_LIVE, curr=0, advertised=0, supported=0, peer=0, curr_speed=0,
+                           max_speed=0) for _, _, d in G.edges(sw, data=True)]
 
 
 def _expected(G, src, dst, dead=()):
@@ -63,10 +72,14 @@ def test_a_disconnected_switch_is_routed_around_and_rejoins(dead):
     # it comes back with empty tables (a restarted bridge) and reconnects
     dps[dead] = FakeDP(G.nodes[dead]["dpid"])
     back = core.join(G.nodes[dead]["dpid"], dps[dead], 9.0)
-    own = [i for i, (sw, _) in enumerate(back) if sw == dead]
-    assert own == list(range(len(own)))  # its own tables go first
-    assert any(sw != dead for sw, _ in back)  # the others spread traffic over it again
+    assert back and all(sw == dead for sw, _ in back)  # only its own tables: nobody sends into it yet
+    assert type(back[-1][1]).__name__ == "OFPPortDescStatsRequest"  # answered once those are in
     fabric.apply_all(back)
+    _check_all(G, fabric, dead=[dead])  # still routed around
+    # its port-description reply (in order, after its tables): now the others spread traffic over it
+    ready = core.port_desc(G.nodes[dead]["dpid"], _descs(G, dead), 9.5)
+    assert any(sw != dead for sw, _ in ready)
+    fabric.apply_all(ready)
     _check_all(G, fabric)
     assert core.failovers[-1].kind == "switch_up" and core.health_doc(10.0)["down_switches"] == []
 
@@ -89,3 +102,23 @@ def test_a_dead_tor_makes_its_hosts_unreachable_without_loops():
         for p, _ in fabric.deliveries("h15", G.nodes[dst]["ip"]):
             assert p[-1] == "DROP" and len(p) == 3
     _check_all(G, fabric, dead=["t0"])
+
+
+def test_another_event_before_the_rejoin_is_ready_sends_the_held_messages_first():
+    G, core, fabric, dps = _programmed()
+    fabric.tables["cr2"] = FakeOFTable()
+    fabric.apply_all(core.disconnect(G.nodes["cr2"]["dpid"], 1.0, dps["cr2"]))
+    fabric.apply_all(core.join(G.nodes["cr2"]["dpid"], FakeDP(G.nodes["cr2"]["dpid"]), 2.0))
+    # a link fails before cr2's port-description reply: held messages, then the reroute, all consistent
+    fabric.down.add(frozenset(("a0", "cr0")))
+    pairs = core.port_status(G.nodes["a0"]["dpid"], G.edges["a0", "cr0"]["ports"]["a0"], "a0-eth3",
+                             "02:00:00:00:00:02", 0, ofp.OFPPS_LINK_DOWN, 3.0)
+    fabric.apply_all(pairs)  # the fake table raises on a duplicate or missing group
+    assert core.pending_join == {}
+    for src in hosts(G)[::5]:
+        for dst in hosts(G):
+            if src != dst:
+                H = G.copy()
+                H.remove_edge("a0", "cr0")
+                want = {tuple(p) for p in nx.all_shortest_paths(H, src, dst)}
+                assert {p for p, _ in fabric.deliveries(src, G.nodes[dst]["ip"])} == want
