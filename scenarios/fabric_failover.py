@@ -211,8 +211,9 @@ def main(argv=None) -> int:
             f"{summary['outage_ms_emulated_median']:.1f} ms, max {summary['outage_ms_emulated_max']:.1f} ms "
             f"emulated (resolution {summary['resolution_ms_emulated']:g} ms; scale {summary['scale']:g})")
         console.print(
-            f"control plane (wall clock, undilated): detection {summary['detection_ms_wall']:.1f} ms + push "
-            f"{summary['controller_push_ms_wall']:.1f} ms; data plane {summary['data_plane_ms_emulated']:.1f} ms "
+            f"control plane (wall clock, undilated): detection {summary['detection_ms_wall']:.1f} ms (from the "
+            f"start of the cut command) + push {summary['controller_push_ms_wall']:.1f} ms, "
+            f"{summary['control_plane_ms_wall']:.1f} ms of the outage; data plane {summary['data_plane_ms_emulated']:.1f} ms "
             f"emulated; real-world estimate {summary['outage_ms_real_estimate']:.2f} ms; {summary['load']}")
         res.finish(summary)
     return 0

@@ -114,14 +114,17 @@ def split_outage(outage_ms: float, detect_ms: float, push_ms: float, scale: floa
 
     Detection (the cut until the controller's port-status) and the push run undilated, so they count as
     real-world time as measured; the rest of the outage (packets in flight, queues) ran on the dilated
-    data plane and is divided by ``scale``. ``control_latency_ms`` is a real controller's extra distance,
-    added to the estimate only.
+    data plane and is divided by ``scale``. Detection is timed from the start of the command that cuts
+    the link, so it can exceed the outage the flows saw; the control-plane share is then capped at the
+    outage (``control_plane_ms_wall``), and the raw figures are reported beside it.
+    ``control_latency_ms`` is a real controller's extra distance, added to the estimate only.
     """
-    control = detect_ms + push_ms
-    data = max(0.0, outage_ms - control)
+    measured = detect_ms + push_ms
+    control = min(measured, outage_ms)
+    data = outage_ms - control
     return {"detection_ms_wall": round(detect_ms, 2), "controller_push_ms_wall": round(push_ms, 2),
-            "control_plane_ms_wall": round(control, 2), "data_plane_ms_emulated": round(data, 2),
-            "control_latency_ms_real_added": control_latency_ms,
+            "control_plane_ms_wall": round(control, 2), "control_plane_measured_ms_wall": round(measured, 2),
+            "data_plane_ms_emulated": round(data, 2), "control_latency_ms_real_added": control_latency_ms,
             "outage_ms_real_estimate": round(control + control_latency_ms + data / scale, 3)}
 
 

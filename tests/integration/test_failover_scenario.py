@@ -37,9 +37,10 @@ def test_fabric_failover_quick(tmp_path):
     down_ms = (summary["restore_at_s"] - summary["cut_at_s"]) * 1e3
     assert summary["outage_ms_emulated_max"] < down_ms / 2
     # wall-clock control plane and dilated data plane are reported apart
-    assert summary["control_plane_ms_wall"] == pytest.approx(
+    assert summary["control_plane_measured_ms_wall"] == pytest.approx(
         summary["detection_ms_wall"] + summary["controller_push_ms_wall"], abs=0.02)
-    assert summary["outage_ms_real_estimate"] >= summary["control_plane_ms_wall"] - 0.01
+    assert summary["control_plane_ms_wall"] <= summary["outage_ms_emulated_median"] + 0.01
+    assert summary["control_plane_ms_wall"] <= summary["outage_ms_real_estimate"] <= summary["outage_ms_emulated_median"]
     flows = json.loads((out / "flows.json").read_text())
     assert len(flows) == 240 and all(f["received"] > 0 for f in flows)
     assert (out / "throughput.png").stat().st_size > 10_000
