@@ -69,13 +69,16 @@ def bfd_state(intf: str) -> dict:
 
 
 def blackhole_argv(intf: str, on: bool) -> list[list[str]]:
-    """Drop everything ``intf`` sends while its carrier stays up (the failure BFD exists for), or undo it."""
+    """Starve what ``intf`` sends while its carrier stays up (the failure BFD exists for), or undo it.
+
+    A token bucket of 1 kbit/s as the root qdisc: a packet every ~10 s gets through, every other one is
+    dropped (tc's drop action needs gact, which this kernel may lack; TBF is always there). It replaces
+    the interface's root qdisc, so use it on unshaped links (``links=off``).
+    """
     ops.check_ifname(intf)
     if not on:
-        return [["tc", "qdisc", "del", "dev", intf, "clsact"]]
-    return [["tc", "qdisc", "add", "dev", intf, "clsact"],
-            ["tc", "filter", "add", "dev", intf, "egress", "protocol", "all", "u32", "match", "u32", "0", "0",
-             "action", "drop"]]
+        return [["tc", "qdisc", "del", "dev", intf, "root"]]
+    return [["tc", "qdisc", "replace", "dev", intf, "root", "tbf", "rate", "1kbit", "burst", "1600", "limit", "1600"]]
 
 
 def blackhole(intf: str, on: bool) -> None:
