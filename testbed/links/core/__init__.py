@@ -31,6 +31,8 @@ from pathlib import Path
 from testbed.links.model import LinkParams
 
 SOURCE = Path(__file__).resolve().parent / "linkcore.c"
+#: Files ``linkcore.c`` #includes (one translation unit): part of the cache key.
+PARTS = (SOURCE.with_name("pfc.c"),)
 CORES = ("c", "python", "bare")
 CFLAGS = ("-O2", "-Wall", "-Wextra", "-std=gnu11")
 #: After a frame, the compiled core can keep reading without sleeping for this long (``--poll-window``),
@@ -56,7 +58,8 @@ def _cache_dir() -> Path:
 
 def binary_path() -> Path:
     """Where the binary of the current source lives (keyed by source and flags)."""
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(CFLAGS).encode()).hexdigest()[:16]
+    sources = b"".join(f.read_bytes() for f in (SOURCE, *PARTS))
+    key = hashlib.sha256(sources + " ".join(CFLAGS).encode()).hexdigest()[:16]
     return _cache_dir() / f"linkcore-{key}"
 
 
