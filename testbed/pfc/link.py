@@ -23,8 +23,10 @@ reference for ``linkcore pfctrace``.
 
 from __future__ import annotations
 
+import json
 import random
 from collections import deque
+from dataclasses import dataclass
 
 from testbed.dilation import Dilation
 from testbed.links import ecn
@@ -91,6 +93,12 @@ class PfcDirection:
         self.released: list = []   # (release, frame) of started frames, for the caller to send downstream
         self.upstream: list = []   # (t, PauseFrame) for the caller to send upstream
         self.dropped: list = []    # (t, reason, length) of frames dropped after admission (watchdog, loss)
+        self.pfc_rx_frames = self.pfc_tx_frames = 0
+
+    def _up(self, t: float, frames) -> None:
+        for f in frames:
+            self.upstream.append((t, f))
+            self.pfc_tx_frames += 1
 
     # -- queue state ---------------------------------------------------------------------------------
     def _drain_wire(self, now: float) -> None:
@@ -121,7 +129,7 @@ class PfcDirection:
         fate = QUEUED
         if lossless:
             reason, frames = self.ingress.arrive(now, p, length)
-            self.upstream.extend((now, f) for f in frames)
+            self._up(now, frames)
             if reason is not None:
                 c["drop_pfc_headroom"] += 1
                 return HEADROOM
@@ -160,6 +168,7 @@ class PfcDirection:
         pause = decode(raw)
         if pause is None:
             return False
+        self.pfc_rx_frames += 1
         self.advance(now)
         self.egress.receive(now, pause)
         self.advance(now)
@@ -192,7 +201,7 @@ class PfcDirection:
             nxt = self._next_start()
             due = self.ingress.next_deadline()
             if due is not None and due <= now and (nxt is None or due < nxt[0]):
-                self.upstream.extend((due, f) for f in self.ingress.tick(due))
+                self._up(due, self.ingress.tick(due))
                 continue
             if nxt is None or nxt[0] > now:
                 return
@@ -201,7 +210,7 @@ class PfcDirection:
             length = len(frame)
             self.waiting_packets -= 1
             self.waiting_bytes -= length
-            self.upstream.extend((s, f) for f in self.ingress.depart(s, p, length))
+            self._up(s, self.ingress.depart(s, p, length))
             c = self.prio[p]
             if self.egress.gate(s, p) == DROP:
                 c["drop_pfc_watchdog"] += 1
@@ -256,11 +265,20 @@ class PfcDirection:
         doc = self.counters()
         doc.update(max_queue_packets=self.max_queue_packets, max_queue_bytes=self.max_queue_bytes,
                    samples_skipped=self.samples_skipped)
-        doc["priorities"] = {str(p): dict(c) for p, c in enumerate(self.prio) if c["rx_packets"]}
-        doc["pfc"] = {"ingress": self.ingress.snapshot(), "egress": self.egress.snapshot(now),
-                      "queued_packets": self.waiting_packets}
+        doc["drop_pfc"] = doc["drop_pfc_headroom"] + doc["drop_pfc_watchdog"]
+        doc["priorities"] = {str(p): dict(c, queued_packets=len(self.fifos[p]))
+                             for p, c in enumerate(self.prio) if c["rx_packets"]}
+        ing, eg = self.ingress, self.egress
+        egress = eg.snapshot(now)
+        for p, row in egress.items():
+            row["ignored"] = eg.ignored[int(p)]
+        doc["pfc"] = {"pfc_rx_frames": self.pfc_rx_frames, "pfc_tx_frames": self.pfc_tx_frames,
+                      "rate_real_bps": ing.rate_bps, "scale": ing.dilation.scale, "xoff_bytes": self.pfc.xoff_bytes,
+                      "xon_bytes": self.pfc.xon_bytes, "headroom_bytes": ing.headroom_bytes,
+                      "quanta": self.pfc.quanta, "pause_s": ing.pause_s, "paused_now": self.paused_mask(now),
+                      "ingress": ing.snapshot(), "egress": egress}
         if with_series:
-            doc["queue_series"] = [list(s) for s in self.samples]
+            doc["pfc_series"] = [list(s) for s in self.samples]
         return doc
 
 
@@ -313,9 +331,13 @@ def trace_lines(direction: PfcDirection, lines, src: str = "02:00:00:00:00:01") 
 
 
 def linkcore_args(pfc: PfcConfig, real_rate_bps: float, headroom_bytes: float, scale: float = 1.0,
-                  src: str | None = None) -> list[str]:
-    """``--pfc SPEC`` of ``linkcore`` for this port (floats by repr: the C core reads the same doubles)."""
-    mask = sum(1 << p for p in pfc.priorities)
+                  src: str | None = None, lossless: bool = True) -> list[str]:
+    """``--pfc SPEC`` of ``linkcore`` for this port (floats by repr: the C core reads the same doubles).
+
+    ``lossless=False`` runs the same per-priority data path with no lossless priority (PFC off: tail drop
+    for every priority, per-priority counters kept, no PAUSE sent or honoured).
+    """
+    mask = sum(1 << p for p in pfc.priorities) if lossless else 0
     spec = (f"prios={mask},xoff={float(pfc.xoff_bytes)!r},xon={float(pfc.xon_bytes)!r},"
             f"headroom={float(headroom_bytes)!r},quanta={int(pfc.quanta)},rate={float(real_rate_bps)!r},"
             f"scale={float(scale)!r},dscp={''.join(str(p) for p in pfc.dscp_map)}")
@@ -340,3 +362,92 @@ def run_core_trace(params: LinkParams, pfc: PfcConfig, real_rate_bps: float, hea
     res = subprocess.run(argv, input="".join(f"{line}\n" for line in lines), capture_output=True, text=True,
                          check=True)
     return res.stdout.splitlines()
+
+
+@dataclass(frozen=True)
+class PfcPort:
+    """The PFC settings of one link node (both directions): what ``--pfc`` carries to either core.
+
+    Attributes:
+        config: the fabric's PFC block.
+        real_rate_bps: the link's real line rate.
+        headroom_bytes: this port's headroom (``auto`` resolved).
+        scale: the replica's time dilation.
+    """
+
+    config: PfcConfig
+    real_rate_bps: float
+    headroom_bytes: float
+    scale: float = 1.0
+
+    def linkcore_args(self) -> list[str]:
+        return linkcore_args(self.config, self.real_rate_bps, self.headroom_bytes, self.scale)
+
+    def to_json(self) -> str:
+        return json.dumps({"config": self.config.to_dict(), "real_rate_bps": self.real_rate_bps,
+                           "headroom_bytes": self.headroom_bytes, "scale": self.scale}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "PfcPort":
+        doc = json.loads(text)
+        return cls(PfcConfig.from_dict(doc["config"]), float(doc["real_rate_bps"]), float(doc["headroom_bytes"]),
+                   float(doc["scale"]))
+
+    def direction(self, params: LinkParams, rng: random.Random) -> PfcDirection:
+        return PfcDirection(params, self.config, self.real_rate_bps, self.headroom_bytes, Dilation(self.scale), rng)
+
+
+class LineModel:
+    """A :class:`PfcDirection` behind the Python delay line's per-direction model interface.
+
+    ``admit(now, frame)`` returns ``(None, frame)``: started frames go straight into the line's ``pending``
+    FIFO (several may start per event, and some start on a timer: :meth:`service`). A PFC frame read on this
+    direction's input is for the *other* direction (its egress leaves by that interface), so it goes to
+    ``peer``; PFC frames this direction emits leave by its input interface (``send_upstream``).
+    """
+
+    def __init__(self, direction: PfcDirection, pending: deque, send_upstream, src: bytes, clock):
+        self.direction = direction
+        self.pending = pending
+        self.send_upstream = send_upstream
+        self.src = src
+        self.clock = clock
+        self.peer: LineModel | None = None
+        self.tx_errors = 0
+
+    @property
+    def waiting(self) -> int:
+        return self.direction.waiting_packets
+
+    def flush(self) -> None:
+        d = self.direction
+        if d.released:
+            self.pending.extend(d.released)
+            d.released.clear()
+        for _t, frame in d.upstream:
+            try:
+                self.send_upstream(encode(frame, self.src))
+            except OSError:
+                self.tx_errors += 1
+        d.upstream.clear()
+        d.dropped.clear()
+
+    def admit(self, now: float, frame: bytes):
+        peer = self.peer
+        if peer is not None and peer.direction.receive(now, frame):
+            peer.flush()
+            return None, frame
+        self.direction.admit(now, frame)
+        self.flush()
+        return None, frame
+
+    def service(self, now: float) -> float | None:
+        """Start what is due at ``now``; returns when the model next has work."""
+        self.direction.advance(now)
+        self.flush()
+        return self.direction.next_event()
+
+    def snapshot(self, with_series: bool = False) -> dict:
+        doc = self.direction.snapshot(self.clock(), with_series)
+        doc["pfc"]["pfc_tx_errors"] = self.tx_errors
+        return doc

@@ -21,7 +21,7 @@
  *   linkcore forward --a IF --b IF --stats FILE [model options] [--bare] ...   (root)
  *   linkcore trace [model options] --seed N  < "t hexframe" lines  > "fate release hexout" lines
  *   linkcore pfctrace --pfc SPEC [model options] --seed N   (pfc.c; the reference is testbed/pfc/link.py)
- *   linkcore gen --a IF --pps R --seconds S --size N   (the benchmark's traffic source: paced 64 B UDP
+ *   linkcore gen --a IF --pps R --seconds S --size N [--tos T]   (the benchmark's traffic source: paced 64 B UDP
  *                frames by AF_PACKET sendmmsg, as iperf3 tops out near 50 kpps of small datagrams here)
  * Stats: the JSON document of testbed/links/delayline.py (same keys), rewritten atomically.
  */
@@ -325,7 +325,7 @@ static params_t P = {.sample_interval = 1e-3, .max_samples = 200000, .limit = 10
 static const char *opt_a, *opt_b, *opt_stats, *opt_params_json = "{}";
 static unsigned long long opt_seed, opt_seed_ab, opt_seed_ba = 1;
 static double opt_pps = 10000, opt_seconds = 1.0;
-static int opt_size = 64;
+static int opt_size = 64, opt_tos;  /* gen: IPv4 TOS byte (DSCP << 2 | ECN) */
 static double mono(void);
 static int open_sock(const char *ifname);
 static double opt_late_tol = 250e-6, opt_stats_interval = 1.0, opt_spin = 50e-6, opt_poll = 0.0;
@@ -364,7 +364,7 @@ static void parse_options(int argc, char **argv) {
         {"stats-interval", 1, 0, 'I'}, {"spin", 1, 0, 'P'}, {"poll-window", 1, 0, 'W'}, {"rt-priority", 1, 0, 'r'}, {"cpu", 1, 0, 'c'},
         {"bare", 0, 0, 'B'}, {"batch", 1, 0, 'n'}, {"rcvbuf", 1, 0, 'v'}, {"sndbuf", 1, 0, 'w'},
         {"sample-interval", 1, 0, 'i'}, {"max-samples", 1, 0, 'm'}, {"pps", 1, 0, 'p'}, {"seconds", 1, 0, 'd'},
-        {"size", 1, 0, 'z'}, {"pfc", 1, 0, 'F'}, {0, 0, 0, 0}};
+        {"size", 1, 0, 'z'}, {"pfc", 1, 0, 'F'}, {"tos", 1, 0, 'o'}, {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
@@ -398,6 +398,7 @@ static void parse_options(int argc, char **argv) {
         case 'd': opt_seconds = strtod(optarg, NULL); break;
         case 'z': opt_size = atoi(optarg); break;
         case 'F': parse_pfc(optarg); break;
+        case 'o': opt_tos = atoi(optarg) & 0xFF; break;
         default: die("bad option (see testbed/links/core/__init__.py for the command line)");
         }
     }
@@ -743,7 +744,7 @@ static int run_gen(void) {
     memcpy(f, "\x02\x77\x00\x00\x00\xfe\x02\x77\x00\x00\x00\x01\x08\x00", 14);
     uint8_t *ip = f + 14;
     int iplen = flen - 14;
-    ip[0] = 0x45; ip[2] = (uint8_t)(iplen >> 8); ip[3] = (uint8_t)iplen; ip[8] = 64; ip[9] = 17;
+    ip[0] = 0x45; ip[1] = (uint8_t)opt_tos; ip[2] = (uint8_t)(iplen >> 8); ip[3] = (uint8_t)iplen; ip[8] = 64; ip[9] = 17;
     memcpy(ip + 12, "\x0a\x4d\x00\x01\x0a\x4d\x00\x02", 8);
     uint32_t sum = 0;
     for (int i = 0; i < 20; i += 2) sum += (uint32_t)(ip[i] << 8) | ip[i + 1];

@@ -532,6 +532,18 @@ static int run_pfctrace(void) {
 /* ---------------------------------------------------------------- forward mode glue (root) */
 static uint8_t g_pfc_src[2][6];
 static uint64_t g_pfc_tx_errors[2];
+/* Emulator lag of PFC, per direction (index of the path whose model it concerns): how long after its model
+ * time a PAUSE/XON left (the data frame that crossed a threshold was read late), and how long after its
+ * kernel arrival stamp a received PFC frame reached the model (frames that started meanwhile were not held). */
+typedef struct { uint64_t n; double sum, max; } lag_t;
+static lag_t g_tx_lag[2], g_rx_lag[2];
+
+static void lag_add(lag_t *l, double x) {
+    if (x < 0) x = 0;
+    l->n++;
+    l->sum += x;
+    if (x > l->max) l->max = x;
+}
 
 static void fw_release(void *ctx, double rel, uint8_t *buf, uint32_t len) {
     pend_push((path_t *)ctx, rel, buf, len);
@@ -541,7 +553,7 @@ static void fw_release(void *ctx, double rel, uint8_t *buf, uint32_t len) {
 /* PAUSE/XON of direction d leave by the interface its data came in on (its rx socket). */
 static void fw_upstream(void *ctx, double t, const uint8_t *f) {
     path_t *p = ctx;
-    (void)t;
+    lag_add(&g_tx_lag[p - paths], mono() - t);
     if (send(p->rx, f, PFC_FRAME_LEN, MSG_DONTWAIT) < 0) g_pfc_tx_errors[p - paths]++;
 }
 
@@ -575,7 +587,11 @@ static void pfc_forward_init(void) {
 static int pfc_on_frame(path_t *p, double arrival, uint8_t *frame, uint32_t len) {
     if (!p->pfc) return 0;
     path_t *other = &paths[1 - (p - paths)];
-    if (pfcdir_receive(other->pfc, arrival, frame, len)) return 1;
+    double before = mono();
+    if (pfcdir_receive(other->pfc, arrival, frame, len)) {
+        lag_add(&g_rx_lag[other - paths], before - arrival);
+        return 1;
+    }
     pfcdir_admit(p->pfc, arrival, frame, len);
     return 1;
 }
@@ -619,10 +635,15 @@ static void pfc_stats_json(FILE *f, path_t *p, int with_series) {
     }
     fprintf(f, "}, \"pfc\": {\"pfc_rx_frames\": %llu, \"pfc_tx_frames\": %llu, \"pfc_tx_errors\": %llu, "
             "\"rate_real_bps\": %.17g, \"scale\": %.17g, \"xoff_bytes\": %.17g, \"xon_bytes\": %.17g, "
-            "\"headroom_bytes\": %.17g, \"quanta\": %d, \"pause_s\": %.17g, \"paused_now\": %u, \"ingress\": {",
+            "\"headroom_bytes\": %.17g, \"quanta\": %d, \"pause_s\": %.17g, \"paused_now\": %u, "
+            "\"tx_lag\": {\"count\": %llu, \"mean_s\": %.9g, \"max_s\": %.9g}, "
+            "\"rx_lag\": {\"count\": %llu, \"mean_s\": %.9g, \"max_s\": %.9g}, \"ingress\": {",
             (unsigned long long)d->pfc_rx_frames, (unsigned long long)d->pfc_tx_frames,
             (unsigned long long)g_pfc_tx_errors[idx], PF.rate_real_bps, PF.scale, PF.xoff, PF.xon, PF.headroom,
-            PF.quanta, PF.pause_s, paused_mask(d, now));
+            PF.quanta, PF.pause_s, paused_mask(d, now), (unsigned long long)g_tx_lag[idx].n,
+            g_tx_lag[idx].n ? g_tx_lag[idx].sum / g_tx_lag[idx].n : 0.0, g_tx_lag[idx].max,
+            (unsigned long long)g_rx_lag[idx].n, g_rx_lag[idx].n ? g_rx_lag[idx].sum / g_rx_lag[idx].n : 0.0,
+            g_rx_lag[idx].max);
     first = 1;
     for (int q = 0; q < NPRIO; q++) {
         if (!lossless(q)) continue;
@@ -639,9 +660,10 @@ static void pfc_stats_json(FILE *f, path_t *p, int with_series) {
         if (!lossless(q)) continue;
         double ps = eg_paused_time(d, now, q);
         fprintf(f, "%s\"%d\": {\"pause_received\": %llu, \"xon_received\": %llu, \"drop_pfc_watchdog\": %llu, "
-                "\"paused_s\": %.9g, \"paused_real_s\": %.9g, \"ignored\": %llu}",
+                "\"paused_s\": %.9g, \"paused_real_s\": %.9g, \"ignored\": %llu, \"override\": %s}",
                 first ? "" : ", ", q, (unsigned long long)d->pause_rx[q], (unsigned long long)d->xon_rx[q],
-                (unsigned long long)d->c[q][PC_WATCHDOG], ps, ps / PF.scale, (unsigned long long)d->ignored[q]);
+                (unsigned long long)d->c[q][PC_WATCHDOG], ps, ps / PF.scale, (unsigned long long)d->ignored[q],
+                d->override[q] == 1 ? "\"drop\"" : d->override[q] == 2 ? "\"ignore\"" : "null");
         first = 0;
     }
     fprintf(f, "}}");
