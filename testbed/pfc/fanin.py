@@ -34,12 +34,12 @@ from testbed.emu import ops
 from testbed.emu.registry import RunRegistry
 from testbed.errors import EmulationError
 from testbed.links import core
-from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S, DEFAULT_RT_PRIORITY, DEFAULT_SPIN_S, read_stats
+from testbed.links.delayline import read_stats
 from testbed.links.model import LinkParams
 from testbed.links.wire import _repo_path, stop_delayline, wait_ready
 from testbed.pfc.config import PfcConfig
 from testbed.pfc.headroom import headroom
-from testbed.pfc.link import PRIO_COUNTERS, linkcore_args
+from testbed.pfc.link import PRIO_COUNTERS, PfcPort, linkcore_args
 from testbed.poll import poll
 
 #: The senders' NIC side: host memory holds what a pause keeps back (never their own xoff).
@@ -126,9 +126,8 @@ class FanIn:
         for argv in switch_argv(p, self.n):
             ops.run(argv, what="program the tc fan-in switch")
 
-    def start(self, params: IncastParams, seed: int = 1) -> None:
-        """Start the N + 1 link cores for one trial (zeroed counters)."""
-        binary = core.build()
+    def start(self, params: IncastParams, seed: int = 1, core_name: str = "c") -> None:
+        """Start the N + 1 link cores for one trial (zeroed counters); ``core_name`` c or python."""
         nic = LinkParams(rate_bps=params.rate_bps, delay_s=params.delay_s, limit=NIC_LIMIT_BYTES, limit_unit="bytes")
         bottleneck = LinkParams(rate_bps=params.rate_bps, delay_s=params.delay_s, limit=params.limit_bytes,
                                 limit_unit="bytes")
@@ -137,17 +136,22 @@ class FanIn:
             stats = self.workdir / f"{self.p}-{name}.json"
             log = self.workdir / f"{self.p}-{name}.log"
             stats.unlink(missing_ok=True)
-            argv = core.forward_argv(binary, a, b, link, stats, seed=seed + i, late_tolerance_s=DEFAULT_LATE_TOLERANCE_S,
-                                     stats_interval_s=0.25, spin_s=DEFAULT_SPIN_S, rt_priority=DEFAULT_RT_PRIORITY)
             if name == "LR":
-                argv += linkcore_args(params.pfc, params.real_rate_bps, params.port_headroom(), params.scale,
-                                      lossless=params.pfc_on)
+                port = PfcPort(params.pfc, params.real_rate_bps, params.port_headroom(), params.scale)
             else:
                 nic_pfc = PfcConfig(priorities=params.pfc.priorities, xoff_bytes=NIC_XOFF_BYTES,
                                     xon_bytes=NIC_XOFF_BYTES / 2, quanta=params.pfc.quanta,
                                     dscp_map=params.pfc.dscp_map)
-                argv += linkcore_args(nic_pfc, params.real_rate_bps, NIC_LIMIT_BYTES - NIC_XOFF_BYTES,
-                                      params.scale, lossless=params.pfc_on)
+                port = PfcPort(nic_pfc, params.real_rate_bps, NIC_LIMIT_BYTES - NIC_XOFF_BYTES, params.scale)
+            if params.pfc_on:
+                which, argv = core.line_argv(a, b, link, stats, core=core_name, seed=seed + i, stats_interval_s=0.25,
+                                             pfc=port)
+            else:  # the same per-priority data path, no lossless priority (the compiled core only)
+                which, argv = core.line_argv(a, b, link, stats, core="c", seed=seed + i, stats_interval_s=0.25)
+                argv += linkcore_args(port.config, port.real_rate_bps, port.headroom_bytes, port.scale,
+                                      lossless=False)
+            if which != (core_name if params.pfc_on else "c"):
+                raise EmulationError(f"link core {name}: wanted the {core_name} core, got {which}")
             proc = self.run.spawn(argv, log=log, env={**os.environ, "PYTHONPATH": _repo_path()})
             self.procs[name], self.stats_paths[name] = proc, stats
             wait_ready(proc, stats, log, what=f"link core {name} ({a}<->{b})")
@@ -286,9 +290,12 @@ def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int
         if tcpdump.poll() is not None:
             raise EmulationError(f"tcpdump did not start; see {log}")
     before = fan.receiver_packets()
+    from testbed.emu.health import CpuWatch
+
     try:
-        sources = fan.send(flows, seconds)
-        fan.wait_drained()
+        with CpuWatch([p.pid for p in fan.procs.values()]) as cpu:
+            sources = fan.send(flows, seconds)
+            fan.wait_drained()
     finally:
         stats = fan.stop()
         if tcpdump is not None:
@@ -303,7 +310,8 @@ def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int
     checks = {"no_emulator_loss": all(e["rx_kernel_drops"] == 0 and e["tx_errors"] == 0 for e in emu.values()),
               "late_fraction_ok": frames > 0 and late / frames <= 0.01,
               "all_accounted": all(r["unaccounted"] == 0 for r in led["priorities"].values()),
-              "delivered_equals_receiver": led["bottleneck_tx_packets"] == led["receiver_packets"]}
+              "delivered_equals_receiver": led["bottleneck_tx_packets"] == led["receiver_packets"],
+              "machine_cpu_below_95": cpu.summary()["machine_mean"] < 95}
     if allowance is not None:
         checks["reaction_within_headroom"] = react["worst_s"] <= allowance
     return {"params": {"senders": params.senders, "scale": params.scale, "rate_bps": params.rate_bps,
@@ -311,6 +319,6 @@ def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int
                        "limit_bytes": params.limit_bytes, "pfc_on": params.pfc_on, "pfc": params.pfc.to_dict(),
                        "headroom_bytes": params.port_headroom(), "reaction_allowance_s": allowance},
             "flows": sources, "ledger": led, "pfc": pfc_counters(stats), "reaction": react,
-            "emulator_late": late, "frames": frames, "checks": checks, "valid": all(checks.values()),
-            "series": {n: s["directions"]["a>b"].get("pfc_series", []) for n, s in stats.items() if n == "LR"},
+            "emulator_late": late, "frames": frames, "cpu": cpu.summary(), "checks": checks, "valid": all(checks.values()),
+            "series": {n: s["directions"]["a>b"].get("pfc_series", []) for n, s in stats.items()},
             "stats": stats}

@@ -2,8 +2,8 @@
 without PFC the same incast drops on both.
 
 Fixture: :mod:`testbed.pfc.fanin` (four sender namespaces, each behind a link core = its NIC, a tc fan-in
-switch, one bottleneck link core into the receiver). Each sender offers half the bottleneck's rate on
-priority 3 (DSCP 26) and an eighth on priority 0, so the bottleneck is offered 2.5x its rate. The PAUSE
+switch, one bottleneck link core into the receiver). Each sender offers 45 % of the line rate on priority 3
+(DSCP 26) and 45 % on priority 0, so the bottleneck is offered 3.6x its rate, 1.8x on each priority alone. The PAUSE
 frames the bottleneck sends are captured at the switch port and decoded by tshark (an independent dissector).
 A trial on an unhealthy emulator (socket drops, late frames, a PFC reaction slower than the headroom covers)
 is rerun once; if still unhealthy the test fails saying so, it does not skip.
@@ -29,7 +29,7 @@ ROCE_TOS, LOSSY_TOS = 26 << 2 | 2, 0
 #: xoff 30 KB; headroom fixed at 200 KB for the four ingress ports the bottleneck's buffer stands for (the
 #: formula gives 4 x 10.3 KB at the real 20G, which covers < 1 ms of emulator reaction at these rates).
 PFC = PfcConfig(priorities=(3,), xoff_bytes=30e3, xon_bytes=30e3 - 2 * 1538, headroom_bytes=200e3)
-FLOWS = [(i, ROCE_TOS, RATE / 8000 / 2) for i in range(4)] + [(i, LOSSY_TOS, RATE / 8000 / 8) for i in range(4)]
+FLOWS = [(i, tos, 0.45 * RATE / 8000) for i in range(4) for tos in (ROCE_TOS, LOSSY_TOS)]
 SECONDS = 1.5
 
 

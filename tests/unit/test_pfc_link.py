@@ -158,3 +158,67 @@ def test_compiled_core_equals_reference(name):
     # the traces exercise what they claim to: pauses both ways, headroom or tail drops, forwarding
     assert " up " in text and "pfc" in text and " tx " in text
     assert "pause_received=0 " not in ref[-3] and "pause_sent=0 " not in ref[-3]
+
+
+def test_python_line_model_routes_pfc_frames_to_the_other_direction():
+    """The Python delay line's adapter: a PFC frame read on a->b's input pauses b->a (whose egress leaves by
+    that interface); PAUSE/XON a->b emits leave by a->b's input, from that interface's MAC."""
+    from collections import deque
+
+    from testbed.pfc.link import LineModel, PfcPort
+
+    port = PfcPort(PfcConfig(priorities=(3,), xoff_bytes=3000, xon_bytes=1000), REAL, 2000, SCALE)
+    params = LinkParams(rate_bps=8e6, delay_s=0.0, limit=5000, limit_unit="bytes")
+    sent_a, sent_b = [], []
+    ab = LineModel(port.direction(params, random.Random(1)), deque(), sent_a.append, bytes.fromhex("02000000000a"),
+                   lambda: 0.0)
+    ba = LineModel(port.direction(params, random.Random(2)), deque(), sent_b.append, bytes.fromhex("02000000000b"),
+                   lambda: 0.0)
+    ab.peer, ba.peer = ba, ab
+    assert ab.admit(0.0, pause(0xFFFF)) == (None, pause(0xFFFF))       # consumed: never forwarded
+    assert ba.direction.egress.paused(0.0, 3) and not ab.direction.egress.paused(0.0, 3)
+    ba.admit(0.0, frame(ROCE_TOS))
+    assert ba.service(1.0) is not None and not ba.pending                # held by the pause
+    for _ in range(4):
+        ab.admit(0.0, frame(ROCE_TOS))
+    assert len(ab.pending) == 1                                          # the first frame started
+    assert [decode(f).times for f in sent_a] == [((3, 0xFFFF),)] and sent_a[0][6:12] == bytes.fromhex("02000000000a")
+    assert PfcPort.from_json(port.to_json()) == port
+    doc = ab.snapshot()
+    assert doc["rx_packets"] == 4 and doc["pfc"]["pfc_tx_frames"] == 1 and doc["drop_pfc"] == 0
+
+
+def test_fanin_switch_relays_pfc_to_every_sender_and_the_ledger_balances():
+    from testbed.pfc.fanin import ledger, switch_argv
+
+    argv = switch_argv("px", 3)
+    relay = next(a for a in argv if "0x8808" in a)
+    assert relay[relay.index("ingress") - 1] == "pxws"
+    assert [relay[i + 1:i + 5] for i, x in enumerate(relay) if x == "mirred"] == [
+        ["egress", "mirror", "dev", "pxw0"], ["egress", "mirror", "dev", "pxw1"], ["egress", "redirect", "dev", "pxw2"]]
+    fan_in = [a for a in argv if "redirect" in a and "0x8808" not in a]
+    assert {a[4] for a in fan_in} == {"pxw0", "pxw1", "pxw2"} and {a[-1] for a in fan_in} == {"pxws"}
+
+    def node(prio, rx, fwd, **drops):
+        return {"rx_kernel_drops": 0, "emulator_late": 0, "directions": {"a>b": {"tx_packets": fwd, "priorities": {
+            str(prio): {"rx_packets": rx, "forwarded_packets": fwd, **drops}}}, "b>a": {}}}
+
+    stats = {"L0": node(3, 10, 10), "L1": node(3, 12, 12), "LR": node(3, 21, 18, drop_tail=3)}
+    led = ledger([{"tos": ROCE_TOS, "sent": 10}, {"tos": ROCE_TOS, "sent": 12}], stats, PfcConfig(), False, 18)
+    row = led["priorities"]["3"]
+    # 22 sent, 18 delivered, 3 tail drops, 1 lost between the NICs and the bottleneck (22 forwarded, 21 in)
+    assert (row["sent"], row["delivered"], row["dropped"], row["lost_between"], row["unaccounted"]) == (22, 18, 3, 1, 0)
+    assert not row["lossless"] and row["drops"] == {"bottleneck_drop_tail": 3}
+
+
+def test_bench_pairs_each_pause_with_each_senders_reception():
+    from testbed.bench.pfc import reaction_samples
+
+    lr = {"directions": {"a>b": {"pfc_tx_events": [[1.0, 1.0002, 1], [2.0, 2.0001, 0], [3.0, 3.0003, 1]]}}}
+    s0 = {"directions": {"a>b": {"pfc_rx_events": [[1.0004, 1.0005, 1], [2.0002, 2.0003, 0], [3.0004, 3.0009, 1]]}}}
+    got = reaction_samples({"LR": lr, "L0": s0})
+    assert got["parts"]["total"] == pytest.approx([0.0005, 0.0009])      # XONs are not reactions
+    assert got["parts"]["bottleneck_lag"] == pytest.approx([0.0002, 0.0003])
+    assert got["parts"]["transit"] == pytest.approx([0.0002, 0.0001])
+    assert got["parts"]["sender_lag"] == pytest.approx([0.0001, 0.0005])
+    assert got["senders_with_missing_frames"] == 0

@@ -537,6 +537,24 @@ static uint64_t g_pfc_tx_errors[2];
  * kernel arrival stamp a received PFC frame reached the model (frames that started meanwhile were not held). */
 typedef struct { uint64_t n; double sum, max; } lag_t;
 static lag_t g_tx_lag[2], g_rx_lag[2];
+/* The first PFC_EVENTS PFC frames sent and received per direction, (model or arrival time, time it left or
+ * reached the model, 1 = PAUSE / 0 = XON), on CLOCK_MONOTONIC, which every process on the machine shares:
+ * `testbed bench pfc` pairs the bottleneck's sends with a sender's receptions for the reaction time. */
+#define PFC_EVENTS 20000
+typedef struct { double t0, t1; int pause; } pfc_event_t;
+static pfc_event_t *g_tx_ev[2], *g_rx_ev[2];
+static size_t g_tx_nev[2], g_rx_nev[2];
+
+static void event_add(pfc_event_t **ev, size_t *n, double t0, double t1, int pause) {
+    if (*n >= PFC_EVENTS) return;
+    if (!*ev) *ev = xrealloc(NULL, PFC_EVENTS * sizeof **ev);
+    (*ev)[(*n)++] = (pfc_event_t){t0, t1, pause};
+}
+
+static int any_pause(const uint8_t *f) {
+    for (int p = 0; p < NPRIO; p++) if ((f[17] >> p & 1) && (f[18 + 2 * p] | f[19 + 2 * p])) return 1;
+    return 0;
+}
 
 static void lag_add(lag_t *l, double x) {
     if (x < 0) x = 0;
@@ -553,7 +571,9 @@ static void fw_release(void *ctx, double rel, uint8_t *buf, uint32_t len) {
 /* PAUSE/XON of direction d leave by the interface its data came in on (its rx socket). */
 static void fw_upstream(void *ctx, double t, const uint8_t *f) {
     path_t *p = ctx;
-    lag_add(&g_tx_lag[p - paths], mono() - t);
+    double sent = mono();
+    lag_add(&g_tx_lag[p - paths], sent - t);
+    event_add(&g_tx_ev[p - paths], &g_tx_nev[p - paths], t, sent, any_pause(f));
     if (send(p->rx, f, PFC_FRAME_LEN, MSG_DONTWAIT) < 0) g_pfc_tx_errors[p - paths]++;
 }
 
@@ -590,6 +610,7 @@ static int pfc_on_frame(path_t *p, double arrival, uint8_t *frame, uint32_t len)
     double before = mono();
     if (pfcdir_receive(other->pfc, arrival, frame, len)) {
         lag_add(&g_rx_lag[other - paths], before - arrival);
+        event_add(&g_rx_ev[other - paths], &g_rx_nev[other - paths], arrival, before, any_pause(frame));
         return 1;
     }
     pfcdir_admit(p->pfc, arrival, frame, len);
@@ -672,6 +693,12 @@ static void pfc_stats_json(FILE *f, path_t *p, int with_series) {
         for (size_t i = 0; i < d->nsamples; i++)
             fprintf(f, "%s[%.6f, %u, %llu, %u]", i ? ", " : "", d->samples[i].t, d->samples[i].packets,
                     (unsigned long long)d->samples[i].bytes, d->samples[i].mask);
+        fprintf(f, "], \"pfc_tx_events\": [");
+        for (size_t i = 0; i < g_tx_nev[idx]; i++)
+            fprintf(f, "%s[%.9f, %.9f, %d]", i ? ", " : "", g_tx_ev[idx][i].t0, g_tx_ev[idx][i].t1, g_tx_ev[idx][i].pause);
+        fprintf(f, "], \"pfc_rx_events\": [");
+        for (size_t i = 0; i < g_rx_nev[idx]; i++)
+            fprintf(f, "%s[%.9f, %.9f, %d]", i ? ", " : "", g_rx_ev[idx][i].t0, g_rx_ev[idx][i].t1, g_rx_ev[idx][i].pause);
         fprintf(f, "]");
     }
 }
