@@ -33,6 +33,7 @@ from testbed.links import ecn
 from testbed.links.model import BYTES, LinkParams
 from testbed.pfc.config import PRIORITIES, PfcConfig
 from testbed.pfc.state import DROP, PfcEgress, PfcIngress
+from testbed.pfc.watchdog import PfcWatchdog
 from testbed.pfc.wire import decode, encode, priority_of
 
 #: Counters of one priority (and, summed, of the direction).
@@ -94,6 +95,9 @@ class PfcDirection:
         self.upstream: list = []   # (t, PauseFrame) for the caller to send upstream
         self.dropped: list = []    # (t, reason, length) of frames dropped after admission (watchdog, loss)
         self.pfc_rx_frames = self.pfc_tx_frames = 0
+        self.prio_bytes = [0] * PRIORITIES   # waiting bytes per priority (the watchdog's "queued")
+        self.watchdog = PfcWatchdog(pfc.watchdog, self.egress) if pfc.watchdog is not None else None
+        self._wd_polled = 0.0
 
     def _up(self, t: float, frames) -> None:
         for f in frames:
@@ -154,6 +158,7 @@ class PfcDirection:
         self._seq += 1
         self.waiting_packets += 1
         self.waiting_bytes += length
+        self.prio_bytes[p] += length
         if qlen + 1 > self.max_queue_packets:
             self.max_queue_packets = qlen + 1
         if qbytes + length > self.max_queue_bytes:
@@ -161,7 +166,17 @@ class PfcDirection:
         if now >= self._next_sample:
             self._sample(now, qlen + 1, qbytes + length)
         self.advance(now)
+        if self.watchdog is not None:   # a queue filled: detection may be due (the watchdog's contract)
+            self._wd_poll(now)
         return fate
+
+    def _wd_poll(self, t: float) -> None:
+        if t > self._wd_polled:
+            self._wd_polled = t
+        self.watchdog.poll(t, {p: self.prio_bytes[p] for p in self.pfc.priorities})
+
+    def _wd_due(self) -> float | None:
+        return None if self.watchdog is None else self.watchdog.next_deadline(self._wd_polled)
 
     def receive(self, now: float, raw: bytes) -> bool:
         """A frame from downstream: a PFC frame is consumed (True) and pauses/resumes; anything else False."""
@@ -191,15 +206,19 @@ class PfcDirection:
     def next_event(self) -> float | None:
         """When :meth:`advance` next has work (a start or a PAUSE refresh), or None."""
         nxt = self._next_start()
-        due = self.ingress.next_deadline()
-        times = [t for t in (nxt[0] if nxt else None, due) if t is not None]
+        times = [t for t in (nxt[0] if nxt else None, self.ingress.next_deadline(), self._wd_due()) if t is not None]
         return min(times) if times else None
 
     def advance(self, now: float) -> None:
-        """Start every frame whose start time is ``<= now``; refresh PAUSE on time (in time order)."""
+        """Start every frame whose start time is ``<= now``; refresh PAUSE and poll the watchdog on time, in
+        time order (at equal times: the start, then the refresh, then the watchdog)."""
         while True:
             nxt = self._next_start()
             due = self.ingress.next_deadline()
+            wd = self._wd_due()
+            if wd is not None and wd <= now and (nxt is None or wd < nxt[0]) and (due is None or wd < due):
+                self._wd_poll(wd)
+                continue
             if due is not None and due <= now and (nxt is None or due < nxt[0]):
                 self._up(due, self.ingress.tick(due))
                 continue
@@ -210,6 +229,7 @@ class PfcDirection:
             length = len(frame)
             self.waiting_packets -= 1
             self.waiting_bytes -= length
+            self.prio_bytes[p] -= length
             self._up(s, self.ingress.depart(s, p, length))
             c = self.prio[p]
             if self.egress.gate(s, p) == DROP:
@@ -276,7 +296,8 @@ class PfcDirection:
                       "rate_real_bps": ing.rate_bps, "scale": ing.dilation.scale, "xoff_bytes": self.pfc.xoff_bytes,
                       "xon_bytes": self.pfc.xon_bytes, "headroom_bytes": ing.headroom_bytes,
                       "quanta": self.pfc.quanta, "pause_s": ing.pause_s, "paused_now": self.paused_mask(now),
-                      "ingress": ing.snapshot(), "egress": egress}
+                      "ingress": ing.snapshot(), "egress": egress,
+                      "watchdog": self.watchdog.snapshot() if self.watchdog is not None else None}
         if with_series:
             doc["pfc_series"] = [list(s) for s in self.samples]
         return doc
@@ -325,6 +346,12 @@ def trace_lines(direction: PfcDirection, lines, src: str = "02:00:00:00:00:01") 
         out.append(f"pfc {p} pause_sent={ic['pause_sent']} xon_sent={ic['xon_sent']} "
                    f"pause_received={ec['pause_received']} xon_received={ec['xon_received']} "
                    f"max_bytes={ing.max_bytes[p]} paused_s={_fmt(eg.paused_time(now, p))}")
+    wd = direction.watchdog
+    if wd is not None:
+        for p in direction.pfc.priorities:
+            c = wd.counters[p]
+            out.append(f"watchdog {p} storms={c['storms']} restorations={c['restorations']} "
+                       f"storm_s={_fmt(c['storm_s'])} in_storm={int(wd.in_storm[p])}")
     out.append(f"queue max_packets={direction.max_queue_packets} max_bytes={direction.max_queue_bytes} "
                f"samples={len(direction.samples)}")
     return out
@@ -341,6 +368,9 @@ def linkcore_args(pfc: PfcConfig, real_rate_bps: float, headroom_bytes: float, s
     spec = (f"prios={mask},xoff={float(pfc.xoff_bytes)!r},xon={float(pfc.xon_bytes)!r},"
             f"headroom={float(headroom_bytes)!r},quanta={int(pfc.quanta)},rate={float(real_rate_bps)!r},"
             f"scale={float(scale)!r},dscp={''.join(str(p) for p in pfc.dscp_map)}")
+    if pfc.watchdog is not None:
+        wd = pfc.watchdog
+        spec += f",wd_detect={float(wd.detect_s)!r},wd_restore={float(wd.restore_s)!r},wd_action={wd.action}"
     if src is not None:
         spec += f",src={src}"
     return ["--pfc", spec]

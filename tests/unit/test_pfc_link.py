@@ -19,7 +19,7 @@ from scapy.packet import Raw
 
 from testbed.dilation import Dilation
 from testbed.links.model import LinkParams, LossModel, RedParams
-from testbed.pfc.config import PfcConfig
+from testbed.pfc.config import PfcConfig, WatchdogParams
 from testbed.pfc.link import PfcDirection, run_core_trace, trace_lines
 from testbed.pfc.state import PauseFrame
 from testbed.pfc.wire import decode, encode
@@ -143,10 +143,16 @@ CASES = {
 }
 
 
+CASES["watchdog-drop"] = dict(CASES["tail-bytes"], watchdog=WatchdogParams(detect_s=1e-4, restore_s=5e-5))
+CASES["watchdog-ignore"] = dict(CASES["red-ecn-packets"],
+                                watchdog=WatchdogParams(detect_s=5e-5, restore_s=1e-4, action="ignore"))
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_compiled_core_equals_reference(name):
     case = CASES[name]
-    cfg = PfcConfig(priorities=(3, 6), xoff_bytes=case["xoff"], xon_bytes=case["xon"], quanta=4000)
+    cfg = PfcConfig(priorities=(3, 6), xoff_bytes=case["xoff"], xon_bytes=case["xon"], quanta=4000,
+                    watchdog=case.get("watchdog"))
     lines = _trace(1500, seed=len(name))
     ref = trace_lines(PfcDirection(case["params"], cfg, REAL, case["headroom"], Dilation(SCALE),
                                    random.Random(11)), lines)
@@ -157,7 +163,13 @@ def test_compiled_core_equals_reference(name):
     text = "\n".join(ref)
     # the traces exercise what they claim to: pauses both ways, headroom or tail drops, forwarding
     assert " up " in text and "pfc" in text and " tx " in text
-    assert "pause_received=0 " not in ref[-3] and "pause_sent=0 " not in ref[-3]
+    pfc3 = next(line for line in ref if line.startswith("pfc 3 "))
+    assert "pause_received=0 " not in pfc3 and "pause_sent=0 " not in pfc3
+    if "watchdog" in case:     # storms were declared and ended (pauses of up to 1.3 s, detect 50-100 ms)
+        wd = next(line for line in ref if line.startswith("watchdog 3 "))
+        assert "storms=0 " not in wd and "restorations=0 " not in wd
+        if case["watchdog"].action == "drop":
+            assert "drop pfc_watchdog" in text
 
 
 def test_python_line_model_routes_pfc_frames_to_the_other_direction():

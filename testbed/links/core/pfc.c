@@ -31,6 +31,8 @@ typedef struct {
     double rate_real_bps, scale, pause_s, refresh_s;
     uint8_t dscp_map[64];
     uint8_t src[6];
+    int wd_action;                      /* watchdog (testbed.pfc.watchdog): 0 off, 1 drop, 2 ignore */
+    double wd_detect, wd_restore;       /* real seconds; x scale when used */
 } pfc_params_t;
 
 static pfc_params_t PF = {.quanta = 0xFFFF, .scale = 1.0, .src = {2, 0, 0, 0, 0, 1}};
@@ -72,6 +74,12 @@ typedef struct pfcdir {
     /* egress (testbed.pfc.state.PfcEgress) */
     double paused_until[NPRIO], paused_since[NPRIO], paused_total[NPRIO];
     int has_since[NPRIO], override[NPRIO];   /* override: 0 none, 1 drop, 2 ignore (watchdog) */
+    double last_pause[NPRIO];
+    int has_last[NPRIO];
+    /* watchdog (PfcWatchdog) */
+    int in_storm[NPRIO];
+    double storm_since[NPRIO], storm_s[NPRIO], wd_polled;
+    uint64_t storms[NPRIO], restorations[NPRIO], prio_bytes[NPRIO];
     uint64_t pause_rx[NPRIO], xon_rx[NPRIO], ignored[NPRIO], pfc_rx_frames, pfc_tx_frames;
 } pfcdir_t;
 
@@ -105,6 +113,13 @@ static void parse_pfc(char *spec) {
         else if (!strcmp(k, "rate")) PF.rate_real_bps = strtod(v, NULL);
         else if (!strcmp(k, "scale")) PF.scale = strtod(v, NULL);
         else if (!strcmp(k, "src")) parse_mac(v, PF.src);
+        else if (!strcmp(k, "wd_detect")) PF.wd_detect = strtod(v, NULL);
+        else if (!strcmp(k, "wd_restore")) PF.wd_restore = strtod(v, NULL);
+        else if (!strcmp(k, "wd_action")) {
+            if (!strcmp(v, "drop")) PF.wd_action = 1;
+            else if (!strcmp(v, "ignore")) PF.wd_action = 2;
+            else die("--pfc wd_action= drop or ignore");
+        }
         else if (!strcmp(k, "dscp")) {
             if (strlen(v) != 64) die("--pfc dscp=: 64 hex digits, the priority of DSCP 0..63");
             for (int d = 0; d < 64; d++) {
@@ -112,9 +127,11 @@ static void parse_pfc(char *spec) {
                 if (x < 0 || x > 7) die("--pfc dscp=: priorities are 0..7");
                 PF.dscp_map[d] = (uint8_t)x;
             }
-        } else die("--pfc: unknown key (prios, xoff, xon, headroom, quanta, rate, scale, dscp, src)");
+        } else die("--pfc: unknown key (prios, xoff, xon, headroom, quanta, rate, scale, dscp, src, wd_detect, "
+                   "wd_restore, wd_action)");
     }
     if (!(PF.rate_real_bps > 0)) die("--pfc rate= (the real line rate, bit/s) must be positive");
+    if (PF.wd_action && !(PF.wd_detect > 0 && PF.wd_restore > 0)) die("--pfc: wd_detect and wd_restore must be > 0");
     if (!(PF.xon < PF.xoff) || PF.quanta < 1 || PF.quanta > 0xFFFF || !(PF.scale > 0))
         die("--pfc: needs xon < xoff, quanta 1..65535, scale > 0");
     PF.enabled = 1;
@@ -217,6 +234,8 @@ static void eg_receive(pfcdir_t *d, double now, unsigned vector, const unsigned 
             continue;
         }
         d->pause_rx[p]++;
+        d->last_pause[p] = now;
+        d->has_last[p] = 1;
         if (!d->has_since[p]) { d->has_since[p] = 1; d->paused_since[p] = now; }
         d->paused_until[p] = now + (double)((long long)times[p] * 512) / PF.rate_real_bps * PF.scale;
     }
@@ -237,6 +256,48 @@ static unsigned paused_mask(const pfcdir_t *d, double now) {
     unsigned m = 0;
     for (int p = 0; p < NPRIO; p++) if (lossless(p) && eg_paused(d, now, p)) m |= 1u << p;
     return m;
+}
+
+/* ---------------------------------------------------------------- watchdog (PfcWatchdog) */
+static double wd_quiet_since(const pfcdir_t *d, int p) {
+    return (!d->has_last[p] || d->last_pause[p] < d->storm_since[p]) ? d->storm_since[p] : d->last_pause[p];
+}
+
+static void wd_poll(pfcdir_t *d, double t) {
+    if (t > d->wd_polled) d->wd_polled = t;
+    double detect = PF.wd_detect * PF.scale, restore = PF.wd_restore * PF.scale;
+    for (int p = 0; p < NPRIO; p++) {
+        if (!lossless(p)) continue;
+        if (!d->in_storm[p]) {
+            if (eg_paused(d, t, p) && d->has_since[p] && d->prio_bytes[p] > 0 && t - d->paused_since[p] >= detect) {
+                d->in_storm[p] = 1;
+                d->storm_since[p] = t;
+                d->override[p] = PF.wd_action;
+                d->storms[p]++;
+            }
+        } else if (t - wd_quiet_since(d, p) >= restore) {
+            d->in_storm[p] = 0;
+            d->storm_s[p] += t - d->storm_since[p];
+            d->override[p] = 0;
+            d->restorations[p]++;
+        }
+    }
+}
+
+/* PfcWatchdog.next_deadline(wd_polled): 1 and *t, or 0. */
+static int wd_due(const pfcdir_t *d, double *t) {
+    if (!PF.wd_action) return 0;
+    double now = d->wd_polled, detect = PF.wd_detect * PF.scale, restore = PF.wd_restore * PF.scale;
+    int any = 0;
+    for (int p = 0; p < NPRIO; p++) {
+        if (!lossless(p)) continue;
+        double due;
+        if (d->in_storm[p]) due = wd_quiet_since(d, p) + restore;
+        else if (eg_paused(d, now, p) && d->has_since[p]) due = d->paused_since[p] + detect;
+        else continue;
+        if (due > now && (!any || due < *t)) { *t = due; any = 1; }
+    }
+    return any;
 }
 
 /* ---------------------------------------------------------------- the direction (PfcDirection) */
@@ -311,17 +372,19 @@ static int next_start(const pfcdir_t *d, double *when) {
 }
 
 static int pfcdir_next_event(const pfcdir_t *d, double *t) {
-    double s = 0, r = 0;
-    int p = next_start(d, &s), has_r = in_next_deadline(d, &r);
-    if (p < 0 && !has_r) return 0;
-    *t = p < 0 ? r : (!has_r || s < r ? s : r);
-    return 1;
+    double s = 0, r = 0, w = 0;
+    int p = next_start(d, &s), has_r = in_next_deadline(d, &r), has_w = wd_due(d, &w), any = 0;
+    if (p >= 0) { *t = s; any = 1; }
+    if (has_r && (!any || r < *t)) { *t = r; any = 1; }
+    if (has_w && (!any || w < *t)) { *t = w; any = 1; }
+    return any;
 }
 
 static void pfcdir_advance(pfcdir_t *d, double now) {
     for (;;) {
-        double s = 0, due = 0;
-        int p = next_start(d, &s), has_due = in_next_deadline(d, &due);
+        double s = 0, due = 0, wd = 0;
+        int p = next_start(d, &s), has_due = in_next_deadline(d, &due), has_wd = wd_due(d, &wd);
+        if (has_wd && wd <= now && (p < 0 || wd < s) && (!has_due || wd < due)) { wd_poll(d, wd); continue; }
         if (has_due && due <= now && (p < 0 || due < s)) { in_tick(d, due); continue; }
         if (p < 0 || s > now) return;
         pfq_t *q = &d->fifo[p];
@@ -330,6 +393,7 @@ static void pfcdir_advance(pfcdir_t *d, double now) {
         q->n--;
         d->waiting_packets--;
         d->waiting_bytes -= e.len;
+        d->prio_bytes[p] -= e.len;
         in_depart(d, s, p, e.len);
         uint64_t *c = d->c[p];
         if (lossless(p) && d->override[p] == 1) {
@@ -411,6 +475,7 @@ static int pfcdir_admit(pfcdir_t *d, double now, uint8_t *frame, uint32_t len) {
     fifo_push(&d->fifo[p], (pfq_ent_t){d->seq++, now, buf, len});
     d->waiting_packets++;
     d->waiting_bytes += len;
+    d->prio_bytes[p] += len;
     if (qlen + 1 > d->max_qp) d->max_qp = qlen + 1;
     if (qbytes + len > d->max_qb) d->max_qb = qbytes + len;
     if (now >= d->next_sample) {
@@ -426,6 +491,7 @@ static int pfcdir_admit(pfcdir_t *d, double now, uint8_t *frame, uint32_t len) {
         }
     }
     pfcdir_advance(d, now);
+    if (PF.wd_action) wd_poll(d, now);  /* a queue filled: detection may be due */
     return fate;
 }
 
@@ -523,6 +589,11 @@ static int run_pfctrace(void) {
                "paused_s=%.17g\n", p, (unsigned long long)d.pause_sent[p], (unsigned long long)d.xon_sent[p],
                (unsigned long long)d.pause_rx[p], (unsigned long long)d.xon_rx[p], (unsigned long long)d.in_max[p],
                eg_paused_time(&d, now, p));
+    }
+    for (int p = 0; p < NPRIO && PF.wd_action; p++) {
+        if (!lossless(p)) continue;
+        printf("watchdog %d storms=%llu restorations=%llu storm_s=%.17g in_storm=%d\n", p,
+               (unsigned long long)d.storms[p], (unsigned long long)d.restorations[p], d.storm_s[p], d.in_storm[p]);
     }
     printf("queue max_packets=%llu max_bytes=%llu samples=%zu\n", (unsigned long long)d.max_qp,
            (unsigned long long)d.max_qb, d.nsamples);
@@ -687,7 +758,21 @@ static void pfc_stats_json(FILE *f, path_t *p, int with_series) {
                 d->override[q] == 1 ? "\"drop\"" : d->override[q] == 2 ? "\"ignore\"" : "null");
         first = 0;
     }
-    fprintf(f, "}}");
+    fprintf(f, "}, \"watchdog\": ");
+    if (!PF.wd_action) {
+        fprintf(f, "null");
+    } else {
+        fprintf(f, "{\"action\": \"%s\", \"detect_s\": %.9g, \"restore_s\": %.9g",
+                PF.wd_action == 1 ? "drop" : "ignore", PF.wd_detect, PF.wd_restore);
+        for (int q = 0; q < NPRIO; q++) {
+            if (!lossless(q)) continue;
+            fprintf(f, ", \"%d\": {\"storms\": %llu, \"restorations\": %llu, \"storm_s\": %.9g, \"in_storm\": %s}",
+                    q, (unsigned long long)d->storms[q], (unsigned long long)d->restorations[q], d->storm_s[q],
+                    d->in_storm[q] ? "true" : "false");
+        }
+        fprintf(f, "}");
+    }
+    fprintf(f, "}");
     if (with_series) {
         fprintf(f, ", \"pfc_series\": [");
         for (size_t i = 0; i < d->nsamples; i++)
