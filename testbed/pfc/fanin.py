@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,6 +174,13 @@ class FanIn:
             out.append({"sender": i, "tos": tos, "pps": pps, **json.loads(stdout)})
         return out
 
+    def stuck_receiver(self, seconds: float, interval: float, priority: int = 3):
+        """Start a receiver that sends PAUSE every ``interval`` s for ``seconds`` (then XON); returns the process."""
+        argv = [sys.executable, "-m", "testbed.pfc.storm", "--intf", f"{self.p}r0", "--priority", str(priority),
+                "--interval", repr(float(interval)), "--seconds", repr(float(seconds))]
+        return self.run.spawn(argv, netns=f"{self.p}R", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": _repo_path()})
+
     def wait_drained(self, timeout: float = 60.0) -> None:
         """Until every link core holds no frame (queued, paused or waiting for its release)."""
 
@@ -274,10 +282,12 @@ def reaction(stats: dict) -> dict:
 
 
 def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int = 1,
-              capture: Path | None = None) -> dict:
+              capture: Path | None = None, storm_s: float | None = None) -> dict:
     """One incast: start the cores, send ``flows``, drain, stop; the ledger, PFC counters and validity.
 
     ``capture``: also record the bottleneck's PFC frames (tcpdump at ``ws``) into this pcap.
+    ``storm_s``: the receiver is stuck for this long from the start, refreshing PAUSE on priority 3 every
+    quarter of its pause time (the bottleneck's egress is held; its watchdog, if any, must break it).
     """
     fan.start(params, seed=seed)
     tcpdump = None
@@ -292,9 +302,15 @@ def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int
     before = fan.receiver_packets()
     from testbed.emu.health import CpuWatch
 
+    stuck = None
     try:
         with CpuWatch([p.pid for p in fan.procs.values()]) as cpu:
+            if storm_s is not None:
+                pause_s = 0xFFFF * 512 / params.real_rate_bps * params.scale
+                stuck = fan.stuck_receiver(storm_s, pause_s / 4)
             sources = fan.send(flows, seconds)
+            if stuck is not None:
+                stuck.communicate(timeout=storm_s + 30)
             fan.wait_drained()
     finally:
         stats = fan.stop()
@@ -310,8 +326,10 @@ def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int
     checks = {"no_emulator_loss": all(e["rx_kernel_drops"] == 0 and e["tx_errors"] == 0 for e in emu.values()),
               "late_fraction_ok": frames > 0 and late / frames <= 0.01,
               "all_accounted": all(r["unaccounted"] == 0 for r in led["priorities"].values()),
-              "delivered_equals_receiver": led["bottleneck_tx_packets"] == led["receiver_packets"],
-              "machine_cpu_below_95": cpu.summary()["machine_mean"] < 95}
+              "delivered_equals_receiver": led["bottleneck_tx_packets"] == led["receiver_packets"]}
+    # machine CPU is reported, not a check: the link cores busy-wait before releases by design, so a busy
+    # machine is the normal state; the direct evidence of an emulator falling behind is above (late
+    # frames, socket drops, the PFC reaction lag)
     if allowance is not None:
         checks["reaction_within_headroom"] = react["worst_s"] <= allowance
     return {"params": {"senders": params.senders, "scale": params.scale, "rate_bps": params.rate_bps,
@@ -319,6 +337,6 @@ def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int
                        "limit_bytes": params.limit_bytes, "pfc_on": params.pfc_on, "pfc": params.pfc.to_dict(),
                        "headroom_bytes": params.port_headroom(), "reaction_allowance_s": allowance},
             "flows": sources, "ledger": led, "pfc": pfc_counters(stats), "reaction": react,
-            "emulator_late": late, "frames": frames, "cpu": cpu.summary(), "checks": checks, "valid": all(checks.values()),
+            "emulator_late": late, "frames": frames, "cpu": cpu.summary(), "checks": checks, "storm_s": storm_s, "valid": all(checks.values()),
             "series": {n: s["directions"]["a>b"].get("pfc_series", []) for n, s in stats.items()},
             "stats": stats}
