@@ -11,6 +11,11 @@ upstream side; the NICs hold priority 3 while paused (their queue is the host's 
 offers 45 % of the line rate on priority 3 and 45 % on priority 0 (lossy), so the bottleneck is offered
 N x 0.9 of its rate. With PFC off the same data path runs with no lossless priority (tail drop for all).
 
+Then a stuck receiver (``testbed.pfc.storm``: PAUSE refreshed for ``--storm`` seconds, the bottleneck's
+egress held) without and with the PFC watchdog (detect/restore 0.5 ms real = 0.5 s emulated, drop): without
+it the pause spreads to every sender for the whole storm; with it the storm is declared on the bottleneck's
+queue, its priority-3 frames are dropped (``pfc_watchdog``) and the senders run again.
+
 What it shows, per trial: the per-priority frame ledger (sent, where each drop happened, delivered,
 unaccounted = 0), PAUSE/XON frames sent and received and the time each sender was paused (emulated and
 real), the bottleneck's queue and the senders' pause state over time (``pfc_incast.png``), the emulator's
@@ -34,7 +39,7 @@ if __name__ == "__main__" and __package__ is None:
 from testbed.console import console, require_root  # noqa: E402
 from testbed.emu.registry import RunRegistry  # noqa: E402
 from testbed.links.wire import name_prefix  # noqa: E402
-from testbed.pfc.config import PfcConfig  # noqa: E402
+from testbed.pfc.config import PfcConfig, WatchdogParams  # noqa: E402
 from testbed.pfc.fanin import FanIn, IncastParams, run_trial  # noqa: E402
 from testbed.scenario import Results, run_main, scenario_parser  # noqa: E402
 
@@ -47,6 +52,7 @@ def _args(argv):
     p = scenario_parser(__doc__, prog=f"testbed run {NAME}")
     p.add_argument("--seconds", type=float, default=1.5, help="how long the senders send (default 1.5)")
     p.add_argument("--xoff", type=float, default=30e3, help="bottleneck xoff, bytes (default 30000)")
+    p.add_argument("--storm", type=float, default=3.0, help="seconds the receiver is stuck (default 3)")
     p.add_argument("--headroom", type=float, default=50e3,
                    help="bottleneck headroom per ingress port, bytes (default 50000; the formula gives "
                         "10.3 KB at the real 20G, which leaves < 1 ms for the emulator's reaction)")
@@ -61,7 +67,11 @@ def _row(n: int, res: dict) -> dict:
     led = res["ledger"]["priorities"]
     lr = res["pfc"].get("LR", {}).get("a>b", {})
     nics = [res["pfc"][f"L{i}"]["a>b"]["egress"].get("3", {}) for i in range(n) if res["pfc"].get(f"L{i}")]
-    return {"senders": n, "pfc": res["params"]["pfc_on"], "valid": res["valid"],
+    wd = lr.get("watchdog") or {}
+    lr_eg = lr.get("egress", {}).get("3", {})
+    return {"senders": n, "pfc": res["params"]["pfc_on"], "storm_s": res.get("storm_s"),
+            "watchdog": (res["params"]["pfc"].get("watchdog") or {}).get("action"), "valid": res["valid"],
+            "invalid_because": sorted(k for k, v in res["checks"].items() if not v),
             "roce_sent": led["3"]["sent"], "roce_dropped": led["3"]["dropped"],
             "lossy_sent": led["0"]["sent"], "lossy_dropped": led["0"]["dropped"],
             "unaccounted": sum(r["unaccounted"] for r in led.values()),
@@ -71,7 +81,11 @@ def _row(n: int, res: dict) -> dict:
             "paused_real_s_mean": sum(e.get("paused_real_s", 0.0) for e in nics) / len(nics) if nics else 0.0,
             "max_bytes": lr.get("ingress", {}).get("3", {}).get("max_bytes", 0),
             "reaction_worst_ms": res["reaction"]["worst_s"] * 1e3,
-            "reaction_allowance_ms": (res["params"]["reaction_allowance_s"] or 0) * 1e3}
+            "reaction_allowance_ms": (res["params"]["reaction_allowance_s"] or 0) * 1e3,
+            "bottleneck_paused_s": lr_eg.get("paused_s", 0.0), "storms": wd.get("3", {}).get("storms", 0),
+            "storm_time_s": wd.get("3", {}).get("storm_s", 0.0),
+            "watchdog_drops": led["3"]["drops"].get("bottleneck_drop_pfc_watchdog", 0),
+            "machine_cpu_mean": res["cpu"]["machine_mean"], "late_frames": res["emulator_late"]}
 
 
 def _plot(trials: list, path: Path) -> None:
@@ -125,6 +139,18 @@ def main(argv=None) -> int:
                     trial.pop("stats")
                     rows.append(_row(n, trial))
                     trials.append((f"{n}:1, PFC {'on' if on else 'off'}", trial))
+                if n != counts[0]:
+                    continue
+                for wd in (None, WatchdogParams(detect_s=0.5e-3, restore_s=0.5e-3, action="drop")):
+                    label = f"{n}:1, stuck receiver {args.storm:g} s, watchdog {'drop' if wd else 'off'}"
+                    console.print(label)
+                    storm_pfc = PfcConfig(priorities=(3,), xoff_bytes=pfc.xoff_bytes, xon_bytes=pfc.xon_bytes,
+                                          headroom_bytes=pfc.headroom_bytes, watchdog=wd)
+                    trial = run_trial(fan, IncastParams(senders=n, rate_bps=RATE, pfc=storm_pfc), _flows(n),
+                                      args.seconds, storm_s=args.storm)
+                    trial.pop("stats")
+                    rows.append(_row(n, trial))
+                    trials.append((label, trial))
         res.write_json("metrics.json", {"rows": rows, "trials": [{"label": k, **v} for k, v in trials]})
         _plot(trials, res.path("pfc_incast.png"))
         res.finish({"rows": rows, "all_valid": all(r["valid"] for r in rows)})

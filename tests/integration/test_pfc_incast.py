@@ -19,7 +19,7 @@ import pytest
 
 from testbed.emu.registry import RunRegistry
 from testbed.links.wire import name_prefix
-from testbed.pfc.config import PfcConfig
+from testbed.pfc.config import PfcConfig, WatchdogParams
 from testbed.pfc.fanin import FanIn, IncastParams, run_trial
 
 pytestmark = [pytest.mark.root]
@@ -31,12 +31,18 @@ ROCE_TOS, LOSSY_TOS = 26 << 2 | 2, 0
 PFC = PfcConfig(priorities=(3,), xoff_bytes=30e3, xon_bytes=30e3 - 2 * 1538, headroom_bytes=200e3)
 FLOWS = [(i, tos, 0.45 * RATE / 8000) for i in range(4) for tos in (ROCE_TOS, LOSSY_TOS)]
 SECONDS = 1.5
+#: A stuck receiver refreshing PAUSE for 2 s (emulated); the bottleneck's watchdog detects after 0.5 ms real
+#: (0.5 s emulated) of continuous pause with frames queued and restores 0.5 s after the last PAUSE.
+STORM_S = 2.0
+WATCHDOG_PFC = PfcConfig(priorities=(3,), xoff_bytes=PFC.xoff_bytes, xon_bytes=PFC.xon_bytes,
+                         headroom_bytes=PFC.headroom_bytes,
+                         watchdog=WatchdogParams(detect_s=0.5e-3, restore_s=0.5e-3, action="drop"))
 
 
-def _trial(fan, tmp_path, pfc_on: bool, capture: bool = False) -> dict:
-    params = IncastParams(senders=4, rate_bps=RATE, pfc=PFC, pfc_on=pfc_on)
+def _trial(fan, tmp_path, pfc_on: bool, capture: bool = False, pfc: PfcConfig = PFC, storm_s=None) -> dict:
+    params = IncastParams(senders=4, rate_bps=RATE, pfc=pfc, pfc_on=pfc_on)
     for attempt in range(2):
-        res = run_trial(fan, params, FLOWS, SECONDS, seed=7 + attempt,
+        res = run_trial(fan, params, FLOWS, SECONDS, seed=7 + attempt, storm_s=storm_s,
                         capture=tmp_path / f"pfc-{pfc_on}-{attempt}.pcap" if capture else None)
         res["pcap"] = tmp_path / f"pfc-{pfc_on}-{attempt}.pcap"
         if res["valid"]:
@@ -52,7 +58,8 @@ def trials(tmp_path_factory):
     with RunRegistry("pfc-incast-test") as run:
         fan = FanIn(run, name_prefix("p"), tmp, 4)
         fan.build()
-        yield {"on": _trial(fan, tmp, True, capture=True), "off": _trial(fan, tmp, False)}
+        yield {"on": _trial(fan, tmp, True, capture=True), "off": _trial(fan, tmp, False),
+               "storm": _trial(fan, tmp, True, pfc=WATCHDOG_PFC, storm_s=STORM_S)}
 
 
 def test_pfc_on_roce_priority_is_lossless_and_lossy_drops(trials):
@@ -96,3 +103,17 @@ def test_tshark_decodes_the_captured_pauses_as_pfc(trials):
     times = [int(x["macc.cbfc.pause_time.c3"][0]) for x in layers]
     assert times.count(0xFFFF) == on["pfc"]["LR"]["a>b"]["ingress"]["3"]["pause_sent"]
     assert times.count(0) == on["pfc"]["LR"]["a>b"]["ingress"]["3"]["xon_sent"]
+
+
+def test_watchdog_breaks_a_stuck_receivers_storm_and_restores(trials):
+    storm = trials["storm"]
+    lr = storm["pfc"]["LR"]["a>b"]
+    wd = lr["watchdog"]["3"]
+    assert lr["egress"]["3"]["pause_received"] >= 4                     # the stuck receiver's refreshes
+    assert wd["storms"] >= 1 and wd["restorations"] == wd["storms"] and not wd["in_storm"]
+    # declared 0.5 s into the pause, ended 0.5 s after the last PAUSE: about the storm's length
+    assert 0.5 * STORM_S <= wd["storm_s"] <= STORM_S + 1.0
+    roce = storm["ledger"]["priorities"]["3"]
+    assert roce["drops"].get("bottleneck_drop_pfc_watchdog", 0) > 0      # dropped while in storm, counted
+    assert roce["drops"].get("bottleneck_drop_pfc_headroom", 0) == 0
+    assert roce["unaccounted"] == 0 and roce["delivered"] > 0           # and delivered again after it
