@@ -80,9 +80,11 @@ def build_argv(intf_a: str, intf_b: str, params: LinkParams, stats_path: str | o
                spin_s: float = DEFAULT_SPIN_S, pfc=None) -> list[str]:
     """The command line that runs a delay line on ``intf_a``/``intf_b`` with the *emulated* ``params``.
 
-    ``pfc``: a :class:`testbed.pfc.link.PfcPort` runs both directions with PFC (``--pfc JSON``).
+    ``pfc``: a :class:`testbed.pfc.link.PfcPort` runs both directions with PFC: the same line started by
+    ``python -m testbed.pfc.line`` (which adds ``--pfc JSON``; this module imports nothing of testbed.pfc).
     """
-    argv = [python or sys.executable, "-m", "testbed.links.delayline", "--a", intf_a, "--b", intf_b,
+    module = "testbed.links.delayline" if pfc is None else "testbed.pfc.line"
+    argv = [python or sys.executable, "-m", module, "--a", intf_a, "--b", intf_b,
             "--params", json.dumps(params.to_dict(), sort_keys=True), "--stats", str(stats_path),
             "--late-tolerance", repr(float(late_tolerance_s)), "--stats-interval", repr(float(stats_interval_s)),
             "--spin", repr(float(spin_s))]
@@ -171,23 +173,11 @@ class DelayLine:
             _Path("b>a", self.sock_b, self.sock_a, Direction(params, random.Random(rng.random()))),
         )
         if pfc is not None:
-            self._use_pfc(pfc, rng)
+            pfc.attach(self, rng)   # testbed.pfc.link.PfcPort: both directions' models become PFC models
         self.kernel_drops = {intf_a: 0, intf_b: 0}
         self.started = time.monotonic()
         self.stop = False
         self.dump_series = False
-
-    def _use_pfc(self, pfc, rng) -> None:
-        """Both directions run :class:`testbed.pfc.link.PfcDirection` (see :class:`testbed.pfc.link.LineModel`)."""
-        from testbed.pfc.link import LineModel
-
-        models = []
-        for p, intf in zip(self.paths, self.intfs, strict=True):
-            src = bytes.fromhex(Path(f"/sys/class/net/{intf}/address").read_text().strip().replace(":", ""))
-            models.append(LineModel(pfc.direction(self.params, random.Random(rng.random())), p.pending,
-                                    p.rx.send, src, time.monotonic))
-            p.model = models[-1]
-        models[0].peer, models[1].peer = models[1], models[0]
 
     def _set_timer_slack(self) -> None:
         """1 us timer slack (default 50 us) so select() wakes close to the release time."""
@@ -322,7 +312,8 @@ class DelayLine:
         os.replace(tmp, self.stats_path)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, pfc=None) -> int:
+    """The delay line's command line; ``pfc`` (from ``python -m testbed.pfc.line``) runs PFC in both directions."""
     parser = argparse.ArgumentParser(prog="python -m testbed.links.delayline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--a", required=True, help="first interface")
     parser.add_argument("--b", required=True, help="second interface")
@@ -335,14 +326,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="busy-wait this many seconds before a release instead of sleeping")
     parser.add_argument("--rt-priority", type=int, default=DEFAULT_RT_PRIORITY,
                         help="SCHED_FIFO priority (0: normal scheduling)")
-    parser.add_argument("--pfc", default=None, help="PFC of this link node (testbed.pfc.link.PfcPort JSON)")
     args = parser.parse_args(argv)
     params = LinkParams.from_dict(json.loads(args.params))
-    pfc = None
-    if args.pfc is not None:
-        from testbed.pfc.link import PfcPort
-
-        pfc = PfcPort.from_json(args.pfc)
     line = DelayLine(args.a, args.b, params, args.stats, seed=args.seed, late_tolerance_s=args.late_tolerance,
                      stats_interval_s=args.stats_interval, rt_priority=args.rt_priority, spin_s=args.spin, pfc=pfc)
 

@@ -197,8 +197,11 @@ class PfcDirection:
                 continue
             seq, arrival, _, _ = q[0]
             s = self.busy_until if self.busy_until > arrival else arrival
-            if self.egress.override[p] is None and self.egress.paused(s, p):
-                s = self.egress.resume_at(p)
+            if self.egress.override[p] is None:
+                if self.egress.paused(s, p):
+                    s = self.egress.resume_at(p)
+            elif s < self.watchdog.storm_since[p]:   # held until the watchdog declared the storm
+                s = self.watchdog.storm_since[p]
             if best is None or s < best[0] or (s == best[0] and seq < best[2]):
                 best = (s, p, seq)
         return None if best is None else (best[0], best[1])
@@ -425,6 +428,19 @@ class PfcPort:
 
     def direction(self, params: LinkParams, rng: random.Random) -> PfcDirection:
         return PfcDirection(params, self.config, self.real_rate_bps, self.headroom_bytes, Dilation(self.scale), rng)
+
+    def attach(self, line, rng: random.Random) -> None:
+        """Make both directions of a :class:`testbed.links.delayline.DelayLine` PFC directions (root)."""
+        import time
+        from pathlib import Path
+
+        models = []
+        for p, intf in zip(line.paths, line.intfs, strict=True):
+            src = bytes.fromhex(Path(f"/sys/class/net/{intf}/address").read_text().strip().replace(":", ""))
+            models.append(LineModel(self.direction(line.params, random.Random(rng.random())), p.pending, p.rx.send,
+                                    src, time.monotonic))
+            p.model = models[-1]
+        models[0].peer, models[1].peer = models[1], models[0]
 
 
 class LineModel:

@@ -234,3 +234,23 @@ def test_bench_pairs_each_pause_with_each_senders_reception():
     assert got["parts"]["transit"] == pytest.approx([0.0002, 0.0001])
     assert got["parts"]["sender_lag"] == pytest.approx([0.0001, 0.0005])
     assert got["senders_with_missing_frames"] == 0
+
+
+@pytest.mark.parametrize("action", ["drop", "ignore"])
+def test_watchdog_acts_from_the_storms_declaration_not_before(action):
+    params = LinkParams(rate_bps=8e6, delay_s=0.0, limit=5000, limit_unit="bytes")
+    cfg = PfcConfig(priorities=(3,), xoff_bytes=3000, xon_bytes=1000,
+                    watchdog=WatchdogParams(detect_s=1e-6, restore_s=2e-6, action=action))
+    d = PfcDirection(params, cfg, REAL, 2000, Dilation(SCALE), random.Random(1))
+    d.receive(0.0, pause(0xFFFF))                       # held for 1.34 s; detect = 1 us real = 1 ms emulated
+    d.admit(0.0, frame(ROCE_TOS))
+    assert d.next_event() == pytest.approx(1e-3)
+    d.advance(5e-3)
+    assert d.watchdog.counters[3]["storms"] == 1
+    if action == "drop":
+        assert [(t, r) for t, r, _ in d.dropped] == [(pytest.approx(1e-3), "pfc_watchdog")] and not d.released
+    else:
+        assert [t for t, _ in d.released] == [pytest.approx(2e-3)] and not d.dropped
+    d.advance(1.0)                                       # no PAUSE since 0: restored 2 ms after the declaration
+    assert d.watchdog.counters[3]["restorations"] == 1
+    assert d.watchdog.counters[3]["storm_s"] == pytest.approx(2e-3)

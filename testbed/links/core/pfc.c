@@ -364,7 +364,11 @@ static int next_start(const pfcdir_t *d, double *when) {
         if (!q->n) continue;
         const pfq_ent_t *h = &q->e[q->head];
         double s = d->busy_until > h->arrival ? d->busy_until : h->arrival;
-        if (d->override[p] == 0 && eg_paused(d, s, p)) s = d->paused_until[p];
+        if (d->override[p] == 0) {
+            if (eg_paused(d, s, p)) s = d->paused_until[p];
+        } else if (s < d->storm_since[p]) {
+            s = d->storm_since[p];  /* held until the watchdog declared the storm */
+        }
         if (best < 0 || s < bs || (s == bs && h->seq < bseq)) { best = p; bs = s; bseq = h->seq; }
     }
     *when = bs;
