@@ -282,14 +282,15 @@ def reaction(stats: dict) -> dict:
 
 
 def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int = 1,
-              capture: Path | None = None, storm_s: float | None = None) -> dict:
+              capture: Path | None = None, storm_s: float | None = None, core_name: str = "c") -> dict:
     """One incast: start the cores, send ``flows``, drain, stop; the ledger, PFC counters and validity.
 
     ``capture``: also record the bottleneck's PFC frames (tcpdump at ``ws``) into this pcap.
+    ``core_name``: ``c`` or ``python`` (the Python delay line; it reports no PFC reaction lag).
     ``storm_s``: the receiver is stuck for this long from the start, refreshing PAUSE on priority 3 every
     quarter of its pause time (the bottleneck's egress is held; its watchdog, if any, must break it).
     """
-    fan.start(params, seed=seed)
+    fan.start(params, seed=seed, core_name=core_name)
     tcpdump = None
     if capture is not None:
         log = capture.with_suffix(".log")
