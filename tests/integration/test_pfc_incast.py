@@ -18,6 +18,7 @@ import subprocess
 import pytest
 
 from testbed.emu.registry import RunRegistry
+from testbed.links.accounting import link_node_ledger
 from testbed.links.wire import name_prefix
 from testbed.pfc.config import PfcConfig, WatchdogParams
 from testbed.pfc.fanin import FanIn, IncastParams, run_trial
@@ -69,6 +70,10 @@ def test_pfc_on_roce_priority_is_lossless_and_lossy_drops(trials):
     assert roce["dropped"] == 0 and roce["delivered"] == roce["sent"], roce["drops"]
     assert lossy["drops"].get("bottleneck_drop_tail", 0) > 0          # priority 0 is not protected
     assert lossy["unaccounted"] == 0 and roce["unaccounted"] == 0
+    for name, doc in trials["on"]["stats"].items():                   # the run-wide ledger reads the same stats
+        node = link_node_ledger(doc)
+        assert node["unaccounted"] == 0 and node["in_flight"] == 0, (name, node)
+        assert node["modelled"]["pfc"] == 0
     lr = trials["on"]["pfc"]["LR"]["a>b"]
     assert lr["ingress"]["3"]["pause_sent"] > 0 and lr["ingress"]["3"]["xon_sent"] > 0
     assert lr["ingress"]["3"]["max_bytes"] >= PFC.xoff_bytes          # xoff was crossed, the headroom held
