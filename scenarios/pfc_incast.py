@@ -106,14 +106,14 @@ def _plot(trials: list, path: Path) -> None:
             ax.axhline(xoff + res["params"]["headroom_bytes"] / 1e3, ls=":", c="r", lw=0.6, label="xoff + headroom")
             ax.legend(fontsize=7)
         ax.set_title(label, fontsize=9)
-        ax.set_ylabel("bottleneck queue (KB)")
+        ax.set_ylabel("bottleneck queue, all priorities (KB)")
         ax = axes[1][col]
         for name, series in sorted(res["series"].items()):
             if name == "LR" or not series:
                 continue
             idx = int(name[1:])
             ax.step([s[0] - t0 for s in series], [idx + 0.8 * (s[3] >> 3 & 1) for s in series], where="post", lw=0.8)
-        ax.set_ylabel("sender k: paused (k + 0.8)")
+        ax.set_ylabel("sender k: priority 3 paused (k + 0.8)")
         ax.set_xlabel("emulated time (s)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

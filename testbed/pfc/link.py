@@ -187,6 +187,8 @@ class PfcDirection:
         self.advance(now)
         self.egress.receive(now, pause)
         self.advance(now)
+        qlen, qbytes = self.depth(now)   # a pause state change is a sample (the series shows every one)
+        self._record(now, qlen, qbytes)
         return True
 
     def _next_start(self) -> tuple[float, int] | None:
@@ -273,6 +275,9 @@ class PfcDirection:
 
     def _sample(self, now: float, packets: int, nbytes: int) -> None:
         self._next_sample = now + self._sample_interval
+        self._record(now, packets, nbytes)
+
+    def _record(self, now: float, packets: int, nbytes: int) -> None:
         if len(self.samples) < self._max_samples:
             self.samples.append((round(now, 6), packets, nbytes, self.paused_mask(now)))
         else:

@@ -429,6 +429,18 @@ static void pfcdir_advance(pfcdir_t *d, double now) {
     }
 }
 
+static void record(pfcdir_t *d, double now, uint64_t packets, uint64_t bytes) {
+    if (d->nsamples < d->P->max_samples) {
+        if (d->nsamples == d->scap) {
+            d->scap = d->scap ? d->scap * 2 : 4096;
+            d->samples = xrealloc(d->samples, d->scap * sizeof *d->samples);
+        }
+        d->samples[d->nsamples++] = (pfc_sample_t){now, (uint32_t)packets, bytes, paused_mask(d, now)};
+    } else {
+        d->samples_skipped++;
+    }
+}
+
 enum { PF_QUEUED, PF_CE, PF_ACE, PF_TAIL, PF_RED, PF_HEADROOM };
 static const char *PF_FATE[] = {"queued", "ce", "already_ce", "tail", "red", "pfc_headroom"};
 
@@ -484,15 +496,7 @@ static int pfcdir_admit(pfcdir_t *d, double now, uint8_t *frame, uint32_t len) {
     if (qbytes + len > d->max_qb) d->max_qb = qbytes + len;
     if (now >= d->next_sample) {
         d->next_sample = now + P->sample_interval;
-        if (d->nsamples < P->max_samples) {
-            if (d->nsamples == d->scap) {
-                d->scap = d->scap ? d->scap * 2 : 4096;
-                d->samples = xrealloc(d->samples, d->scap * sizeof *d->samples);
-            }
-            d->samples[d->nsamples++] = (pfc_sample_t){now, (uint32_t)(qlen + 1), qbytes + len, paused_mask(d, now)};
-        } else {
-            d->samples_skipped++;
-        }
+        record(d, now, qlen + 1, qbytes + len);
     }
     pfcdir_advance(d, now);
     if (PF.wd_action) wd_poll(d, now);  /* a queue filled: detection may be due */
@@ -507,6 +511,8 @@ static int pfcdir_receive(pfcdir_t *d, double now, const uint8_t *frame, uint32_
     pfcdir_advance(d, now);
     eg_receive(d, now, vector, times);
     pfcdir_advance(d, now);
+    drain_wire(d, now);  /* a pause state change is a sample (the series shows every one) */
+    record(d, now, d->waiting_packets + d->wlen, d->waiting_bytes + d->wire_bytes);
     return 1;
 }
 
