@@ -2,7 +2,8 @@
 
 The model is diffed against the compiled core in tests/unit/test_pfc_link.py; this runs the Python line's
 forwarding loop with it: PFC frames read on one side pause the other direction, PAUSE/XON leave by the input
-side, frames start on the model's timer. At 4 Mbit/s (500 frames/s) the Python line keeps up on 2 cores.
+side, frames start on the model's timer. At 2 Mbit/s (250 frames/s, 4 ms apart) the Python line keeps up
+on a busy 2-core machine (at 4 Mbit/s and load 12 it sent over 1 % of its frames late).
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from testbed.pfc.fanin import FanIn, IncastParams, run_trial
 
 pytestmark = [pytest.mark.root]
 
-RATE = 4e6
+RATE = 2e6
 FLOWS = [(i, tos, 0.45 * RATE / 8000) for i in range(2) for tos in (26 << 2 | 2, 0)]
 
 
 def test_python_line_keeps_roce_lossless_under_incast(tmp_path):
     pfc = PfcConfig(priorities=(3,), xoff_bytes=20e3, xon_bytes=20e3 - 2 * 1538, headroom_bytes=2 * 30e3)
-    params = IncastParams(senders=2, rate_bps=RATE, scale=5000, limit_bytes=40e3, pfc=pfc)
+    params = IncastParams(senders=2, rate_bps=RATE, scale=10000, limit_bytes=40e3, pfc=pfc)
     with RunRegistry("pfc-python-line-test") as run:
         fan = FanIn(run, name_prefix("y"), tmp_path, 2)
         fan.build()
@@ -30,10 +31,11 @@ def test_python_line_keeps_roce_lossless_under_incast(tmp_path):
             res = run_trial(fan, params, FLOWS, 2.0, seed=3 + attempt, core_name="python")
             if res["valid"]:
                 break
-    assert res["valid"], f"emulator unhealthy twice: {res['checks']}"
+    assert res["valid"], (f"emulator unhealthy twice: {res['checks']}, late {res['emulator_late']} of "
+                          f"{res['frames']} frames")
     assert {s["core"] for s in res["stats"].values()} == {"python"}
     roce, lossy = res["ledger"]["priorities"]["3"], res["ledger"]["priorities"]["0"]
-    assert roce["sent"] > 500 and roce["dropped"] == 0 and roce["delivered"] == roce["sent"], roce["drops"]
+    assert roce["sent"] > 250 and roce["dropped"] == 0 and roce["delivered"] == roce["sent"], roce["drops"]
     assert lossy["drops"].get("bottleneck_drop_tail", 0) > 0 and lossy["unaccounted"] == 0
     lr = res["pfc"]["LR"]["a>b"]
     assert lr["ingress"]["3"]["pause_sent"] > 0 and lr["pfc_tx_frames"] > 0
