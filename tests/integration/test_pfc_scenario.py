@@ -28,7 +28,7 @@ def test_pfc_incast_quick(tmp_path, capsys):
     assert off["roce_dropped"] > 0 and off["pause_sent"] == 0
     # a stuck receiver: without the watchdog the bottleneck is held for the whole storm and nothing is lost;
     # with it, one storm is declared and its frames are dropped as pfc_watchdog
-    assert stuck["storms"] == 0 and stuck["roce_dropped"] == 0 and stuck["bottleneck_paused_s"] >= 2.0
+    assert stuck["storms"] == 0 and stuck["roce_dropped"] == 0 and stuck["bottleneck_paused_s"] >= 0.9 * 2.0
     assert broken["storms"] >= 1 and broken["watchdog_drops"] > 0
     assert (tmp_path / "pfc_incast.png").stat().st_size > 10_000
     metrics = json.loads((tmp_path / "metrics.json").read_text())
