@@ -123,6 +123,8 @@ def _main(args) -> int:
                   _fmt(r["p50"]), _fmt(r["p99"]), _fmt(r["max"]))
     out.print(t)
     console.print(f"{doc['pfc_frames_sent']} PFC frames sent; RoCE {doc['roce_sent']} sent, {doc['roce_dropped']} "
-                  f"dropped; trial valid: {doc['valid']}; machine CPU {doc['cpu']['machine_mean']:.0f}%; "
+                  f"dropped; trial valid: {doc['valid']}"
+                  + ("" if doc["valid"] else f" (failed: {', '.join(k for k, v in doc['checks'].items() if not v)})")
+                  + f"; machine CPU {doc['cpu']['machine_mean']:.0f}%; "
                   f"load {' '.join(f'{x:.2f}' for x in doc['load_average_after'])}")
     return 0 if doc["valid"] else 1
