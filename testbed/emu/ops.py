@@ -160,3 +160,83 @@ def parse_bridge_list(text: str) -> dict:
         if uuid:
             out[name.strip().strip('"')] = uuid.strip()
     return out
+
+
+# ------------------------------------------------------------------------------ teardown in batches
+#: Interfaces per kernel batch: one ``ip link del group`` unregisters them all with one RCU grace period
+#: (``unregister_netdevice_many``), where one ``ip link del`` each waits out a grace period per link
+#: (tens of ms on a loaded machine: minutes for the thousands of veths of a fat-tree k=16).
+LINKS_PER_BATCH = 1000
+
+#: Interface groups used for a teardown batch: this base plus the pid of the process deleting (pids are
+#: below 2**22), so two teardowns at once never share a group and nobody else's interface is in it.
+LINK_GROUP_BASE = 0x5CA1_0000
+
+
+def teardown_group(pid: int | None = None) -> int:
+    """The interface group of this process's teardown batches (never 0, Linux's default group)."""
+    return LINK_GROUP_BASE + ((os.getpid() if pid is None else pid) & 0x3F_FFFF)
+
+
+def group_batch(names, group: int) -> str:
+    """``ip -force -batch`` text putting each interface of ``names`` into ``group`` (a missing one is an
+    error that -force skips: one end of a veth goes with the other)."""
+    return "".join(f"link set dev {check_ifname(n)} group {group}\n" for n in names)
+
+
+def del_group_argv(group: int) -> list[str]:
+    """Delete every interface of ``group`` in one netlink request (one kernel batch)."""
+    return ["ip", "link", "del", "group", str(group)]
+
+
+def del_links_batch(names) -> str:
+    """``ip -force -batch`` text deleting each interface of ``names`` (the slow path: one grace period each)."""
+    return "".join(f"link del dev {check_ifname(n)}\n" for n in names)
+
+
+def delete_links(names, *, group: int | None = None) -> None:
+    """Delete root-namespace interfaces in kernel batches of :data:`LINKS_PER_BATCH`.
+
+    Each batch tags its interfaces with this process's teardown group and deletes the group in one
+    request; when the kernel refuses that, the batch falls back to one ``ip link del`` per interface.
+    Never raises for an interface that stays: callers check what is left (timeouts included, so one slow
+    batch does not stop the others).
+    """
+    names = list(names)
+    group = teardown_group() if group is None else group
+    for i in range(0, len(names), LINKS_PER_BATCH):
+        chunk = names[i:i + LINKS_PER_BATCH]
+        slack = 30 + len(chunk) * 0.2
+        try:
+            run(["ip", "-force", "-batch", "-"], what=f"group {len(chunk)} links", check=False,
+                input=group_batch(chunk, group), timeout=slack)
+            res = run(del_group_argv(group), what=f"delete {len(chunk)} links", check=False, timeout=slack)
+            if res.returncode != 0 or any(os.path.exists(f"/sys/class/net/{n}") for n in chunk):
+                run(["ip", "-force", "-batch", "-"], what=f"delete {len(chunk)} links", check=False,
+                    input=del_links_batch(chunk), timeout=slack)
+        except EmulationError:
+            continue  # too slow this time: what is left is reported by the caller
+
+
+#: Bridges deleted per ``ovs-vsctl`` call (one transaction each; OVS's userspace datapath handles a few
+#: hundred port removals per transaction well).
+BRIDGES_PER_CALL = 200
+
+
+def del_br_argv(names: list[str]) -> list[str]:
+    """One ovs-vsctl transaction deleting every bridge in ``names`` (those already gone are skipped)."""
+    argv = ["ovs-vsctl", f"--timeout={30 + len(names) // 10}"]
+    for name in names:
+        argv += ["--", "--if-exists", "del-br", name]
+    return argv
+
+
+def delete_bridges(names, per_call: int = BRIDGES_PER_CALL) -> None:
+    """Delete OVS bridges in transactions of ``per_call``; never raises (callers check what is left)."""
+    names = list(names)
+    for i in range(0, len(names), per_call):
+        chunk = names[i:i + per_call]
+        try:
+            run(del_br_argv(chunk), what=f"delete {len(chunk)} bridges", check=False, timeout=120 + len(chunk))
+        except EmulationError:
+            continue
