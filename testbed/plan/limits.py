@@ -89,3 +89,15 @@ def check_buildable(G, available_mib: float | None = None) -> Estimate:
                               f"{available:,.0f} MiB are available ({HEADROOM:.0%} kept free); use a smaller "
                               "spec or free memory")
     return est
+
+
+def refuse_huge(spec) -> None:
+    """Refuse (exit 2) a spec whose closed-form size is beyond one machine, before its graph is built (a
+    graph of a fat-tree k=1024 alone would not fit)."""
+    from testbed.topo.counts import closed_form
+
+    counts = closed_form(spec.kind, spec.params)
+    if counts is not None and 2 * counts["links"] > MAX_INTERFACES:
+        raise SpecError(spec.name, f"the replica needs at least {2 * counts['links']:,} interfaces "
+                                   f"({counts['links']:,} links); one machine builds at most {MAX_INTERFACES:,}: "
+                                   "use a smaller spec (`testbed topo show` gives its figures)")
