@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+import struct
 import subprocess
 
 from testbed.errors import EmulationError
@@ -240,3 +242,156 @@ def delete_bridges(names, per_call: int = BRIDGES_PER_CALL) -> None:
             run(del_br_argv(chunk), what=f"delete {len(chunk)} bridges", check=False, timeout=120 + len(chunk))
         except EmulationError:
             continue
+
+
+# ------------------------------------------------------------------------------ host addressing (netlink)
+def netns_of(pid: int) -> str:
+    """The network namespace of process ``pid`` as a path pyroute2 enters (a Mininet host's shell)."""
+    return f"/proc/{int(pid)}/ns/net"
+
+
+def configure_host(netns: str, dev: str, neighbours, routes) -> None:
+    """Permanent neighbours ``[(ip, mac)]`` and on-link routes ``[subnet]`` on ``dev``, over netlink
+    (pyroute2) inside the namespace at path ``netns`` (:func:`netns_of`); what ``ip neigh/route replace``
+    would do, without a process per command.
+
+    The netlink socket is opened by a thread that entered the namespace (setns(2) is per thread), not by
+    pyroute2's ``netns=`` option: that forks a child, and a forked child of a run that turns SIGTERM into
+    an exception would unwind through the run's ``with`` blocks and tear the replica down from the child.
+
+    Raises:
+        EmulationError: the namespace or the interface is missing, or the kernel refused an entry.
+    """
+    messages = host_config_messages(neighbours, routes)
+
+    def configure() -> None:
+        try:
+            index = socket.if_nametoindex(dev)  # a socket of this thread: asks the namespace it entered
+        except OSError:
+            raise EmulationError(f"cannot configure {dev}: no such interface in {netns}") from None
+        send_batch([m(index) for m in messages], what=f"neighbours/routes on {dev} in {netns}")
+
+    in_netns_thread(netns, configure)
+
+
+def host_config_messages(neighbours, routes) -> list:
+    """rtnetlink requests (pyroute2 message classes) for :func:`configure_host`, each a function of the
+    interface index: RTM_NEWNEIGH permanent per neighbour, RTM_NEWROUTE on-link per subnet (replace)."""
+    import ipaddress
+
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST
+    from pyroute2.netlink.rtnl import RTM_NEWNEIGH, RTM_NEWROUTE
+    from pyroute2.netlink.rtnl.ndmsg import ndmsg
+    from pyroute2.netlink.rtnl.rtmsg import rtmsg
+
+    flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE
+
+    def neigh(ip, mac):
+        def build(index):
+            msg = ndmsg()
+            msg["family"], msg["ifindex"], msg["state"] = socket.AF_INET, index, NUD_PERMANENT
+            msg["attrs"] = [("NDA_DST", ip), ("NDA_LLADDR", mac)]
+            msg["header"]["type"], msg["header"]["flags"] = RTM_NEWNEIGH, flags
+            return msg
+        return build
+
+    def route(net):
+        net = ipaddress.ip_network(net)
+
+        def build(index):
+            msg = rtmsg()
+            msg["family"], msg["dst_len"] = socket.AF_INET, net.prefixlen
+            msg["table"], msg["proto"], msg["scope"], msg["type"] = 254, 4, 253, 1  # main, static, link, unicast
+            msg["attrs"] = [("RTA_DST", str(net.network_address)), ("RTA_OIF", index)]
+            msg["header"]["type"], msg["header"]["flags"] = RTM_NEWROUTE, flags
+            return msg
+        return build
+
+    return [neigh(ip, mac) for ip, mac in neighbours] + [route(net) for net in routes]
+
+
+def send_batch(messages, *, what: str, chunk_bytes: int = 32768) -> None:
+    """Send rtnetlink requests in as few sendmsg calls as fit ``chunk_bytes``, then read every ack (one
+    round trip per chunk, not per request: ``ip -batch`` speed without a process).
+
+    Raises:
+        EmulationError: the kernel refused a request (its errno, and which request).
+    """
+    from pyroute2.netlink import NLMSG_ERROR, nlmsgerr
+
+    NETLINK_ROUTE = 0
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
+    try:
+        sock.bind((0, 0))
+        seq, i = 0, 0
+        while i < len(messages):
+            buf, sent = bytearray(), {}
+            while i < len(messages) and len(buf) < chunk_bytes:
+                seq += 1
+                msg = messages[i]
+                msg["header"]["sequence_number"] = seq
+                msg.encode()
+                buf += msg.data
+                sent[seq] = i
+                i += 1
+            sock.sendall(bytes(buf))
+            while sent:
+                data = sock.recv(1 << 20)
+                offset = 0
+                while offset + 16 <= len(data):
+                    length, kind = struct.unpack_from("=IH", data, offset)
+                    if kind == NLMSG_ERROR:
+                        err = nlmsgerr(data[offset:offset + length])
+                        err.decode()
+                        index = sent.pop(err["header"]["sequence_number"], None)
+                        if err["error"] != 0:
+                            raise EmulationError(f"cannot set {what}: request {index}: "
+                                                 f"{os.strerror(-err['error'])}")
+                    offset += max(length, 16)
+    finally:
+        sock.close()
+
+
+#: linux/neighbour.h
+NUD_PERMANENT = 0x80
+#: linux/sched.h
+CLONE_NEWNET = 0x40000000
+
+
+def in_netns_thread(netns: str, fn):
+    """Run ``fn()`` in a new thread that first enters the network namespace at path ``netns``; returns its
+    result or raises its exception (the caller's own thread never changes namespace).
+
+    Raises:
+        EmulationError: the namespace cannot be entered.
+    """
+    import ctypes
+    import threading
+
+    outcome: dict = {}
+
+    def work() -> None:
+        try:
+            fd = os.open(netns, os.O_RDONLY)
+        except OSError as exc:
+            outcome["error"] = EmulationError(f"cannot enter namespace {netns}: {exc.strerror}")
+            return
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.setns(fd, CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                outcome["error"] = EmulationError(f"cannot enter namespace {netns}: {os.strerror(err)}")
+                return
+        finally:
+            os.close(fd)
+        try:
+            outcome["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=work, name=f"netns {netns}", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("result")

@@ -289,10 +289,10 @@ class Replica:
                     continue
                 self._host_run(node, ops.offload_off_argv(intf), f"disable offloads on {node.name}:{intf}")
             intf = node.defaultIntf()
-            batch = self.layout.host_batch(h, intf.name, with_arp=static_arp) if intf else ""
-            if batch:
-                self._host_run(node, ["ip", "-batch", "-"], f"configure neighbours/routes on {node.name}",
-                               stdin=batch)
+            if intf:
+                neighbours, routes = self.layout.host_config(h, with_arp=static_arp)
+                if neighbours or routes:
+                    ops.configure_host(ops.netns_of(node.pid), intf.name, neighbours, routes)
 
     def _host_run(self, node, argv, what, stdin: str | None = None) -> None:
         proc = node.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
