@@ -112,16 +112,24 @@ def test_exec_ls_down_from_other_processes(spec, tmp_path):
         assert bad.returncode == 2 and "no such node" in bad.stderr and "Traceback" not in bad.stderr
         ls = _testbed("ls")
         assert "up-test" in ls.stdout and ls.stderr == ""      # data on stdout
+    finally:
+        _down_leaves_nothing(proc, doc, record)
+    assert _testbed("down").returncode == 2                     # nothing up any more: one line, exit 2
+
+
+def _down_leaves_nothing(proc, doc, record) -> None:
+    """`testbed down` from another process ends `testbed up`, and nothing it recorded is left."""
+    try:
         down = _testbed("down", timeout=600)
         assert down.returncode == 0, down.stderr
-        proc.wait(timeout=60)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=300)
     assert not _objects_left(record)
     assert not Path(f"/run/scaleout-testbed/runs/{doc['run_id']}.json").exists()
-    assert _testbed("down").returncode == 2                     # nothing up any more: one line, exit 2
+    assert json.loads(_testbed("ls", "--json").stdout)["replica"] is None
 
 
 def test_sighup_tears_the_replica_down(spec, tmp_path):
@@ -156,13 +164,5 @@ def test_up_with_controller_or_p4_pings_across_and_down_leaves_nothing(tmp_path,
         for src, dst in (("h0", "h3"), ("h3", "h1"), ("h2", "h0")):    # across leaves, over either spine
             res = _testbed("exec", src, "--", "ping", "-c2", "-W5", dst)
             assert res.returncode == 0 and " 0% packet loss" in res.stdout, (src, dst, res.stdout, res.stderr)
-        down = _testbed("down", timeout=600)
-        assert down.returncode == 0, down.stderr
-        proc.wait(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=300)
-    assert not _objects_left(record)
-    assert not Path(f"/run/scaleout-testbed/runs/{doc['run_id']}.json").exists()
-    assert json.loads(_testbed("ls", "--json").stdout)["replica"] is None
+        _down_leaves_nothing(proc, doc, record)
