@@ -56,10 +56,9 @@ def test_host_config_requests_decode_to_what_ip_neigh_and_route_replace_send():
 
     from testbed.emu import ops
 
-    built = [m(7) for m in ops.host_config_messages([("10.0.0.2", "02:00:00:00:00:02")], ["10.1.0.0/24"])]
-    for m in built:
-        m.encode()
-    neigh, route = ndmsg(built[0].data), rtmsg(built[1].data)
+    ops.host_config_requests([("10.0.0.2", "02:00:00:00:00:02")], [], 3)  # the cached copy is not changed
+    built = ops.host_config_requests([("10.0.0.2", "02:00:00:00:00:02")], ["10.1.0.0/24"], 7)
+    neigh, route = ndmsg(bytes(built[0])), rtmsg(bytes(built[1]))
     neigh.decode()
     route.decode()
     flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE
