@@ -134,17 +134,6 @@ def netns_exists(name: str) -> bool:
     return os.path.exists(f"/run/netns/{name}")
 
 
-def bridge_uuid(name: str) -> str | None:
-    """ovsdb uuid of bridge ``name``, or None when it does not exist (or OVS is not running)."""
-    try:
-        res = subprocess.run(["ovs-vsctl", "--timeout=5", "--if-exists", "get", "Bridge", name, "_uuid"],
-                             capture_output=True, text=True, timeout=10)
-    except (FileNotFoundError, subprocess.TimeoutExpired):
-        return None
-    out = res.stdout.strip()
-    return out if res.returncode == 0 and out else None
-
-
 def bridge_uuids() -> dict:
     """``{bridge name: ovsdb uuid}`` of every bridge, in one ``ovs-vsctl`` call ({} when OVS is not running)."""
     try:
