@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mininet.node import Switch
 
+from testbed.emu import ops
 from testbed.errors import EmulationError
 from testbed.p4rt.client import SwitchClient
 from testbed.p4rt.switch import Bmv2Config, Bmv2Process
@@ -53,6 +54,11 @@ class Bmv2Switch(Switch):
         run = getattr(self, "run", None)
         if run is None:
             raise EmulationError(f"switch {self.name}: no run registry (create it through Replica)")
+        for intf in self.config().ports.values():
+            # the root namespace's IPv6 stack would send neighbour discovery and MLD out of the switch's
+            # ports: frames no switch forwarded, which blur the frame balance of testbed.links.hops
+            ops.run(["sysctl", "-qw", f"net.ipv6.conf.{intf}.disable_ipv6=1"], what=f"disable IPv6 on {intf}",
+                    check=False)
         self.process = Bmv2Process(self.config()).start(run)
         self.process.wait_ready()
 
