@@ -125,11 +125,11 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
 
 
 def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers) -> dict:
-    from testbed.emu.trial_watch import TrialWatch
     from testbed.p4rt import fabric_stats as F
     from testbed.poll import poll
     from testbed.rdma.endpoint import summarise_write_lat
     from testbed.roce.timing import first_opcode_time
+    from testbed.validate.trial_watch import TrialWatch
 
     out.mkdir(parents=True, exist_ok=True)
     G = plan.graph

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from mininet.node import Switch
 
-from testbed.emu import ops
 from testbed.errors import EmulationError
 from testbed.p4rt.client import SwitchClient
 from testbed.p4rt.switch import Bmv2Config, Bmv2Process
@@ -57,8 +56,9 @@ class Bmv2Switch(Switch):
         for intf in self.config().ports.values():
             # the root namespace's IPv6 stack would send neighbour discovery and MLD out of the switch's
             # ports: frames no switch forwarded, which blur the frame balance of testbed.links.hops
-            ops.run(["sysctl", "-qw", f"net.ipv6.conf.{intf}.disable_ipv6=1"], what=f"disable IPv6 on {intf}",
-                    check=False)
+            knob = Path("/proc/sys/net/ipv6/conf") / intf / "disable_ipv6"
+            if knob.exists():
+                knob.write_text("1\n")
         self.process = Bmv2Process(self.config()).start(run)
         self.process.wait_ready()
 

@@ -7,7 +7,7 @@
         -> {"hops", "ring_drops", "link_stats", "udp_rcvbuf_errors", "switch_socket_drops"}
     watch.own_cpu()   -> CPU seconds of the run's own processes (switches, receivers, ended senders)
 
-Readings: every interface's counters in every namespace of the run (:mod:`testbed.emu.ifcounters`), each
+Readings: every interface's counters in every namespace of the run (:mod:`testbed.validate.ifcounters`), each
 BMv2 switch's capture-ring counters (:mod:`testbed.p4rt.rx`), each link node's stats asked for fresh at both
 ends (so they cover exactly the trial: :func:`testbed.links.accounting.stats_delta`), the hosts' UDP
 receive-buffer overflows and the switches' packet-socket drops (:class:`testbed.emu.health.LossWatch`).
@@ -16,10 +16,10 @@ The arithmetic is pure (:func:`testbed.links.hops.hop_ledger`, :mod:`testbed.val
 
 from __future__ import annotations
 
-from testbed.emu import ifcounters
 from testbed.emu.health import LossWatch
 from testbed.links import accounting, hops
 from testbed.p4rt.rx import ring_drops
+from testbed.validate import ifcounters
 
 #: Link-node counters of frames it consumed itself (its model's drops, its failed sends, its socket's).
 _LINK_CONSUMED = ("drop_tail", "drop_red", "drop_loss", "drop_pfc", "tx_errors", "rx_truncated")

@@ -1,4 +1,5 @@
-"""Interface counters of a running replica (root glue for :mod:`testbed.links.hops`).
+"""Interface counters of a running replica (root glue for :mod:`testbed.links.hops`; in validate, not emu,
+so that emu does not import links, which imports emu).
 
     topology(rep)   -> elements + veth pairs, keyed "<namespace>/<ifname>" (hosts have their own namespace;
                        switches and link nodes live in the root one)
