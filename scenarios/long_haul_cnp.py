@@ -180,7 +180,7 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers) ->
     sat = saturation(cpu.summary(), long_haul, dropped["busiest_pkts"] / elapsed, args.bench_pps,
                      ev["udp_rcvbuf_errors"], 0,
                      max(0, flows["receiver_naks"] - dropped["counted"] - attributed))
-    block = TL.metrics_block(results, neck["switch_cnps"], ev["link_stats"],
+    block = TL.metrics_block(results, sum(dropped["generated_by_switch"].values()), ev["link_stats"],
                              {**dropped["by_switch"], "egress queues": {"tail": dropped["tail"]}},
                              ev["udp_rcvbuf_errors"], ev["switch_socket_drops"], watch.own_cpu(), hops=ev["hops"],
                              ring_drops=ev["ring_drops"])
