@@ -32,9 +32,21 @@ def reset(clients: dict) -> None:
             c.register_reset(name)
 
 
-def clock_epoch_us(client) -> int:
-    """Wall time (us since the epoch) of the switch's clock zero: switch timestamps + this = wall time."""
-    return client.time_since_epoch_us() - client.time_elapsed_us()
+def clock_epoch_us(client, tries: int = 5) -> int:
+    """Wall time (us since the epoch) of the switch's clock zero: switch timestamps + this = wall time.
+
+    The switch's wall clock and its elapsed clock are two Thrift calls; on a loaded machine tens of ms can
+    pass between them. Each try brackets the wall reading between two elapsed readings and the tightest
+    bracket's midpoint is taken, so the error is at most half of the best round trip.
+    """
+    best = None
+    for _ in range(tries):
+        before = client.time_elapsed_us()
+        wall = client.time_since_epoch_us()
+        after = client.time_elapsed_us()
+        if best is None or after - before < best[0]:
+            best = (after - before, wall - (before + after) // 2)
+    return best[1]
 
 
 def port_stats(client, port: int) -> dict:

@@ -118,3 +118,24 @@ def test_ring_drops_per_port_between_two_shim_documents():
     after = {"ports": {"x1-eth1": {"recv": 900, "drop": 9}, "x1-eth2": {"recv": 5, "drop": 0}}}
     assert ring_drops(before, after) == {"x1-eth1": 8, "x1-eth2": 0}
     assert ring_drops(before, None) is None
+
+
+def test_switch_clock_epoch_takes_the_tightest_bracket_midpoint():
+    from testbed.p4rt.fabric_stats import clock_epoch_us
+
+    class Clock:  # the switch's clock zero is at wall 1_000_000 us; each Thrift call costs 'costs' us
+        def __init__(self, costs):
+            self.now, self.costs = 0, list(costs)
+
+        def _tick(self):
+            self.now += self.costs.pop(0)
+            return self.now
+
+        def time_elapsed_us(self):
+            return self._tick()
+
+        def time_since_epoch_us(self):
+            return 1_000_000 + self._tick()
+
+    # a slow first try (40 ms between the readings), then a fast one: the fast one wins, within 1 us
+    assert abs(clock_epoch_us(Clock([10, 40_000, 40_000, 10, 2, 2]), tries=2) - 1_000_000) <= 1
