@@ -68,7 +68,8 @@ def plot(rows, path: Path) -> None:
             ax.set_title(f"{case}: {label}", fontsize=9)
             ax.set_xlabel("distance (km)")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
