@@ -30,6 +30,7 @@ if __name__ == "__main__" and __package__ is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.console import console, require_root  # noqa: E402
+from testbed.errors import SpecError  # noqa: E402
 from testbed.scenario import Results, run_main, scenario_parser  # noqa: E402
 from testbed.units import parse_rate  # noqa: E402
 
@@ -67,6 +68,8 @@ def main(argv=None) -> int:
     parser.add_argument("--link-rate", default="10M", help="emulated host-link rate (default 10M)")
     args = parser.parse_args(argv)
     rate = parse_rate(args.link_rate, "--link-rate")
+    if not 1e5 <= rate <= 1e9:
+        raise SpecError("--link-rate", f"must be between 100k and 1G (emulated host-link rate), got {args.link_rate}")
     require_root(f"testbed run {NAME}")
     from testbed.collective import experiment as X
     from testbed.collective import placement as P

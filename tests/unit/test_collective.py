@@ -320,6 +320,8 @@ def no_emulation(monkeypatch):
     (["collective", "run", "--trace", "/nonexistent.json"], "--trace"),
     (["collective", "schedule", "--size", "5"], "--size"),
     (["collective", "place", "--fabric", "fat-tree-k4", "--ranks", "20"], "ranks"),
+    (["run", "collective", "--link-rate", "5G"], "--link-rate"),
+    (["bench", "collective", "--sizes", "6"], "--sizes"),
 ])
 def test_bad_input_is_one_line_exit_2(no_emulation, argv, word):
     code, out, err = _cli(argv)
