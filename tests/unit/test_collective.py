@@ -417,3 +417,14 @@ def test_ovs_counters():
 """
     assert report.ovs_port_drops(text, {"l0-eth1"}) == 6
     assert report.upcalls_lost(text) == 4
+
+
+def test_fan_in_sets_the_window():
+    from testbed.collective.runner import INCAST_PACKETS, JobRun, fan_in_of
+
+    hosts = tuple(f"h{i}" for i in range(8))
+    ring = JobRun("a", hosts, runs=({"collective": "allreduce", "algorithm": "ring", "bytes": 64},))
+    tree = JobRun("b", hosts, runs=({"collective": "allreduce", "algorithm": "tree", "bytes": 64},))
+    a2a = JobRun("c", hosts, runs=({"collective": "all_to_all", "bytes": 64},))
+    assert [fan_in_of(j) for j in (ring, tree, a2a)] == [1, 2, 7]
+    assert INCAST_PACKETS // fan_in_of(a2a) * 7 <= INCAST_PACKETS
