@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from testbed.console import console, print_json, require_root
+from testbed.console import out as stdout
 from testbed.emu.ops import set_link_state
 from testbed.errors import EmulationError, UsageError
 from testbed.links.probe import outage
@@ -332,15 +333,16 @@ def run_bench(G, repetitions: int, interval: float, out_dir: Path) -> dict:
 
 
 def _main(args) -> int:
-    require_root("testbed bench failover")
-    from testbed.topo.spec import build_graph, load_spec
+    from testbed.topo.spec import build_graph, load_spec, resolve_spec
 
     reps = 5 if args.quick else args.repetitions
     if reps < 1:
         raise UsageError("--repetitions must be at least 1")
     if not 0.0001 <= args.interval <= 0.1:
         raise UsageError("--interval must be between 0.0001 and 0.1 seconds")
-    G = build_graph(load_spec(args.spec))
+    G = build_graph(load_spec(resolve_spec(args.spec)))
+    pod_pairs(G)  # a fabric without pods is refused before anything is built
+    require_root("testbed bench failover")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-failover-"))
     load_before = loadavg()
     doc = run_bench(G, reps, args.interval, out)
@@ -351,18 +353,18 @@ def _main(args) -> int:
     if args.json:
         print_json(doc)
     else:
-        console.print(f"scale 1 (links not shaped): emulated = real-world time; resolution {args.interval * 1e3:g} ms")
-        console.print(f"controller reroute outage: median {doc['controller_outage_ms_median']:.1f} ms, "
-                      f"p95 {doc['controller_outage_ms_p95']:.1f} ms ({reps} cuts)")
-        console.print(f"fast-failover outage: median {doc['fast_failover_outage_ms_median']:.1f} ms, "
-                      f"p95 {doc['fast_failover_outage_ms_p95']:.1f} ms")
-        console.print(f"switch loss outage: median {doc['switch_loss_outage_ms_median']:.1f} ms, "
-                      f"p95 {doc['switch_loss_outage_ms_p95']:.1f} ms; packets lost on rejoin at most "
-                      f"{doc['switch_loss_rejoin_lost_max']}")
+        stdout.print(f"scale 1 (links not shaped): emulated = real-world time; resolution {args.interval * 1e3:g} ms")
+        stdout.print(f"controller reroute outage: median {doc['controller_outage_ms_median']:.1f} ms, "
+                     f"p95 {doc['controller_outage_ms_p95']:.1f} ms ({reps} cuts)")
+        stdout.print(f"fast-failover outage: median {doc['fast_failover_outage_ms_median']:.1f} ms, "
+                     f"p95 {doc['fast_failover_outage_ms_p95']:.1f} ms")
+        stdout.print(f"switch loss outage: median {doc['switch_loss_outage_ms_median']:.1f} ms, "
+                     f"p95 {doc['switch_loss_outage_ms_p95']:.1f} ms; packets lost on rejoin at most "
+                     f"{doc['switch_loss_rejoin_lost_max']}")
         for method, kinds in doc["ecmp"].items():
-            console.print(f"ECMP {method}: max/mean uplink bytes over 16 flows: "
-                          + "; ".join(f"{k} {v['max_over_mean']} (per tier {v['max_over_mean_per_tier']})"
-                                      for k, v in kinds.items()))
-        console.print(f"load: before {doc['load']['before']}; after {doc['load']['after']}")
+            stdout.print(f"ECMP {method}: max/mean uplink bytes over 16 flows: "
+                         + "; ".join(f"{k} {v['max_over_mean']} (per tier {v['max_over_mean_per_tier']})"
+                                     for k, v in kinds.items()))
+        stdout.print(f"load: before {doc['load']['before']}; after {doc['load']['after']}")
         console.print(f"raw results in {out}")
     return 0
