@@ -120,7 +120,8 @@ def _pingpong_parser(verbs) -> None:
     p.add_argument("-n", "--iters", type=int, default=1000, help="exchanges (default 1000)")
     p.add_argument("-r", "--rx-depth", type=int, default=500, help="receives posted (default 500)")
     p.add_argument("-m", "--mtu", type=int, default=1024, help="path MTU (default 1024)")
-    p.add_argument("-c", "--chk", action="store_true", help="client: mark page starts as rc_pingpong --chk does")
+    p.add_argument("-c", "--chk", action="store_true",
+                   help="client: zero each page's first byte as rc_pingpong --chk does; server: expect that")
     p.add_argument("--bind", metavar="ADDR", help="server: listen address (default: see 'testbed rdma server')")
     p.add_argument("--wait", default="0s", help="client: keep trying to reach a starting server this long")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -143,7 +144,7 @@ def _pingpong(args) -> int:
         r = pingpong_client(args.host, args.port, size, args.iters, args.rx_depth, args.chk, cfg,
                             connect_wait=parse_duration(args.wait, "--wait"))
     else:
-        r = serve_pingpong(args.bind, args.port, size, args.iters, args.rx_depth, cfg)
+        r = serve_pingpong(args.bind, args.port, size, args.iters, args.rx_depth, cfg, chk=args.chk)
     if args.json:
         print_json(r)
     else:

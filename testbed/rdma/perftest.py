@@ -27,8 +27,9 @@ For WRITE the client writes message ``k`` to ``vaddr + (k mod n) * INC(size, cac
 ``n = cycle_buffer / INC(size, cache_line)`` (perftest_resources.c ``INC``, ``BUFF_SIZE``), so the
 server's region is ``max(size, cycle_buffer)`` rounded up to the cache line; READ reads the same way;
 SEND lands in the receives the server posts (``rx_depth``, perftest's default 512).
-Perftest fills its buffers with ``rand()``; what arrived is reported as a SHA-256 of the region (WRITE,
-SEND) and of the pattern served (READ), to compare with the packets' payloads in a capture.
+Perftest fills its buffers with ``rand()``; what arrived is reported as SHA-256 digests, to compare with
+the packets' payloads in a capture: of the region after the test (WRITE), of the SEND payloads in
+completion order (SEND), and of the random region served (READ).
 """
 
 from __future__ import annotations
@@ -215,6 +216,7 @@ def _serve(conn, dev: Device, verb: str, size: int, nqps: int, cfg: QpConfig, cy
     _barrier(conn, mine[0], step)   # write_bw.c: after RTR; send_bw.c: receives posted, test starts
     by_qpn = {qp.qpn: qp for qp in qps}
     received = errors = 0
+    sends = hashlib.sha256()        # SEND payloads in completion order
     start = time.monotonic()
     first = last = None
     seen = 0
@@ -227,6 +229,8 @@ def _serve(conn, dev: Device, verb: str, size: int, nqps: int, cfg: QpConfig, cy
                 errors += 1
                 continue
             received += 1
+            off = wc.wr_id * max(1, size)
+            sends.update(region[off:off + wc.byte_len])
             by_qpn[wc.qp_num].post_recv(wc.wr_id, mr, wc.wr_id * max(1, size), size)
         rx = dev.stats["rx"]
         if rx != seen:
@@ -266,6 +270,8 @@ def _serve(conn, dev: Device, verb: str, size: int, nqps: int, cfg: QpConfig, cy
     }
     if verb == "read":
         report["sha256_served"] = served
+    elif verb == "send":
+        report["sha256_sends"] = sends.hexdigest()
     else:
         report["sha256_region"] = hashlib.sha256(region).hexdigest()
         report["region_bytes"] = len(region)
@@ -290,6 +296,5 @@ def report_text(r: dict) -> str:
                      f"{c['bw_peak_MBps']:.2f} MB/s, {c['msg_rate_Mpps'] * 1e6:.0f} msg/s")
     lines.append(f"server: {r['rx_packets']} packets in, {r['retransmissions']} retransmitted by us, "
                  f"QPs {', '.join(r['qp_states'])}, "
-                 + (f"region sha256 {r['sha256_region'][:16]}" if "sha256_region" in r
-                    else f"served sha256 {r['sha256_served'][:16]}"))
+                 + " ".join(f"{k} {v[:16]}" for k, v in r.items() if k.startswith("sha256")))
     return "\n".join(lines)
