@@ -199,9 +199,13 @@ def _payloads(rows: list[list[str]], src: str, opcodes: set[int]) -> list[tuple[
     return out
 
 
-@pytest.mark.parametrize("verb", ["write", "read", "send"])
-def test_perftest_client_on_kernel_rxe_against_the_soft_server(pair, tmp_path, verb):
-    size = 4096
+#: perftest's cycle-counter calibration (get_cpu_mhz, after the test) under TCG on a loaded host: its
+#: r^2 check fails now and then (a vCPU descheduled mid-sample), and then it prints no report and skips
+#: the rest of the exchange; the platform's clock, not the protocol, so up to two more tries.
+TCG_CLOCK = "Correlation coefficient r^2"
+
+
+def _perftest_once(pair, tmp_path, verb: str, size: int):
     cap = Capture(f"ib_{verb}_bw")
     server = _spawn_soft(["rdma", "perftest-server", "--verb", verb, "-s", str(size), "--json"],
                          tmp_path / "server.log")
@@ -210,10 +214,23 @@ def test_perftest_client_on_kernel_rxe_against_the_soft_server(pair, tmp_path, v
              what="the soft perftest server")
         client = subprocess.run([f"ib_{verb}_bw", "-d", pair, "-x", "1", "-s", str(size), "-n", str(PERF_ITERS), SIP],
                                 capture_output=True, text=True, timeout=300)
-        server.wait(120)
+        if client.returncode == 0:
+            server.wait(120)
     finally:
         _stop(server)
         cap.stop()
+    return cap, server, client
+
+
+@pytest.mark.parametrize("verb", ["write", "read", "send"])
+def test_perftest_client_on_kernel_rxe_against_the_soft_server(pair, tmp_path, verb):
+    size = 4096
+    cap, server, client = _perftest_once(pair, tmp_path, verb, size)
+    for _ in range(2):
+        if client.returncode == 0 or TCG_CLOCK not in client.stderr:
+            break
+        print(f"ib_{verb}_bw: {client.stderr.strip().splitlines()[0]} (TCG clock); trying again")
+        cap, server, client = _perftest_once(pair, tmp_path, verb, size)
     log = (tmp_path / "server.log").read_text()
     (OUT / f"ib_{verb}_bw.txt").write_text(client.stdout + client.stderr + "\n--- soft server ---\n" + log)
     assert client.returncode == 0, client.stdout[-1500:] + client.stderr[-800:]
