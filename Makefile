@@ -9,13 +9,14 @@ PYTEST ?= $(PY) -m pytest
 # Emulation runs take a machine-wide lock; tests queue for it rather than fail when others run.
 export TESTBED_LOCK_WAIT ?= 900
 
-.PHONY: setup demo test vm-test kernel-test link-fidelity unit integration lint clean help
+.PHONY: setup demo test vm-test cluster-vm-test kernel-test link-fidelity unit integration lint clean help
 
 help:
 	@echo "sudo make demo    set up this machine, then run the default scenario"
 	@echo "sudo make test    set up this machine, then run the whole test suite"
 	@echo "sudo make vm-test build/boot the test VM (Debian's kernel) and run the kernel-backend tests in it"
 	@echo "sudo make kernel-test  those kernel-backend tests here (a VM whose kernel has netem/RED/OVS/rxe)"
+	@echo "sudo make cluster-vm-test  a k=4 fat-tree split over two VMs with sshd (docs/cluster.md)"
 	@echo "make unit         unit tests only (no root)"
 	@echo "make lint         ruff"
 	@echo "sudo make clean   remove everything testbed runs left behind (testbed clean)"
@@ -32,6 +33,11 @@ test: setup
 vm-test: setup
 	@bash scripts/vm/host-setup.sh
 	$(PY) -m testbed.emu.vmtest
+
+# docs/cluster.md: a k=4 fat-tree split over two QEMU VMs with sshd (not part of vm-test: minutes of TCG).
+cluster-vm-test: setup
+	@bash scripts/vm/host-setup.sh
+	TESTBED_CLUSTER_VM=1 $(PY) -m testbed.emu.vmtest -- -k test_cluster_vm
 
 # docs/link-fidelity.md: kernel tc vs the userspace delay line, measured side by side in the test VM.
 link-fidelity: setup

@@ -1,4 +1,4 @@
-"""The one allocator of the numbers switches need: Thrift ports and BMv2 device ids.
+"""The one allocator of the numbers switches need: Thrift ports, BMv2 device ids and VXLAN VNIs.
 
 Numbers are handed out in order from a base and skip TCP ports something on this machine already
 listens on (another run, another tool), so two switches never share a port. A replica's numbers come
@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import socket
 from typing import Callable
+
+#: VXLAN network identifiers of a partitioned replica's tunnels (24 bits; 0 is reserved).
+VNI_BASE = 4096
+VNI_MAX = (1 << 24) - 1
 
 
 def tcp_ports_in_use() -> frozenset:
@@ -48,11 +52,15 @@ class Allocator:
         port_free: predicate used to skip ports in use (injectable for tests).
     """
 
-    def __init__(self, thrift_base: int = 9090, port_free: Callable[[int], bool] = tcp_port_free):
+    def __init__(self, thrift_base: int = 9090, port_free: Callable[[int], bool] = tcp_port_free,
+                 vni_base: int = VNI_BASE):
         if not 1024 <= thrift_base <= 65000:
             raise ValueError(f"thrift_base must be in 1024..65000, got {thrift_base}")
+        if not 1 <= vni_base <= VNI_MAX:
+            raise ValueError(f"vni_base must be in 1..{VNI_MAX}, got {vni_base}")
         self._next_port = thrift_base
         self._next_device = 1
+        self._next_vni = vni_base
         self._port_free = port_free
         self.given: dict[str, dict] = {}
 
@@ -69,6 +77,14 @@ class Allocator:
         dev = self._next_device
         self._next_device += 1
         return dev
+
+    def vni(self) -> int:
+        """The next VXLAN network identifier (a tunnel of a partitioned replica, testbed.cluster)."""
+        vni = self._next_vni
+        if vni > VNI_MAX:
+            raise RuntimeError("no VXLAN network identifier left (24 bits)")
+        self._next_vni += 1
+        return vni
 
     def switch(self, name: str) -> dict:
         """Numbers for switch ``name``: ``{"thrift_port", "device_id"}`` (same answer if asked again)."""

@@ -62,7 +62,8 @@ ROLES = {
 P4_PROGRAMS = ("fabric", "aggregation")
 
 #: Top-level keys of a spec file.
-TOP_KEYS = ("name", "kind", "description", "params", "links", "mtu", "buffer", "scale", "switches", "cost", "pfc")
+TOP_KEYS = ("name", "kind", "description", "params", "links", "mtu", "buffer", "scale", "switches", "cost", "pfc",
+            "cluster")
 
 _REQUIRED = object()
 
@@ -160,6 +161,7 @@ class Spec:
     cost: Mapping[str, float] = dataclasses.field(default_factory=lambda: MappingProxyType(dict(COST_TABLE)))
     description: str = ""
     pfc: PfcConfig | None = None         #: lossless Ethernet; None = off
+    cluster: Any = None                  #: testbed.topo.workers.ClusterConfig: workers of a partitioned run
 
     @property
     def tiers(self) -> tuple[str, ...]:
@@ -335,9 +337,14 @@ def parse_spec(doc, source: str = "spec") -> Spec:
         cost[key] = float(value)
     pfc = (PfcConfig.from_spec(doc["pfc"], "pfc", mtu=mtu, buffer_bytes=buffer_bytes)
            if doc.get("pfc") is not None else None)
+    cluster = None
+    if doc.get("cluster") is not None:
+        from testbed.topo.workers import parse_cluster
+
+        cluster = parse_cluster(doc["cluster"], "cluster")
     return Spec(name=name.strip(), kind=kind, params=params, links=MappingProxyType(links), mtu=mtu,
                 buffer_bytes=buffer_bytes, scale=scale, switches=_switches(doc.get("switches"), kinds),
-                cost=MappingProxyType(cost), description=description, pfc=pfc)
+                cost=MappingProxyType(cost), description=description, pfc=pfc, cluster=cluster)
 
 
 def _apply_oversubscription(links: dict, kind: str, params, raw_links: dict) -> None:

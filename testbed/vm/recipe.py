@@ -36,6 +36,7 @@ PACKAGES = (
     "bash", "busybox", "kmod", "iproute2", "iputils-ping", "procps", "psmisc", "make", "python3",
     "python3-venv", "python3-pip", "mininet", "openvswitch-switch", "iperf3", "tcpdump", "tshark", "ethtool",
     "rdma-core", "ibverbs-utils", "ibverbs-providers", "perftest", "python3-pyverbs",
+    "openssh-server", "openssh-client",   # sshd for the partitioned-replica test (tests/vm/test_cluster_vm.py)
 )
 #: Files of the checkout whose content decides the image (edit one: the image is rebuilt).
 RECIPE_FILES = (
