@@ -14,8 +14,10 @@ soft endpoint reports to hold with the payloads tshark reads from the capture.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
+import multiprocessing as mp
 import os
 import re
 import shutil
@@ -37,6 +39,9 @@ KIP, SIP = "10.79.0.1", "10.79.0.2"
 RXE = f"{P}rxe"
 CLI = [sys.executable, "-m", "testbed.cli"]
 OUT = Path("/mnt/out") if Path("/mnt/out").is_dir() else Path(tempfile.gettempdir())   # vm-test copies /mnt/out back
+#: perftest's cycle-counter calibration failed (see the perftest test)
+TCG_CLOCK = "Correlation coefficient r^2"
+CLONE_NEWNET = 0x40000000
 ITERS = 50         # rc_pingpong round trips
 PERF_ITERS = 100   # perftest messages of 4 KiB (400 packets; ~1 s on the soft endpoint under TCG)
 
@@ -199,51 +204,65 @@ def _payloads(rows: list[list[str]], src: str, opcodes: set[int]) -> list[tuple[
     return out
 
 
-#: perftest's cycle-counter calibration (get_cpu_mhz, after the test) under TCG on a loaded host: its
-#: r^2 check fails now and then (a vCPU descheduled mid-sample), and then it prints no report and skips
-#: the rest of the exchange; the platform's clock, not the protocol, so up to two more tries.
-TCG_CLOCK = "Correlation coefficient r^2"
+def _in_netns(target, *args) -> mp.Process:
+    """Run ``target(*args)`` in a child forked from this process and moved into the soft namespace
+    (fork: the child needs no fresh interpreter, which costs tens of seconds under TCG)."""
+    def child():
+        fd = os.open(f"/run/netns/{NS}", os.O_RDONLY)
+        if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns")
+        target(*args)
+
+    proc = mp.get_context("fork").Process(target=child, daemon=True)
+    proc.start()
+    return proc
 
 
-def _perftest_once(pair, tmp_path, verb: str, size: int):
-    cap = Capture(f"ib_{verb}_bw")
-    server = _spawn_soft(["rdma", "perftest-server", "--verb", verb, "-s", str(size), "--json"],
-                         tmp_path / "server.log")
+def _perftest_server(verb: str, size: int, out: Path) -> None:
+    from testbed.rdma.perftest import serve_perftest
+
     try:
-        poll(lambda: _listening(NS) or server.poll() is not None, timeout=180, interval=0.3,
-             what="the soft perftest server")
-        client = subprocess.run([f"ib_{verb}_bw", "-d", pair, "-x", "1", "-s", str(size), "-n", str(PERF_ITERS), SIP],
-                                capture_output=True, text=True, timeout=300)
-        if client.returncode == 0:
-            server.wait(120)
-    finally:
-        _stop(server)
-        cap.stop()
-    return cap, server, client
+        out.write_text(json.dumps(serve_perftest(verb, size, timeout=240)))
+    except Exception as exc:   # noqa: BLE001 - the parent asserts on what the child says
+        out.write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
 
 
 @pytest.mark.parametrize("verb", ["write", "read", "send"])
 def test_perftest_client_on_kernel_rxe_against_the_soft_server(pair, tmp_path, verb):
+    """``ib_{verb}_bw -F``: perftest calibrates its cycle counter after the test, and under TCG on a loaded
+    host that regression often fails (r^2 < 0.9: a vCPU descheduled mid-sample); without -F it then
+    prints no report and skips the rest of the exchange, with -F it reports 0 MB/s and completes."""
     size = 4096
-    cap, server, client = _perftest_once(pair, tmp_path, verb, size)
-    for _ in range(2):
-        if client.returncode == 0 or TCG_CLOCK not in client.stderr:
-            break
-        print(f"ib_{verb}_bw: {client.stderr.strip().splitlines()[0]} (TCG clock); trying again")
-        cap, server, client = _perftest_once(pair, tmp_path, verb, size)
-    log = (tmp_path / "server.log").read_text()
-    (OUT / f"ib_{verb}_bw.txt").write_text(client.stdout + client.stderr + "\n--- soft server ---\n" + log)
+    cap = Capture(f"ib_{verb}_bw")
+    result = tmp_path / "server.json"
+    server = _in_netns(_perftest_server, verb, size, result)
+    try:
+        poll(lambda: _listening(NS) or not server.is_alive(), timeout=60, interval=0.2,
+             what="the soft perftest server")
+        client = subprocess.run([f"ib_{verb}_bw", "-F", "-d", pair, "-x", "1", "-s", str(size), "-n", str(PERF_ITERS),
+                                 SIP], capture_output=True, text=True, timeout=300)
+        server.join(120)
+    finally:
+        if server.is_alive():
+            server.kill()
+        server.join()
+        cap.stop()
+    doc = json.loads(result.read_text()) if result.exists() else {"error": f"no result (exit {server.exitcode})"}
+    (OUT / f"ib_{verb}_bw.txt").write_text(client.stdout + client.stderr + "\n--- soft server ---\n"
+                                           + json.dumps(doc, indent=1))
     assert client.returncode == 0, client.stdout[-1500:] + client.stderr[-800:]
+    assert "error" not in doc, doc
     row = re.search(rf"^\s*{size}\s+{PERF_ITERS}\s+([\d.]+)\s+([\d.]+)", client.stdout, re.M)
-    assert row and float(row.group(2)) > 0, client.stdout[-800:]
-    assert server.returncode == 0, log[-1500:]
-    doc = json.loads(log[log.index("{"):])
+    assert row, client.stdout[-800:]
+    calibrated = TCG_CLOCK not in client.stderr
+    assert (float(row.group(2)) > 0) == calibrated, client.stdout[-800:] + client.stderr
     assert doc["done"] and doc["completion_errors"] == 0 and doc["qp_states"] == ["rts"] and doc["rx_icrc_bad"] == 0
+    if verb != "send":   # ib_send_bw's half-duplex server gets no report
+        rep = doc["client_report"]
+        assert rep["iters"] == PERF_ITERS and rep["size"] == size
+        assert abs(rep["bw_avg_MBps"] - float(row.group(2))) <= 0.005 + 1e-3 * float(row.group(2))
     report, rows = _checked(cap.path, 2)
-    if verb == "write":
-        # the client's report reached the server intact, and what the endpoint holds is what was on the wire
-        assert doc["client_report"]["iters"] == PERF_ITERS and doc["client_report"]["size"] == size
-        assert abs(doc["client_report"]["bw_avg_MBps"] - float(row.group(2))) < 0.01 + 1e-3 * float(row.group(2))
+    if verb == "write":   # what the endpoint holds is what was on the wire
         region = bytearray(doc["region_bytes"])
         base, va = doc["local"][0]["vaddr"], None
         for psn, reth_va, data in _payloads(rows, KIP, {6, 7, 8, 10}):   # WRITE FIRST/MIDDLE/LAST/ONLY
@@ -254,7 +273,6 @@ def test_perftest_client_on_kernel_rxe_against_the_soft_server(pair, tmp_path, v
         assert _qp(report, KIP)["messages"] == PERF_ITERS
         assert hashlib.sha256(region).hexdigest() == doc["sha256_region"]
     elif verb == "read":
-        assert doc["client_report"]["iters"] == PERF_ITERS
         responses = _payloads(rows, SIP, {13, 14, 15, 16})                 # READ RESPONSE FIRST..ONLY
         assert len(responses) == PERF_ITERS * size // 1024
         first = b"".join(d for _psn, _va, d in responses[:size // 1024])
