@@ -30,7 +30,7 @@ BUG_REPORTS = "the scaleout-testbed issue tracker (`issues`), with the crash log
 #: Command modules, in the order ``testbed --help`` lists them.
 COMMANDS = (
     "up", "exec", "down", "ls", "doctor", "clean", "topo", "run", "results", "bench", "fail", "controller",
-    "roce", "rdma", "p4", "link", "pfc", "plan", "validate", "cluster",
+    "roce", "rdma", "p4", "link", "pfc", "plan", "validate", "cluster", "collective",
 )
 
 

@@ -33,6 +33,8 @@ import threading
 import time
 from pathlib import Path
 
+from rich.markup import escape
+
 from testbed.cluster.ssh import SshError, SshOptions, connect
 from testbed.console import console
 from testbed.errors import EmulationError, SpecError, TestbedError
@@ -114,7 +116,7 @@ class RemoteWorker:
                 for line in self.chan.makefile_stderr("r"):
                     log.write(line)
                     log.flush()
-                    console.print(f"[dim]{self.label}: {line.rstrip()}[/dim]", markup=True, highlight=False)
+                    console.print(f"[dim]{escape(self.label)}: {escape(line.rstrip())}[/dim]", highlight=False)
             except (OSError, EOFError):
                 pass
 
@@ -173,6 +175,7 @@ class Cluster:
         self.lost: list[str] = []
         self._any_ended = threading.Event()
         self._signals = None
+        self._sink = None
 
     # ------------------------------------------------------------------------------------------ start-up
     def __enter__(self) -> Cluster:
@@ -260,7 +263,7 @@ class Cluster:
                 console.print(f"[yellow]{w.label}: {note}[/yellow]")
         self.timings["build_s"] = time.monotonic() - t1
         if self.ctl is not None:
-            self.ctl.wait_ready(timeout=self.ready_timeout)
+            self.ctl.wait_ready(timeout=self.ready_timeout)   # every switch of every part connected
         for w in self.workers:   # the start barrier
             if not w.send(cmd="go"):
                 raise WorkerLost(f"{w.label}: lost before the start barrier; see {w.out_dir / 'worker.log'}")
@@ -272,6 +275,10 @@ class Cluster:
 
     def _start_controller(self, G) -> None:
         if self.controller_address is not None:
+            return
+        if self.dry_run:   # no switch will connect: a loopback sink takes the workers' test connections
+            self._sink = _Sink()
+            self.controller_address = ("127.0.0.1", self._sink.port)
             return
         from controllers.launch import start_controller
         from testbed.emu import RunRegistry
@@ -383,6 +390,8 @@ class Cluster:
                 self._stop_one(w)
             if self.ctl is not None:
                 self.ctl.stop()
+            if self._sink is not None:
+                self._sink.close()
             if self.run is not None:
                 self.run.__exit__(None, None, None)
                 self.run = None
@@ -418,6 +427,32 @@ class Cluster:
             console.print(f"[dim]{w.label}: testbed clean exited {rc}[/dim]")
         except (SshError, OSError) as exc:
             console.print(f"[yellow]{w.label}: testbed clean failed: {exc}[/yellow]")
+
+
+class _Sink:
+    """A listener on 127.0.0.1 that accepts and drains connections (the dry run's stand-in controller)."""
+
+    def __init__(self):
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True, name="dry-run-sink").start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                while conn.recv(4096):
+                    pass
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def _last_event(out: bytes, name: str, label: str) -> dict:

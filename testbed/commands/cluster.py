@@ -127,10 +127,16 @@ def _run(args) -> int:
         doc["timings"] = cl.timings
         doc["partition"] = {"cut": len(cl.partition.cut), "cut_capacity_bps": cl.partition.cut_capacity_bps,
                             "load_spread": cl.partition.load_spread()}
+        if args.dry_run:
+            doc["workers_ready"] = [{"worker": w.label, **w.ready} for w in cl.workers]
+            for w in cl.workers:
+                console.print(f"{w.label}: {len(w.ready.get('commands', []))} tunnel commands, "
+                              f"controller reached: {w.ready.get('controller_reached')}")
         if not args.dry_run and not args.no_checks:
             doc["pingall"] = checks.pingall(cl)
             console.print(f"pingall: {doc['pingall']['pairs'] - len(doc['pingall']['lost'])}/"
                           f"{doc['pingall']['pairs']} pairs answered")
+        if not args.dry_run and not args.no_checks and cl.partition.cut:   # one worker: no cut to check
             doc["iperf_cut"] = checks.iperf_cut(cl, args.iperf_seconds)
             ip = doc["iperf_cut"]
             console.print(f"iperf3 across the cut {ip.get('src')} -> {ip.get('dst')}: "

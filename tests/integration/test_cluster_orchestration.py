@@ -199,3 +199,21 @@ def test_worker_refuses_before_go_and_a_plan_digest_mismatch(tmp_path, client_ke
     assert proc.returncode == 2
     err = json.loads(proc.stdout.splitlines()[-1])
     assert err["event"] == "error" and "job.plan_digest" in err["message"]
+
+
+def test_cli_dry_run_over_ssh(tmp_path, client_key):
+    """`testbed cluster run --dry-run` end to end: no root, the coordinator's loopback sink as controller."""
+    from testbed.cli import main
+
+    with SshdStub(USER, client_key[0]) as a, SshdStub(USER, client_key[0]) as b:
+        kh = known_hosts(tmp_path, a, b)
+        out = tmp_path / "res"
+        rc = main(["cluster", "run", "fat-tree-k4", "--dry-run", "--links", "rates",
+                   "--workers", f"{USER}@127.0.0.1:{a.port},{USER}@127.0.0.1:{b.port}",
+                   "--underlay", "10.99.0.1,10.99.0.2", "--known-hosts", str(kh), "--identity", str(client_key[1]),
+                   "--out", str(out)])
+        assert rc == 0
+        doc = json.loads((out / "results.json").read_text())
+        assert [w["controller_reached"] for w in doc["workers_ready"]] == [True, True]
+        assert doc["partition"]["cut"] == 8 and doc["passed"] is True
+        assert [p.wait(10) for p in a.worker_procs() + b.worker_procs()] == [0, 0]

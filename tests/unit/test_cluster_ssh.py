@@ -138,3 +138,18 @@ def test_a_bad_second_worker_starts_nothing_on_the_first(tmp_path, client_key):
         assert good.commands == [] and unknown.commands == []
 
 
+
+
+def test_cli_bad_input_is_one_line_exit_2(capsys):
+    from testbed.cli import main
+
+    for argv, field in ((["cluster", "run", "fat-tree-k4", "--dry-run"], "--workers"),
+                        (["cluster", "run", "fat-tree-k4", "--dry-run", "--workers", "h1"], "--workers[0]"),
+                        (["cluster", "run", "fat-tree-k4", "--dry-run", "--workers", "root@h1,root@h2",
+                          "--underlay", "10.0.0.1"], "--underlay"),
+                        (["cluster", "run", "fat-tree-k4", "--dry-run", "--workers", "root@h1"],
+                         "cluster.workers[0].underlay"),
+                        (["cluster", "plan", "fat-tree-k4", "--workers", "99"], "--workers")):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and field in err, (argv, err)

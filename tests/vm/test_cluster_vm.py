@@ -60,15 +60,18 @@ def assert_clean(vms) -> None:
 @pytest.fixture(scope="module")
 def vms(vm_image, vm_out):
     with VMGroup(vm_image, vm_out / "cluster", names=("a", "b"), links=[("a", "b")]) as g:
-        for name, ip in UNDERLAY.items():
-            vm = g[name]
-            vm.run("bash scripts/setup.sh > /mnt/out/setup.log 2>&1", timeout=900)
+        jobs = []
+        for name, ip in UNDERLAY.items():   # both VMs at once: provisioning, underlay, fresh host keys, sshd
             dev = g.ifname(name, "b" if name == "a" else "a")
-            vm.run(f"ip link set {dev} mtu 1600 up && ip addr add {ip}/24 dev {dev}")
-            vm.run("rm -f /etc/ssh/ssh_host_* && ssh-keygen -q -A && mkdir -p /run/sshd /root/.ssh && "
-                   f"chmod 700 /root/.ssh && /usr/sbin/sshd -o ListenAddress={ip} -o PasswordAuthentication=no "
-                   "-o KbdInteractiveAuthentication=no -o PermitRootLogin=prohibit-password && "
-                   f"cp /etc/ssh/ssh_host_ed25519_key.pub /mnt/share/host-{name}.pub")
+            jobs.append(g[name].spawn(
+                "bash scripts/setup.sh > /mnt/out/setup.log 2>&1 && "
+                f"ip link set {dev} mtu 1600 up && ip addr add {ip}/24 dev {dev} && "
+                "rm -f /etc/ssh/ssh_host_* && ssh-keygen -q -A && mkdir -p /run/sshd /root/.ssh && "
+                f"chmod 700 /root/.ssh && /usr/sbin/sshd -o ListenAddress={ip} -o PasswordAuthentication=no "
+                "-o KbdInteractiveAuthentication=no -o PermitRootLogin=prohibit-password && "
+                f"cp /etc/ssh/ssh_host_ed25519_key.pub /mnt/share/host-{name}.pub"))
+        for job in jobs:
+            job.wait(900)
         g["a"].run("ssh-keygen -q -t ed25519 -N '' -f /root/.ssh/id_ed25519 && "
                    "cp /root/.ssh/id_ed25519.pub /mnt/share/client.pub")
         known = "".join(f"{ip} {' '.join((g.share / f'host-{n}.pub').read_text().split()[:2])}\n"

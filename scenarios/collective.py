@@ -1,0 +1,142 @@
+"""Collectives over soft-RDMA on a replica: nccl-tests-style sweeps, two jobs at once, a trace replay.
+
+    small (quick):   spine s0                      fat-tree-k4 (full): 4 pods, 4 cores, 16 hosts
+                    /        \\                        job1: 4 ranks packed in pod 0
+                 leaf l0    leaf l1                   job2: 4 ranks spread over pod 1's ToRs
+                 h0  h1     h2  h3   (4 ranks)        (each in its own pod: they share only cores)
+
+Every rank is a process in its host's namespace with a soft RoCEv2 device; data moves as RDMA SENDs on
+RC QPs into pre-posted receive buffers, every element is checked against numpy (``#wrong``). Links run
+at ``--link-rate`` (emulated; 100G real, so scale = 100G / rate).
+
+What it shows:
+  1. ring allreduce over a size sweep, tree allreduce, uniform and skewed all-to-all, reduce-scatter,
+     all-gather, broadcast: time, algbw, busbw (nccl-tests' formulas), real-world and emulated
+  2. (full) two jobs on one fabric, each with its own placement: JCT alone and together, per-link
+     utilisation (an ECMP collision shows as a link above the others)
+  3. a trace replay (compute gaps, an allreduce, point-to-point activations): step time per iteration
+  and the emulator's health and the frames lost, attributed to the queue that dropped them.
+
+    sudo testbed run collective --quick      # small fabric, 4 ranks, up to 1 MiB (~2 min)
+    sudo testbed run collective              # + fat-tree-k4, 8 ranks, two jobs, up to 4 MiB
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __name__ == "__main__" and __package__ is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from testbed.console import console, require_root  # noqa: E402
+from testbed.scenario import Results, run_main, scenario_parser  # noqa: E402
+from testbed.units import parse_rate  # noqa: E402
+
+NAME = "collective"
+
+#: the replayed trace: a forward pass (compute), gradients allreduced while rank 0 ships activations to
+#: rank 1 (pipeline parallelism), two training steps
+TRACE = {"version": 1, "ranks": 4, "iterations": 2, "description": "2 steps: compute, allreduce, p2p",
+         "ops": [[{"id": "fwd", "type": "compute", "seconds": 20e-6},
+                  {"id": "grad", "type": "collective", "collective": "allreduce", "bytes": 131072},
+                  {"id": "act", "type": "send", "peer": 1, "bytes": 32768, "deps": ["fwd"]}],
+                 [{"id": "fwd", "type": "compute", "seconds": 20e-6},
+                  {"id": "grad", "type": "collective", "collective": "allreduce", "bytes": 131072},
+                  {"id": "act", "type": "recv", "peer": 0, "bytes": 32768, "deps": ["fwd"]}],
+                 [{"id": "fwd", "type": "compute", "seconds": 10e-6},
+                  {"id": "grad", "type": "collective", "collective": "allreduce", "bytes": 131072}],
+                 [{"id": "fwd", "type": "compute", "seconds": 10e-6},
+                  {"id": "grad", "type": "collective", "collective": "allreduce", "bytes": 131072}]]}
+
+
+def sweep(sizes: list[int], big: int) -> tuple:
+    """The runs of the single-job part (one process per rank runs them all)."""
+    runs = [{"collective": "allreduce", "algorithm": "ring", "bytes": b, "chunks": 4} for b in sizes]
+    runs += [{"collective": "allreduce", "algorithm": "tree", "bytes": big, "chunks": 4},
+             {"collective": "reduce_scatter", "bytes": big, "chunks": 2},
+             {"collective": "all_gather", "bytes": big, "chunks": 2},
+             {"collective": "broadcast", "bytes": big, "chunks": 8},
+             {"collective": "all_to_all", "bytes": big, "chunks": 2},
+             {"collective": "all_to_all", "bytes": big, "chunks": 2, "skew": 4.0}]
+    return tuple(runs)
+
+
+def main(argv=None) -> int:
+    parser = scenario_parser(__doc__, prog=f"testbed run {NAME}")
+    parser.add_argument("--link-rate", default="10M", help="emulated host-link rate (default 10M)")
+    args = parser.parse_args(argv)
+    rate = parse_rate(args.link_rate, "--link-rate")
+    require_root(f"testbed run {NAME}")
+    from testbed.collective import experiment as X
+    from testbed.collective import placement as P
+    from testbed.collective.runner import CollectiveFabric, JobRun
+    from testbed.collective.trace import check, load_trace
+
+    check(load_trace(TRACE))
+    sizes = [65536, 262144, 1048576] if args.quick else [65536, 262144, 1048576, 4194304]
+    big = 1048576
+    with Results(NAME, args, config={"quick": args.quick, "link_rate_bps": rate, "sizes": sizes}) as res:
+        doc = {"link_rate_bps": rate, "parts": {}}
+        G = X.fabric_graph("small")
+        hosts = P.place(G, 4, "packed")
+        with CollectiveFabric(G, rate, res.dir / "small") as fab:
+            fab.warm(hosts)
+            console.print("[bold]1. size sweep and every collective, 4 ranks, small fabric[/bold]")
+            r1 = fab.run([JobRun("sweep", tuple(hosts), runs=sweep(sizes, big), iters=2, warmup=1)], "sweep")
+            console.print("[bold]3. trace replay[/bold]")
+            r3 = fab.run([JobRun("trace", tuple(hosts), trace=TRACE, chunks=2)], "trace")
+            for r in (r1, r3):
+                r.update(scale=fab.scale, fabric="small", link_rate_bps=rate)
+        doc["parts"]["sweep"] = r1
+        doc["parts"]["trace"] = r3
+        X.print_report(r1)
+        X.print_report(r3)
+        if not args.quick:
+            doc["parts"]["jobs"] = two_jobs(rate, res.dir / "fat-tree", X, P, CollectiveFabric, JobRun)
+        res.write_json("metrics.json", doc)
+        X.plot(r1["jobs"], rate, res.dir / "busbw.png")
+        rows = r1["jobs"][0]["rows"]
+        wrong = sum(r["wrong"] for r in rows) + r3["jobs"][0]["trace"]["wrong"]
+        ring = [r for r in rows if r["collective"] == "allreduce" and r["algorithm"] == "ring"]
+        summary = {"wrong": wrong, "ring_allreduce_busbw_over_link": round(ring[-1]["busbw_bps"] / rate, 3),
+                   "largest_ring_size_bytes": ring[-1]["size_bytes"],
+                   "busbw_over_link": {f"{r['collective']}/{r['algorithm']}/skew{r['skew']:g}/{r['size_bytes']}":
+                                       round(r["busbw_bps"] / rate, 3) for r in rows},
+                   "trace_step_time_s": r3["jobs"][0]["trace"]["step_time_s"],
+                   "emulator_ok": r1["health"]["ok"] and r3["health"]["ok"],
+                   "health_reasons": r1["health"]["reasons"] + r3["health"]["reasons"], "load": r1["health"]["load"]}
+        if "jobs" in doc["parts"]:
+            summary["two_jobs"] = doc["parts"]["jobs"]["summary"]
+        res.finish(summary)
+    return 1 if wrong else 0
+
+
+def two_jobs(rate, out, X, P, CollectiveFabric, JobRun) -> dict:
+    """Two 4-rank ring allreduce jobs on a k=4 fat-tree in disjoint pods: alone, then together."""
+    G = X.fabric_graph("fat-tree-k4")
+    pods = P.pods(G)
+    a = P.place(G, 4, "packed", within=set(pods[0]))
+    b = P.place(G, 4, "spread", within=set(pods[1]))
+    runs = ({"collective": "allreduce", "algorithm": "ring", "bytes": 1048576, "chunks": 4},)
+    ja, jb = JobRun("job1", tuple(a), runs=runs, iters=3), JobRun("job2", tuple(b), runs=runs, iters=3, seed=2)
+    with CollectiveFabric(G, rate, out) as fab:
+        fab.warm(a + b)
+        alone = [fab.run([ja], "alone-job1"), fab.run([jb], "alone-job2")]
+        both = fab.run([ja, jb], "together")
+    for r in alone + [both]:
+        r.update(scale=fab.scale, fabric="fat-tree-k4", link_rate_bps=rate)
+        X.print_report(r)
+    jct_alone = [alone[0]["jobs"][0]["jct_s"], alone[1]["jobs"][0]["jct_s"]]
+    jct_both = [j["jct_s"] for j in both["jobs"]]
+    summary = {"jct_alone_s": jct_alone, "jct_together_s": jct_both,
+               "slowdown": [round(t / a0, 3) for t, a0 in zip(jct_both, jct_alone, strict=True)],
+               "busiest_link_together": both["links"][0],
+               "emulator_ok": all(r["health"]["ok"] for r in alone + [both])}
+    console.print(f"two jobs on disjoint pods: JCT alone {jct_alone}, together {jct_both}, "
+                  f"slowdown {summary['slowdown']}")
+    return {"alone": alone, "together": both, "summary": summary}
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

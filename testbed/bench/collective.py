@@ -1,0 +1,134 @@
+"""``testbed bench collective``: collective figures on a k=4 fat-tree replica, as ratios in one run.
+
+    k=4 fat-tree (20 OVS switches, os-ken ECMP controller), every link 100G real, --link-rate emulated
+      1. ring allreduce, --ranks spread over ToRs (every ring hop crosses the fabric), largest --sizes:
+         busbw / host-link rate                      goal >= 0.8 (nccl-tests' busbw definition)
+      2. uniform all-to-all (smallest size) on the same ranks: busbw / the bisection-limited bound (a full-bisection
+         fat-tree: the host link, so the bound is the link rate)    goal >= 0.7
+      3. two 4-rank ring allreduce jobs packed in pods 0 and 1 (they share no link): each alone, then
+         both at once; slowdown = JCT together / JCT alone            goal < 1.05
+
+Every figure is printed with the machine's load before and after and the emulator's health verdict of
+its run (an unhealthy run is marked, not hidden). ``--json`` keys: busbw_over_link, a2a_busbw_over_bound,
+interference (max slowdown - 1), rows, load_before, load_after, health.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from testbed.console import console, out, print_json, require_root
+from testbed.errors import EmulationError, SpecError
+from testbed.units import parse_rate, parse_size
+
+
+def register(sub) -> None:
+    p = sub.add_parser("collective", help="ring allreduce busbw vs link rate, all-to-all, two-job interference",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", type=int, default=8, help="ranks of parts 1 and 2 (default 8)")
+    p.add_argument("--sizes", default="1MiB,4MiB", help="allreduce sizes; the largest is graded (default 1MiB,4MiB)")
+    p.add_argument("--link-rate", default="10M", help="emulated host-link rate (default 10M)")
+    p.add_argument("--iters", type=int, default=2, help="timed iterations per size (default 2)")
+    p.add_argument("--no-jobs", action="store_true", help="skip part 3 (two jobs)")
+    p.add_argument("--out", metavar="DIR", help="where the runs' files go (default a temp folder)")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.set_defaults(func=run)
+
+
+def _load() -> list[float]:
+    import os
+
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def run(args) -> int:
+    rate = parse_rate(args.link_rate, "--link-rate")
+    sizes = sorted(int(parse_size(s.strip(), "--sizes")) for s in args.sizes.split(","))
+    if any(s % 4 or s < 4 * args.ranks for s in sizes):
+        raise SpecError("--sizes", f"sizes must be multiples of 4 bytes holding one int32 per rank ({4 * args.ranks} B)")
+    if not 2 <= args.ranks <= 16:
+        raise SpecError("--ranks", f"must be 2..16 (a k=4 fat-tree has 16 hosts), got {args.ranks}")
+    if args.iters < 1:
+        raise SpecError("--iters", f"must be >= 1, got {args.iters}")
+    require_root("testbed bench collective")
+    from testbed.collective import experiment as X
+    from testbed.collective import placement as P
+    from testbed.collective.runner import CollectiveFabric, JobRun
+
+    G = X.fabric_graph("fat-tree-k4")
+    folder = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-collective-"))
+    doc = {"link_rate_bps": rate, "ranks": args.ranks, "load_before": _load(), "health": {}}
+    spread = P.place(G, args.ranks, "spread")
+    pods = P.pods(G)
+    a = P.place(G, 4, "packed", within=set(pods[0]))
+    b = P.place(G, 4, "packed", within=set(pods[1]))
+    ring = tuple({"collective": "allreduce", "algorithm": "ring", "bytes": s, "chunks": 4} for s in sizes)
+    a2a = ({"collective": "all_to_all", "bytes": sizes[0], "chunks": 2},)
+    doc["wrong"], doc["rows"], doc["failed"] = 0, [], {}
+
+    def part(name, jobs):
+        """One run; a run that fails (a QP gave up) is reported with its reason, the others still run."""
+        try:
+            result = fab.run(jobs, name)
+        except EmulationError as exc:
+            doc["failed"][name] = str(exc)
+            console.print(f"[red]{name}: {exc}[/red]")
+            return None
+        doc["health"][name] = result["health"]
+        doc["wrong"] += sum(r["wrong"] for j in result["jobs"] for r in j.get("rows", []))
+        return result
+
+    with CollectiveFabric(G, rate, folder, name="bench-collective") as fab:
+        fab.warm(spread + [h for h in a + b if h not in spread])
+        r1 = part("ring", [JobRun("ring", tuple(spread), runs=ring, iters=args.iters, warmup=1)])
+        if r1:
+            doc["rows"] += r1["jobs"][0]["rows"]
+            doc["busbw_over_link"] = round(r1["jobs"][0]["rows"][-1]["busbw_bps"] / rate, 3)
+        r2 = part("all_to_all", [JobRun("a2a", tuple(spread), runs=a2a, iters=args.iters, warmup=1)])
+        if r2:
+            doc["rows"] += r2["jobs"][0]["rows"]
+            doc["a2a_busbw_over_bound"] = round(r2["jobs"][0]["rows"][-1]["busbw_bps"] / rate, 3)
+        if not args.no_jobs:
+            one = (ring[-1],)
+            ja, jb = JobRun("pod0", tuple(a), runs=one, iters=args.iters), JobRun("pod1", tuple(b), runs=one,
+                                                                                  iters=args.iters, seed=2)
+            alone = [part("alone-pod0", [ja]), part("alone-pod1", [jb])]
+            both = part("together", [ja, jb])
+        if not args.no_jobs and all(alone) and both:
+            jct_alone = [x["jobs"][0]["jct_s"] for x in alone]
+            jct_both = [j["jct_s"] for j in both["jobs"]]
+            doc["jct_alone_s"], doc["jct_together_s"] = jct_alone, jct_both
+            doc["slowdown"] = [round(t / s, 3) for t, s in zip(jct_both, jct_alone, strict=True)]
+            doc["interference"] = round(max(doc["slowdown"]) - 1, 3)
+            doc["busiest_links_together"] = both["links"][:4]
+    doc["load_after"] = _load()
+    doc["results_dir"] = str(folder)
+    _print(doc, rate)
+    if args.json:
+        print_json(doc)
+    return 1 if doc["wrong"] or doc["failed"] else 0
+
+
+def _print(doc: dict, rate: float) -> None:
+    from testbed.collective import metrics
+
+    def verdict(h):
+        return "healthy" if h["ok"] else "UNHEALTHY: " + "; ".join(h["reasons"])
+
+    for coll in dict.fromkeys(r["collective"] for r in doc["rows"]):
+        out.print(metrics.table_text([r for r in doc["rows"] if r["collective"] == coll]))
+    for name, why in doc["failed"].items():
+        out.print(f"{name}: FAILED ({why})")
+    if "busbw_over_link" in doc:
+        out.print(f"ring allreduce busbw / host link ({rate / 1e6:g} Mb/s): {doc['busbw_over_link']:.3f}  (goal >= 0.8; "
+                  f"{verdict(doc['health']['ring'])})")
+    if "a2a_busbw_over_bound" in doc:
+        out.print(f"all-to-all busbw / bisection bound: {doc['a2a_busbw_over_bound']:.3f}  (goal >= 0.7; "
+                  f"{verdict(doc['health']['all_to_all'])})")
+    if "interference" in doc:
+        out.print(f"two jobs on disjoint pods: JCT alone {[round(x, 3) for x in doc['jct_alone_s']]} s, together "
+                  f"{[round(x, 3) for x in doc['jct_together_s']]} s, slowdown {doc['slowdown']} -> interference "
+                  f"{doc['interference']:+.1%} (goal < 5%; together: {verdict(doc['health']['together'])})")
+    out.print(f"#wrong {doc['wrong']}; load before {doc['load_before']}, after {doc['load_after']}")
+    console.print(f"[dim]files in {doc['results_dir']}[/dim]")

@@ -1,0 +1,243 @@
+"""What ``testbed collective run`` and ``scenarios/collective.py`` measure: options checked once (pure),
+jobs placed on the fabric (pure), then the runs on a replica, an nccl-tests table, JSON and a plot.
+
+    Options.from_args(args)        every bad value -> SpecError naming the flag (one line, exit 2)
+      -> fabric_graph(name) -> jobs(G, opts) (placement per job, disjoint hosts)
+      -> CollectiveFabric(G, link_rate) .run(jobs)   (root)
+      -> rows + JCT + links + health -> results/collective/<stamp>/{metrics.json, busbw.png}
+
+Fabrics: ``small`` (2 leaves x 2 hosts under one spine: a tree, no controller), ``fat-tree-k4`` (the shipped
+spec; the os-ken controller spreads flows with ECMP), ``rail-small`` (rail-optimized, 2 servers x 2 GPUs,
+one spine). Every link is 100G in the real fabric; ``--link-rate`` is the emulated host-link rate and
+fixes the time dilation (scale = 100G / link rate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from testbed.collective import placement as P
+from testbed.collective import schedule as S
+from testbed.errors import SpecError
+from testbed.units import parse_rate, parse_size
+
+FABRICS = ("small", "fat-tree-k4", "rail-small")
+#: what the soft-RDMA ranks plus OVS sustain on 2 shared cores with headroom (see docs/collectives.md)
+DEFAULT_LINK_RATE = "10M"
+
+
+def fabric_graph(name: str):
+    from testbed.topo import generators
+
+    if name == "small":
+        return generators.spine_leaf(2, 1, 2)
+    if name == "rail-small":
+        return generators.rail_optimized(2, 2, 1)
+    if name == "fat-tree-k4":
+        from testbed.scenario import REPO_ROOT
+        from testbed.topo.spec import build_graph, load_spec
+
+        return build_graph(load_spec(REPO_ROOT / "scenarios" / "specs" / "fat-tree-k4.yaml"))
+    raise SpecError("--fabric", f"unknown fabric {name!r}; allowed: {', '.join(FABRICS)}")
+
+
+@dataclass(frozen=True)
+class Options:
+    fabric: str = "small"
+    collective: str = "allreduce"
+    algorithm: str | None = None
+    ranks: int = 4
+    sizes: tuple = (65536, 262144, 1048576)
+    placement: tuple = ("packed",)
+    jobs: int = 1
+    pods: bool = False
+    chunks: int = 4
+    iters: int = 2
+    warmup: int = 1
+    skew: float = 1.0
+    root: int = 0
+    link_rate_bps: float = 10e6
+    trace: dict | None = None
+    timeout_s: float = 600.0
+
+    @classmethod
+    def from_args(cls, a) -> "Options":
+        if a.fabric not in FABRICS:
+            raise SpecError("--fabric", f"unknown fabric {a.fabric!r}; allowed: {', '.join(FABRICS)}")
+        if a.collective not in S.COLLECTIVES:
+            raise SpecError("--collective", f"unknown collective {a.collective!r}; allowed: {', '.join(S.COLLECTIVES)}")
+        if a.algorithm is not None and a.algorithm not in S.ALGORITHMS[a.collective]:
+            raise SpecError("--algorithm", f"{a.collective} runs as {', '.join(S.ALGORITHMS[a.collective])}, "
+                                           f"not {a.algorithm!r}")
+        for flag, value, low in (("--ranks", a.ranks, 2), ("--jobs", a.jobs, 1), ("--chunks", a.chunks, 1),
+                                 ("--iters", a.iters, 1), ("--warmup", a.warmup, 0), ("--root", a.root, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise SpecError(flag, f"must be an integer >= {low}, got {value!r}")
+        if a.root >= a.ranks:
+            raise SpecError("--root", f"must be a rank 0..{a.ranks - 1}, got {a.root}")
+        sizes = []
+        for text in str(a.sizes).split(","):
+            size = int(parse_size(text.strip(), "--sizes"))
+            if size % S.ELEMENT_BYTES or size < S.ELEMENT_BYTES * a.ranks:
+                raise SpecError("--sizes", f"{text.strip()} must be a multiple of 4 bytes (int32) and hold one "
+                                           f"element per rank (>= {4 * a.ranks} B)")
+            sizes.append(size)
+        places = tuple(p.strip() for p in str(a.placement).split(","))
+        for p in places:
+            if p not in P.POLICIES:
+                raise SpecError("--placement", f"unknown policy {p!r}; allowed: {', '.join(P.POLICIES)}")
+        if len(places) not in (1, a.jobs):
+            raise SpecError("--placement", f"give one policy or one per job ({a.jobs}), got {len(places)}")
+        if not a.skew >= 1 or a.skew != a.skew or a.skew == float("inf"):
+            raise SpecError("--skew", f"must be a finite number >= 1 (1: uniform all-to-all), got {a.skew!r}")
+        if a.skew != 1 and a.collective != "all_to_all":
+            raise SpecError("--skew", "applies to --collective all_to_all only")
+        rate = parse_rate(a.link_rate, "--link-rate")
+        if not 1e5 <= rate <= 1e9:
+            raise SpecError("--link-rate", f"must be between 100k and 1G (emulated host-link rate), got {a.link_rate}")
+        trace = None
+        if a.trace:
+            trace = load_trace_file(a.trace)
+            if a.jobs != 1:
+                raise SpecError("--jobs", "a trace replay is one job")
+        return cls(a.fabric, a.collective, a.algorithm, a.ranks if trace is None else trace["ranks"], tuple(sizes),
+                   places * a.jobs if len(places) == 1 else places, a.jobs, bool(a.pods), a.chunks, a.iters,
+                   a.warmup, float(a.skew), a.root, rate, trace)
+
+
+def load_trace_file(path: str) -> dict:
+    import json
+    from pathlib import Path
+
+    from testbed.collective.trace import check, load_trace
+
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise SpecError("--trace", f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise SpecError("--trace", f"{path} is not JSON: {exc}") from None
+    from testbed.collective.engine import ScheduleError
+
+    try:
+        check(load_trace(doc))
+    except ScheduleError as exc:
+        raise SpecError("--trace", f"{path} cannot complete: {exc}") from None
+    return doc
+
+
+def place_jobs(G, opts: Options) -> list[list]:
+    """Hosts of each job in rank order: its own policy, hosts not used by the jobs before it; with
+    ``pods`` each job in its own pod (fat-trees), so jobs share no switch below the core."""
+    taken: list = []
+    out = []
+    pod_hosts = list(P.pods(G).values()) if opts.pods else []
+    if opts.pods and len(pod_hosts) < opts.jobs:
+        raise SpecError("--pods", f"{opts.jobs} jobs need {opts.jobs} pods; this fabric has {len(pod_hosts)}")
+    for k in range(opts.jobs):
+        hosts = P.place(G, opts.ranks, opts.placement[k], exclude=taken,
+                        within=set(pod_hosts[k]) if opts.pods else None)
+        taken += hosts
+        out.append(hosts)
+    return out
+
+
+def job_runs(opts: Options, placements: list[list]):
+    from testbed.collective.runner import JobRun
+
+    runs = tuple({"collective": opts.collective, "algorithm": opts.algorithm, "bytes": b, "chunks": opts.chunks,
+                  "root": opts.root, "skew": opts.skew} for b in opts.sizes)
+    return [JobRun(f"job{k + 1}", tuple(h), runs=runs if opts.trace is None else (), trace=opts.trace,
+                   iters=opts.iters, warmup=opts.warmup, chunks=opts.chunks, seed=k + 1)
+            for k, h in enumerate(placements)]
+
+
+def plot(jobs: list[dict], link_rate_bps: float, path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for j in jobs:
+        rows = j.get("rows") or []
+        if rows:
+            ax.plot([r["size_bytes"] for r in rows], [r["busbw_bps"] / 1e6 for r in rows], marker="o",
+                    label=f"{j['name']} {rows[0]['collective']} busbw")
+            ax.plot([r["size_bytes"] for r in rows], [r["algbw_bps"] / 1e6 for r in rows], marker=".", ls=":",
+                    label=f"{j['name']} algbw")
+    ax.axhline(link_rate_bps / 1e6, color="grey", ls="--", label="host link rate")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("emulated Mb/s")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(opts: Options, out_dir, tag: str = "run") -> dict:
+    """Place, build, run, summarise (root)."""
+    from testbed.collective.runner import CollectiveFabric
+
+    G = fabric_graph(opts.fabric)
+    placements = place_jobs(G, opts)
+    jobs = job_runs(opts, placements)
+    with CollectiveFabric(G, opts.link_rate_bps, out_dir) as fab:
+        fab.warm([h for p in placements for h in p])
+        result = fab.run(jobs, tag, opts.timeout_s)
+        result["scale"] = fab.scale
+    result["fabric"] = opts.fabric
+    result["link_rate_bps"] = opts.link_rate_bps
+    result["placements"] = {j.name: {"policy": opts.placement[k], "hosts": list(j.hosts),
+                                     "ring_switch_hops": P.ring_hops(G, list(j.hosts))}
+                            for k, j in enumerate(jobs)}
+    return result
+
+
+def summary(result: dict) -> dict:
+    jobs = []
+    for j in result["jobs"]:
+        doc = {"name": j["name"], "jct_s": round(j["jct_s"], 4), "real_jct_ms": round(j["real_jct_ms"], 4)}
+        if j.get("rows"):
+            last = j["rows"][-1]
+            doc.update(largest_size_bytes=last["size_bytes"], busbw_bps=last["busbw_bps"],
+                       busbw_over_link=round(last["busbw_bps"] / result["link_rate_bps"], 4),
+                       wrong=sum(r["wrong"] for r in j["rows"]))
+        if j.get("trace"):
+            doc.update(step_time_s=j["trace"]["step_time_s"], wrong=j["trace"]["wrong"])
+        jobs.append(doc)
+    busiest = result["links"][0] if result["links"] else None
+    return {"fabric": result["fabric"], "scale": result["scale"], "link_rate_bps": result["link_rate_bps"],
+            "jobs": jobs, "busiest_link": busiest, "emulator_ok": result["health"]["ok"],
+            "health_reasons": result["health"]["reasons"], "load": result["health"]["load"]}
+
+
+def print_report(result: dict) -> None:
+    from testbed.collective import metrics
+    from testbed.console import console, out
+
+    for j in result["jobs"]:
+        console.print(f"[bold]{j['name']}[/bold] on {' '.join(str(h) for h in j['hosts'])}: JCT {j['jct_s']:.3f} s "
+                      f"emulated = {j['real_jct_ms']:.3f} ms real; QP retransmissions {j['qp_stats']['retransmissions']}"
+                      f", timeouts {j['qp_stats']['timeouts']}")
+        groups: dict = {}
+        for r in j.get("rows") or []:
+            groups.setdefault((r["collective"], r.get("algorithm"), r.get("skew", 1.0)), []).append(r)
+        for (coll, algo, skew), rows in groups.items():
+            out.print(metrics.table_text(rows).replace(f"# {coll},", f"# {coll} ({algo or 'default'}"
+                                                       + (f", skew {skew:g}" if skew != 1 else "") + "),", 1))
+        if j.get("trace"):
+            tr = j["trace"]
+            out.print(f"# trace replay: step times (emulated s) {[round(s, 4) for s in tr['step_time_s']]}, "
+                      f"real ms {[round(s, 4) for s in tr['real_step_time_ms']]}, #wrong {tr['wrong']}")
+    links = result["links"][:6]
+    out.print("# busiest links: " + ", ".join(f"{x['link']} {x['utilisation']:.2f}" for x in links))
+    h = result["health"]
+    out.print(f"# emulator health: {'ok' if h['ok'] else 'UNHEALTHY: ' + '; '.join(h['reasons'])} "
+              f"(machine CPU {h['cpu'].get('machine_mean', 0):.0f}%, ovs-vswitchd max {h['cpu'].get('switch_max', 0):.0f}%, "
+              f"load {h['load']})")
+    led = h.get("losses")
+    if led:
+        out.print(f"# frames: {led['sent']} sent, {led['lost']} lost ({led['counted_drops']} counted by queues or "
+                  f"interfaces, {led['socket_enobufs']} refused by sockets, {led['endpoint_discards']} discarded by "
+                  f"endpoints, {led['unattributed']} unattributed)")

@@ -1,0 +1,153 @@
+"""From rank reports and port counters to the figures of a run (pure).
+
+    rank-R.json of every rank   -> per (collective, size): time = max(end) - max(start) over ranks per
+                                   iteration (one clock: every namespace reads the same wall clock; no
+                                   rank can finish before the last one started), averaged like
+                                   nccl-tests' "time"; #wrong summed over ranks; algbw/busbw from it
+    job JCT                     -> first start .. last end of the whole job (every size, every iteration)
+    switch port counters        -> bytes per directed link over the run / (seconds x emulated rate)
+
+Real-world figures divide times by the replica's ``scale`` (and multiply rates by it).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from testbed.collective import metrics
+
+
+def job_rows(reports: list[dict], scale: float) -> list[dict]:
+    """nccl-tests rows of one job from its ranks' reports (rank order)."""
+    n = len(reports)
+    rows = []
+    for k, run in enumerate(reports[0]["runs"]):
+        per_rank = [rep["runs"][k] for rep in reports]
+        times, wrong = [], 0
+        for it in range(len(run["iterations"])):
+            marks = [pr["iterations"][it] for pr in per_rank]
+            wrong += sum(m["wrong"] for m in marks)
+            if not marks[0]["warmup"]:
+                times.append(max(m["end"] for m in marks) - max(m["start"] for m in marks))
+        t = statistics.fmean(times)
+        rows.append(metrics.row(run["collective"], n, run["bytes"], t, scale, wrong,
+                                algorithm=run.get("algorithm") or "", chunks=run.get("chunks", 1),
+                                skew=run.get("skew", 1.0),
+                                iterations=len(times), times_s=times,
+                                sent_bytes_max=max(pr["sent_bytes"] for pr in per_rank)))
+    return rows
+
+
+def job_span(reports: list[dict]) -> tuple[float, float]:
+    """(start, end) wall-clock of a job: the latest first start, the latest last end."""
+    if "trace" in reports[0]:
+        return max(r["trace"]["start"] for r in reports), max(r["trace"]["end"] for r in reports)
+    start = max(r["runs"][0]["iterations"][0]["start"] for r in reports)
+    end = max(r["runs"][-1]["iterations"][-1]["end"] for r in reports)
+    return start, end
+
+
+def trace_summary(reports: list[dict], scale: float) -> dict:
+    """Step time per iteration (the latest end of an iteration's ops, from the previous step's end) and
+    each op's finish time, offset from the job start."""
+    start, end = job_span(reports)
+    per_iter: dict = {}
+    ops: dict = {}
+    wrong = 0
+    for r in reports:
+        for op in r["trace"]["ops"]:
+            per_iter[op["iteration"]] = max(per_iter.get(op["iteration"], 0.0), op["end"])
+            key = f"{op['iteration']}.{op['id']}"
+            ops.setdefault(key, {})[r["rank"]] = round(op["end"] - start, 6)
+            wrong += op["wrong"]
+    steps, prev = [], start
+    for it in sorted(per_iter):
+        steps.append(per_iter[it] - prev)
+        prev = per_iter[it]
+    return {"step_time_s": steps, "real_step_time_ms": [s / scale * 1e3 for s in steps],
+            "total_s": end - start, "ops_finished_s": ops, "wrong": wrong}
+
+
+def directed_links(plan) -> list[tuple]:
+    """(u, v, counter interface, 'tx'|'rx', emulated rate) for both directions of every link with a
+    switch end: traffic u -> v is the tx of u's interface when u is a switch, else the rx of v's."""
+    out = []
+    for e in plan.links:
+        rate = e.applied.rate_bps or e.emulated.rate_bps
+        hu = plan.graph.nodes[e.u].get("role") == "host"
+        hv = plan.graph.nodes[e.v].get("role") == "host"
+        if not hu:
+            out.append((e.u, e.v, e.intf_u, "tx", rate))
+            out.append((e.v, e.u, e.intf_u, "rx", rate))
+        elif not hv:
+            out.append((e.u, e.v, e.intf_v, "rx", rate))
+            out.append((e.v, e.u, e.intf_v, "tx", rate))
+    return out
+
+
+def link_usage(links: list[tuple], before: dict, after: dict, seconds: float, top: int = 0) -> list[dict]:
+    """Utilisation of every directed link from interface byte counters ``{(intf, 'tx'|'rx'): bytes}``."""
+    rows = []
+    for u, v, intf, way, rate in links:
+        moved = after.get((intf, way), 0) - before.get((intf, way), 0)
+        util = moved * 8 / seconds / rate if seconds > 0 and rate else 0.0
+        rows.append({"link": f"{u}->{v}", "bytes": moved, "utilisation": round(util, 4)})
+    rows.sort(key=lambda r: -r["bytes"])
+    return rows[:top] if top else rows
+
+
+def counted_drops(qdisc_json: str, link_json: str, devs=None) -> int:
+    """Frames dropped by qdiscs (``tc -s -j qdisc show``) and interfaces (``ip -s -j link show``: rx and
+    tx ``dropped``), over ``devs`` (None: every interface but lo)."""
+    import json
+
+    def want(dev):
+        return dev != "lo" and (devs is None or dev in devs)
+
+    total = 0
+    for q in json.loads(qdisc_json or "[]"):
+        if want(q.get("dev")) and q.get("root"):    # a root qdisc's drops include its children's
+            total += int(q.get("drops", 0))
+    for link in json.loads(link_json or "[]"):
+        if want(link.get("ifname")):
+            st = link.get("stats64") or link.get("stats") or {}
+            total += int(st.get("rx", {}).get("dropped", 0)) + int(st.get("tx", {}).get("dropped", 0))
+    return total
+
+
+def loss_ledger(reports: list[dict], counted: int) -> dict:
+    """Frames the ranks sent that no rank received (all traffic of a run stays between its ranks), set
+    against the drops some queue or interface counted and the datagrams the sockets refused."""
+    tx = sum(r["stats"]["tx_packets"] for r in reports)
+    rx = sum(r["stats"]["rx_packets"] for r in reports)
+    dev = [r["stats"]["device"] for r in reports]
+    enobufs = sum(d.get("tx_enobufs", 0) for d in dev)
+    discarded = sum(d.get("rx_unknown_qp", 0) + d.get("rx_icrc_bad", 0) + d.get("rx_malformed", 0) for d in dev)
+    lost = max(0, tx - rx)
+    return {"sent": tx, "received": rx, "lost": lost, "counted_drops": counted, "socket_enobufs": enobufs,
+            "endpoint_discards": discarded, "unattributed": max(0, lost - counted - enobufs - discarded)}
+
+
+def ovs_port_drops(dpctl_text: str, intfs) -> int:
+    """Drops the userspace datapath counted on ``intfs`` (``ovs-appctl dpctl/show -s``: live, unlike the
+    OVSDB statistics column, refreshed every few seconds): RX dropped + overruns, TX dropped."""
+    import re
+
+    total, port = 0, None
+    for line in (dpctl_text or "").splitlines():
+        m = re.match(r"\s*port \d+: (\S+)", line)
+        if m:
+            port = m.group(1)
+            continue
+        if port in intfs:
+            for key in ("dropped", "overruns"):
+                for v in re.findall(rf"\b{key}:(\d+)", line):
+                    total += int(v)
+    return total
+
+
+def upcalls_lost(dpctl_text: str) -> int:
+    """``lost:`` of ``ovs-appctl dpctl/show`` (packets the datapath dropped on the way to the slow path)."""
+    import re
+
+    return sum(int(m) for m in re.findall(r"\blost:(\d+)", dpctl_text or ""))

@@ -1,0 +1,254 @@
+"""Collective jobs on a running replica (root glue): one rank process per host, in the host's namespace.
+
+    CollectiveFabric(G, link_rate_bps=10e6, out_dir=...)           context manager
+        registry -> [os-ken controller when the fabric has several paths] -> plan (links: rates on HTB,
+        scale = real host-link rate / link_rate_bps) -> Replica -> ARP/paths warmed by pings
+      .run([JobRun(job, hosts), ...])  -> {"jobs": [...], "links": [...], "health": {...}}
+        every job's rank processes start at once (python -m testbed.collective.rank); a start barrier
+        over all of them makes concurrent jobs really overlap; switch port counters before and after;
+        machine CPU and ovs-vswitchd sampled; host UDP buffer overflows counted
+
+What each job runs is data (:class:`JobRun`): a size sweep of one collective, or a trace. The figures
+come from the rank reports through :mod:`testbed.collective.report` (pure).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import networkx as nx
+
+from testbed.collective import report as R
+from testbed.console import console
+from testbed.errors import EmulationError
+from testbed.poll import poll
+
+RANK = [sys.executable, "-m", "testbed.collective.rank"]
+#: the plan's QP timeout is the real fabric's dilated by scale (minutes at scale 10^4): a run caps it,
+#: and any timeout that fires is reported (the run is lossless by construction, so it is the emulator's)
+QP_TIMEOUT_CAP_S = 1.0
+#: packets in flight per QP: a few BDPs of a host link (no delay is emulated), small enough that an
+#: n-to-1 step (all-to-all) fits the switch queues
+WINDOW = 32
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """One job: its hosts in rank order and what it runs (``runs`` of the rank config, or ``trace``)."""
+
+    name: str
+    hosts: tuple
+    runs: tuple = ()
+    trace: dict | None = None
+    iters: int = 1
+    warmup: int = 0
+    chunks: int = 1
+    seed: int = 1
+    extra: dict = field(default_factory=dict)
+
+
+def multipath(G) -> bool:
+    return not nx.is_tree(G)
+
+
+def _ovs_pid() -> int | None:
+    for path in ("/run/openvswitch/ovs-vswitchd.pid", "/var/run/openvswitch/ovs-vswitchd.pid"):
+        try:
+            return int(Path(path).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def read_counters(intfs) -> dict:
+    """{(intf, 'tx'|'rx'): bytes} of switch interfaces (they live in the machine's namespace)."""
+    out = {}
+    for intf in intfs:
+        for way in ("tx", "rx"):
+            try:
+                out[(intf, way)] = int(Path(f"/sys/class/net/{intf}/statistics/{way}_bytes").read_text())
+            except (OSError, ValueError):
+                out[(intf, way)] = 0
+    return out
+
+
+class CollectiveFabric:
+    """A replica for collective jobs. ``link_rate_bps`` is the emulated rate of the host links."""
+
+    def __init__(self, G, link_rate_bps: float, out_dir: Path, name: str = "collective", window: int = WINDOW):
+        self.G, self.rate, self.out_dir, self.name = G, float(link_rate_bps), Path(out_dir), name
+        self.window = window
+        host_rates = [d["rate_bps"] for u, v, d in G.edges(data=True)
+                      if "host" in (G.nodes[u].get("role"), G.nodes[v].get("role"))]
+        self.scale = max(host_rates) / self.rate
+        self.run_reg = self.rep = self.ctl = self.plan = None
+
+    def __enter__(self) -> "CollectiveFabric":
+        from testbed.doctor import plan_capabilities
+        from testbed.emu import Replica, RunRegistry
+        from testbed.plan import Overrides, plan_replica
+
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.run_reg = RunRegistry(self.name).__enter__()
+        try:
+            if multipath(self.G):
+                from controllers.launch import start_controller
+
+                self.ctl = start_controller(self.run_reg, self.G, self.out_dir, lldp_interval=0)
+            self.plan = plan_replica(self.G, plan_capabilities(),
+                                     Overrides(scale=self.scale, links="rates", static_arp=self.ctl is None))
+            self.rep = Replica(self.plan, controller=self.ctl.address if self.ctl else None, run=self.run_reg,
+                               out_dir=self.out_dir, name=self.name).__enter__()
+            if self.ctl:
+                self.ctl.wait_ready()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.rep is not None:
+                self.rep.__exit__(None, None, None)
+        finally:
+            self.rep = None
+            if self.run_reg is not None:
+                self.run_reg.__exit__(None, None, None)
+                self.run_reg = None
+
+    def warm(self, hosts) -> None:
+        """One ping between every pair of ``hosts`` (ARP, controller-learned paths) before timing."""
+        hosts = list(hosts)
+        for a in hosts:
+            targets = " ".join(self.rep.ip(b) for b in hosts if b != a)
+            self.rep.host(a).cmd(f"for t in {targets}; do ping -c1 -W2 -q $t >/dev/null; done")
+
+    def drops(self, intfs) -> dict:
+        """Drops counted by the switch ports' qdiscs and interfaces (machine namespace), every host's,
+        Open vSwitch's per-port counters, and the datapath's lost upcalls (machine-wide: shared)."""
+        def ns_text(cmd, host=None):
+            if host is None:
+                return subprocess.run(cmd, capture_output=True, text=True).stdout
+            return self.rep.host(host).cmd(" ".join(cmd))
+
+        kernel = R.counted_drops(ns_text(["tc", "-s", "-j", "qdisc", "show"]),
+                                 ns_text(["ip", "-s", "-j", "link", "show"]), set(intfs))
+        for h in self.plan.layout.hosts:
+            kernel += R.counted_drops(ns_text(["tc", "-s", "-j", "qdisc", "show"], h.node),
+                                      ns_text(["ip", "-s", "-j", "link", "show"], h.node))
+        dpctl = ns_text(["ovs-appctl", "dpctl/show", "-s"])
+        return {"kernel": kernel, "ovs_ports": R.ovs_port_drops(dpctl, set(intfs)),
+                "ovs_upcalls_lost": R.upcalls_lost(dpctl)}
+
+    def qp_config(self, host) -> dict:
+        ep = self.plan.endpoint(host)
+        return {"mtu": 1024, "window": self.window, "timeout_s": min(ep.emulated_qp_timeout_s, QP_TIMEOUT_CAP_S),
+                "plan_timeout_s": ep.emulated_qp_timeout_s, "dcqcn": ep.emulated_dcqcn}
+
+    def run(self, jobs: list[JobRun], tag: str, timeout: float = 600.0) -> dict:
+        """Run ``jobs`` concurrently; returns per-job figures, per-link utilisation and health."""
+        from testbed.emu.health import CpuWatch, LossWatch, saturation
+
+        folder = self.out_dir / tag
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "start").mkdir(exist_ok=True)
+        total = sum(len(j.hosts) for j in jobs)
+        procs, index = [], 0
+        all_hosts = [h for j in jobs for h in j.hosts]
+        if len(set(all_hosts)) != len(all_hosts):
+            raise EmulationError("two ranks on one host: every rank needs its own host (one RoCE device each)")
+        for k, job in enumerate(jobs, start=1):
+            jdir = folder / job.name
+            jdir.mkdir(exist_ok=True)
+            ips = [self.rep.ip(h) for h in job.hosts]
+            for r, h in enumerate(job.hosts):
+                cfg = {"rank": r, "ips": ips, "job": k, "dir": str(jdir), "qp": self.qp_config(h),
+                       "seed": job.seed, "iters": job.iters, "warmup": job.warmup, "timeout_s": timeout,
+                       "chunks": job.chunks, "scale": self.scale,
+                       "global": {"dir": str(folder / "start"), "index": index, "n": total}, **job.extra}
+                if job.trace is not None:
+                    cfg["trace"] = job.trace
+                else:
+                    cfg["runs"] = [dict(x) for x in job.runs]
+                index += 1
+                path = jdir / f"config-{r}.json"
+                path.write_text(json.dumps(cfg))
+                log = open(jdir / f"rank-{r}.log", "w")  # noqa: SIM115 - closed after the process ends
+                procs.append((job, r, h, self.rep.popen(h, RANK + [str(path)], stdout=log, stderr=subprocess.STDOUT),
+                              log))
+        intfs = sorted({x[2] for x in R.directed_links(self.plan)})
+        pid = _ovs_pid()
+        losses = LossWatch(self.rep, all_hosts, [pid] if pid else []).start()
+        before = read_counters(intfs)
+        drops_before = self.drops(intfs)
+        t0 = time.time()
+        try:
+            with CpuWatch([pid] if pid else []) as cpu:
+                poll(lambda: all(p.poll() is not None for _, _, _, p, _ in procs), timeout=timeout + 120,
+                     interval=0.2, what=f"rank processes of {', '.join(j.name for j in jobs)}")
+        finally:
+            for _, _, _, p, log in procs:
+                if p.poll() is None:
+                    p.terminate()
+                    p.wait(timeout=10)
+                log.close()
+        after = read_counters(intfs)
+        drops_after = self.drops(intfs)
+        drops = {k: drops_after[k] - drops_before[k] for k in drops_after}
+        t1 = time.time()
+        lost = losses.stop()
+        out_jobs, all_reports = [], []
+        for job in jobs:
+            jdir = folder / job.name
+            reports = []
+            for r in range(len(job.hosts)):
+                f = jdir / f"rank-{r}.json"
+                if not f.exists():
+                    raise EmulationError(f"job {job.name} rank {r} wrote no report; see {jdir / f'rank-{r}.log'}")
+                rep = json.loads(f.read_text())
+                if "error" in rep:
+                    raise EmulationError(f"job {job.name} rank {r} on {job.hosts[r]}: {rep['error']}; "
+                                         f"see {jdir / f'rank-{r}.log'}")
+                reports.append(rep)
+            all_reports += reports
+            start, end = R.job_span(reports)
+            stats = {k: sum(rp["stats"][k] for rp in reports) for k in reports[0]["stats"] if k != "device"}
+            doc = {"name": job.name, "hosts": list(job.hosts), "ranks": len(job.hosts), "jct_s": end - start,
+                   "real_jct_ms": (end - start) / self.scale * 1e3, "start": start, "end": end, "qp_stats": stats}
+            if job.trace is not None:
+                doc["trace"] = R.trace_summary(reports, self.scale)
+            else:
+                doc["rows"] = R.job_rows(reports, self.scale)
+            out_jobs.append(doc)
+        span = max(j["end"] for j in out_jobs) - min(j["start"] for j in out_jobs)
+        links = R.link_usage(R.directed_links(self.plan), before, after, span)
+        cpu_sum = cpu.summary()
+        reasons = saturation(cpu_sum, None, 0.0, float("inf"), lost["udp_rcvbuf_errors"], lost["switch_socket_drops"])
+        timeouts = sum(j["qp_stats"]["timeouts"] for j in out_jobs)
+        if timeouts:
+            reasons.append(f"{timeouts} QP timeouts: packets were lost in a run that is lossless by construction")
+        if cpu_sum.get("switch_max", 0) >= 90:
+            reasons = [r for r in reasons if "BMv2" not in r] + [f"ovs-vswitchd at {cpu_sum['switch_max']:.0f}% "
+                                                                  "of a core"]
+        ledger = R.loss_ledger(all_reports, sum(drops.values()))
+        ledger["counted_by"] = drops
+        if ledger["unattributed"]:
+            reasons.append(f"{ledger['unattributed']} of {ledger['lost']} lost frames not counted by any queue or "
+                           "interface (lost in the emulator's I/O)")
+        health = {"ok": not reasons, "reasons": reasons, "cpu": cpu_sum, **lost, "losses": ledger,
+                  "wall_s": t1 - t0, "load": _load()}
+        jcts = ", ".join(f"{j['name']} JCT {j['jct_s']:.2f}s" for j in out_jobs)
+        console.print(f"[dim]{tag}: {jcts}; "
+                      f"emulator {'ok' if health['ok'] else 'UNHEALTHY: ' + '; '.join(reasons)}[/dim]")
+        return {"jobs": out_jobs, "links": links, "health": health, "span_s": span}
+
+
+def _load() -> list[float]:
+    import os
+
+    return [round(x, 2) for x in os.getloadavg()]

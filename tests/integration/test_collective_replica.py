@@ -1,0 +1,52 @@
+"""A ring allreduce of 4 soft-RDMA ranks on a small replica (2 leaves x 2 hosts, one spine, OVS):
+
+* every element of every rank's result equals the numpy sum of the four inputs (#wrong == 0);
+* the reported time and busbw equal what the rank reports' raw timestamps give, recomputed here with
+  nccl-tests' formula (size / time x 2 (n-1)/n), and 0 < busbw <= the emulated host-link rate;
+* each host link carried at least the 2 (n-1)/n x size the ring must move (switch port counters);
+* the run reports emulator health and a loss ledger (sent, lost, counted, unattributed).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from testbed.collective.experiment import fabric_graph
+from testbed.collective.placement import place
+from testbed.collective.runner import CollectiveFabric, JobRun
+
+pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs]
+
+RATE = 10e6
+SIZE = 262144
+
+
+def test_ring_allreduce_exact_and_busbw_formula(tmp_path):
+    G = fabric_graph("small")
+    hosts = place(G, 4, "packed")
+    runs = ({"collective": "allreduce", "algorithm": "ring", "bytes": SIZE, "chunks": 4},)
+    with CollectiveFabric(G, RATE, tmp_path) as fab:
+        fab.warm(hosts)
+        result = fab.run([JobRun("ar", tuple(hosts), runs=runs, iters=2, warmup=0)], "t", timeout=120)
+    job = result["jobs"][0]
+    row = job["rows"][0]
+    assert row["wrong"] == 0
+    reports = [json.loads((tmp_path / "t" / "ar" / f"rank-{r}.json").read_text()) for r in range(4)]
+    times = []
+    for it in range(2):
+        marks = [rep["runs"][0]["iterations"][it] for rep in reports]
+        assert all(m["wrong"] == 0 for m in marks)
+        times.append(max(m["end"] for m in marks) - max(m["start"] for m in marks))
+    t = sum(times) / 2
+    assert row["time_s"] == pytest.approx(t, rel=1e-9)
+    assert row["busbw_bps"] == pytest.approx(SIZE * 8 / t * 2 * 3 / 4, rel=1e-9)
+    assert 0 < row["busbw_bps"] <= RATE * 1.02        # HTB lets a burst through; never much beyond the rate
+    carried = {x["link"]: x["bytes"] for x in result["links"]}
+    for h in hosts:
+        tor = next(iter(G.neighbors(h)))
+        assert carried[f"{h}->{tor}"] >= 2 * 2 * 3 / 4 * SIZE, f"{h} sent less than the ring must"
+    health = result["health"]
+    assert set(health) >= {"ok", "reasons", "cpu", "losses"}
+    assert health["losses"]["sent"] > 0 and health["losses"]["lost"] >= 0
