@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from testbed.console import console, print_json, require_root
+from testbed.console import out as stdout
 from testbed.emu.ops import set_link_state
 from testbed.errors import EmulationError, UsageError
 from testbed.poll import poll, sleep_until
@@ -238,15 +239,16 @@ def run_bench(G, repetitions: int, interval: float, out_dir: Path) -> dict:
 
 
 def _main(args) -> int:
-    require_root("testbed bench failover")
-    from testbed.topo.spec import build_graph, load_spec
+    from testbed.topo.spec import build_graph, load_spec, resolve_spec
 
     reps = 5 if args.quick else args.repetitions
     if reps < 1:
         raise UsageError("--repetitions must be at least 1")
     if not 0.0001 <= args.interval <= 0.1:
         raise UsageError("--interval must be between 0.0001 and 0.1 seconds")
-    G = build_graph(load_spec(args.spec))
+    G = build_graph(load_spec(resolve_spec(args.spec)))
+    pod_pairs(G)  # a fabric without pods is refused before anything is built
+    require_root("testbed bench failover")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-failover-"))
     doc = run_bench(G, reps, args.interval, out)
     doc["spec"] = args.spec
@@ -255,10 +257,10 @@ def _main(args) -> int:
     if args.json:
         print_json(doc)
     else:
-        console.print(f"controller reroute outage: median {doc['controller_outage_ms_median']:.1f} ms, "
-                      f"p95 {doc['controller_outage_ms_p95']:.1f} ms ({reps} cuts)")
-        console.print(f"fast-failover outage: median {doc['fast_failover_outage_ms_median']:.1f} ms")
-        console.print(f"ECMP max/mean uplink bytes: {doc['ecmp_max_over_mean']} "
-                      f"(per tier {doc['ecmp']['max_over_mean_per_tier']})")
+        stdout.print(f"controller reroute outage: median {doc['controller_outage_ms_median']:.1f} ms, "
+                     f"p95 {doc['controller_outage_ms_p95']:.1f} ms ({reps} cuts)")
+        stdout.print(f"fast-failover outage: median {doc['fast_failover_outage_ms_median']:.1f} ms")
+        stdout.print(f"ECMP max/mean uplink bytes: {doc['ecmp_max_over_mean']} "
+                     f"(per tier {doc['ecmp']['max_over_mean_per_tier']})")
         console.print(f"raw results in {out}")
     return 0
