@@ -4,9 +4,12 @@ The os-ken app (:mod:`controllers.fabric`) translates each OpenFlow event into o
 what comes back; the status API reads the ``*_doc`` methods. Time is an argument (``now``), so unit tests
 drive the whole controller with a fake clock and :func:`controllers.ofrules.proto` as the datapath::
 
-    switch connects      --connect()-->      base flows + every route of that switch + port-desc request
+    switch connects      --join()-->         base flows + every route of that switch + port-desc request;
+                                             a switch that was down rejoins: RoutingBrain.switch_up
+    switch disconnects   --disconnect()-->   RoutingBrain.switch_down --> the others route around it
     port-desc reply      --port_desc()-->    liveness, LLDP probes, routes of links found down
-    port-status          --port_status()-->  RoutingBrain.link_down/up --> group mods (failover event)
+    port-status          --port_status()-->  RoutingBrain.link_down/up --> group mods (failover event);
+                                             carrier lost, or OFPPS_LIVE lost (BFD down, carrier up)
     packet-in ARP        --packet_in()-->    ARP reply from the address plan (never flooded)
     packet-in LLDP       --packet_in()-->    link seen; mismatch with the graph reported
     testbed fail link    --admin_link()-->   port mods (ports administratively down/up)
@@ -21,10 +24,10 @@ import time
 from dataclasses import dataclass, field
 
 import networkx as nx
-from os_ken.ofproto import ofproto_v1_3 as ofp
-from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controllers import ofrules
+from controllers.compat import ofproto_v1_3 as ofp
+from controllers.compat import ofproto_v1_3_parser as parser
 from testbed.routing.brain import RouteDiff, RoutingBrain, route_dict
 from testbed.routing.verify import walk
 from testbed.topo.graph import HOST, hosts, neighbour_on_port, switches
@@ -42,9 +45,9 @@ class Failover:
     """One port event that changed routes; times are the caller's clock (wall seconds)."""
 
     time: float
-    kind: str
-    link: tuple
-    cause: str  # port-status | port-desc
+    kind: str   # link_down | link_up | switch_down | switch_up
+    link: tuple  # (a, b) of a link; (switch,) of a switch event
+    cause: str  # port-status | port-desc | datapath-disconnect | datapath-connect
     switch: str
     port: int
     compute_ms: float = 0.0
@@ -67,16 +70,20 @@ class ControllerCore:
         G: the fabric graph (hosts with ip/mac, switches with dpid, edges with ports).
         mode: ``controller`` (recompute on port events) or ``fast-failover`` (groups repair locally too).
         aggregate: one route per first-tier switch's block of hosts where the address plan allows.
+        ecmp: ``multipath`` (NX multipath, OVS) or ``select`` (OpenFlow 1.3 SELECT groups); see ofrules.
     """
 
     G: nx.Graph
     mode: str = "controller"
     started: float = 0.0
     aggregate: bool = False
+    ecmp: str = "multipath"
     brain: RoutingBrain = field(init=False)
     dps: dict = field(default_factory=dict)          # switch -> datapath
     ports: dict = field(default_factory=dict)        # (switch, port_no) -> PortInfo
     lldp_seen: dict = field(default_factory=dict)    # (switch, port) -> (switch, port) seen
+    live_seen: set = field(default_factory=set)      # (switch, port) once reported OFPPS_LIVE
+    pending_join: dict = field(default_factory=dict)  # switch -> the others' messages held until it is ready
     mismatches: list = field(default_factory=list)
     failovers: list = field(default_factory=list)
     unknown_datapaths: set = field(default_factory=set)
@@ -88,6 +95,7 @@ class ControllerCore:
     def __post_init__(self):
         if self.mode not in ofrules.MODES:
             raise ValueError(f"mode must be one of {ofrules.MODES}, got {self.mode!r}")
+        ofrules.check_ecmp(self.ecmp)
         self.brain = RoutingBrain(self.G, aggregate=self.aggregate)
         self.brain.compute_all(self.started)
         self.by_dpid = {int(self.G.nodes[s]["dpid"]): s for s in switches(self.G)}
@@ -105,7 +113,10 @@ class ControllerCore:
         return self.by_dpid.get(dpid)
 
     def connect(self, dpid: int, dp) -> list:
-        """A switch connected: clean slate, then every current route of that switch."""
+        """A switch connected: clean slate, then every current route of that switch (messages for ``dp``).
+
+        The shim calls :meth:`join`, which also brings a switch that was down back into the brain.
+        """
         sw = self.switch_of(dpid)
         if sw is None:
             self.unknown_datapaths.add(dpid)
@@ -115,14 +126,71 @@ class ControllerCore:
         for r in sorted(self.brain.routes.values(), key=lambda r: r.prefix):
             if r.switch == sw:
                 msgs += ofrules.route_msgs(dp, r, self.mode, self.macs.get(r.dest), "add",
-                                           basis=self.basis[sw])[0]
+                                           basis=self.basis[sw], ecmp=self.ecmp)[0]
         msgs.append(parser.OFPPortDescStatsRequest(dp, 0))
         return msgs
 
-    def disconnect(self, dpid: int) -> None:
+    def join(self, dpid: int, dp, now: float) -> list:
+        """A switch connected; returns ``(switch, message)`` pairs: its own tables first, then the others'.
+
+        A switch the brain holds as down (it disconnected earlier) rejoins: ``switch_up`` recomputes, the
+        joining switch gets its full tables (after the clean-slate delete) and a port-description request.
+        The difference that spreads the other switches' traffic over it again is held until that reply
+        comes (:meth:`port_desc`): a switch answers in order, so the reply means its tables are in, and
+        its ports exist -- no neighbour sends into a switch still being programmed. Any other event
+        before then sends the held messages first (switches and brain never disagree).
+        """
         sw = self.switch_of(dpid)
-        if sw is not None:
-            self.dps.pop(sw, None)
+        if sw is None:
+            self.unknown_datapaths.add(dpid)
+            return []
+        held = self._flush()
+        diff, old, ev = RouteDiff(), {}, None
+        if sw in self.brain.down_switches:
+            old = dict(self.brain.routes)
+            t0 = time.perf_counter()
+            diff = self.brain.switch_up(sw, now)
+            ev = Failover(time=now, kind="switch_up", link=(sw,), cause="datapath-connect", switch=sw, port=0,
+                          compute_ms=(time.perf_counter() - t0) * 1e3,
+                          destinations=self.brain.events[-1].destinations if diff else 0)
+            self.failovers.append(ev)
+        pairs = held + [(sw, m) for m in self.connect(dpid, dp)]
+        if diff:
+            others = RouteDiff(add=tuple(r for r in diff.add if r.switch != sw),
+                               modify=tuple(r for r in diff.modify if r.switch != sw),
+                               delete=tuple(r for r in diff.delete if r.switch != sw))
+            self.pending_join[sw] = list(ofrules.diff_msgs(self._dp, others, self.mode, self.macs, old,
+                                                           self.basis, first=set(self.G.neighbors(sw)),
+                                                           ecmp=self.ecmp))
+        return pairs
+
+    def _flush(self) -> list:
+        """Every held rejoin message (see :meth:`join`), to send before anything else."""
+        out = [pair for pairs in self.pending_join.values() for pair in pairs]
+        self.pending_join.clear()
+        return out
+
+    def disconnect(self, dpid: int, now: float = 0.0, dp=None) -> list:
+        """A switch's OpenFlow connection ended: it is down (crashed, or cut off from its controller).
+
+        The brain's ``switch_down`` recomputes every destination the switch could carry and the other
+        switches get the difference (``(switch, message)`` pairs, the switch's neighbours first). A
+        stale connection ending after the switch reconnected (``dp`` is not the current one) changes
+        nothing.
+        """
+        sw = self.switch_of(dpid)
+        if sw is None or sw not in self.dps or (dp is not None and self.dps[sw] is not dp):
+            return []
+        held = self._flush()
+        self.dps.pop(sw)
+        old = dict(self.brain.routes)
+        t0 = time.perf_counter()
+        diff = self.brain.switch_down(sw, now)
+        self.failovers.append(Failover(time=now, kind="switch_down", link=(sw,), cause="datapath-disconnect",
+                                       switch=sw, port=0, compute_ms=(time.perf_counter() - t0) * 1e3,
+                                       destinations=self.brain.events[-1].destinations if diff else 0))
+        return held + list(ofrules.diff_msgs(self._dp, diff, self.mode, self.macs, old, self.basis,
+                                             first=set(self.G.neighbors(sw)), ecmp=self.ecmp))
 
     def _dp(self, sw):
         return self.dps.get(sw)
@@ -164,7 +232,8 @@ class ControllerCore:
                       switch=sw, port=port_no, compute_ms=(time.perf_counter() - t0) * 1e3,
                       destinations=self.brain.events[-1].destinations if diff else 0)
         self.failovers.append(ev)
-        return ofrules.diff_msgs(self._dp, diff, self.mode, self.macs, old, self.basis, first=(sw, nbr))
+        return ofrules.diff_msgs(self._dp, diff, self.mode, self.macs, old, self.basis, first=(sw, nbr),
+                                 ecmp=self.ecmp)
 
     def port_status(self, dpid: int, port_no: int, name: str, hw_addr: str, config: int, state: int,
                     now: float, reason: int | None = None):
@@ -173,23 +242,36 @@ class ControllerCore:
         if sw is None:
             self.unknown_datapaths.add(dpid)
             return []
+        held = self._flush()
         if reason == ofp.OFPPR_DELETE:
             down = True
         else:
-            down = ofrules.port_is_down(config, state)
+            down = self._port_state_down(sw, port_no, config, state)
+        if held:
+            return held + list(self._update_port(sw, port_no, name, hw_addr, down, now, "port-status"))
         return self._update_port(sw, port_no, name, hw_addr, down, now, "port-status")
+
+    def _port_state_down(self, sw, port_no, config: int, state: int) -> bool:
+        """Admin down or no carrier; or no longer ``OFPPS_LIVE`` after having been (OVS clears it when the
+        port's BFD session goes down with carrier still up). A switch that never sets LIVE is judged by
+        carrier alone."""
+        if state & ofp.OFPPS_LIVE:
+            self.live_seen.add((sw, port_no))
+        elif (sw, port_no) in self.live_seen:
+            return True
+        return ofrules.port_is_down(config, state)
 
     def port_desc(self, dpid: int, descs, now: float) -> list:
         """Port description reply: record names/liveness, LLDP probes; returns ``(switch, message)`` pairs."""
         sw = self.switch_of(dpid)
         if sw is None:
             return []
-        out: list = []
+        out: list = self._flush()  # this switch's rejoin (it is ready now), and any other held
         for d in descs:
             if d.port_no > ofp.OFPP_MAX:
                 continue
             name = d.name.decode(errors="replace") if isinstance(d.name, bytes) else str(d.name)
-            down = ofrules.port_is_down(d.config, d.state)
+            down = self._port_state_down(sw, d.port_no, d.config, d.state)
             out += list(self._update_port(sw, d.port_no, name, d.hw_addr, down, now, "port-desc"))
             if not down and sw in self.dps:
                 out.append((sw, self.lldp_probe(sw, d.port_no)))
@@ -231,9 +313,18 @@ class ControllerCore:
         """Switch between ``controller`` and ``fast-failover`` groups; returns the messages re-pushing them."""
         if mode not in ofrules.MODES:
             raise KeyError(f"mode must be one of {', '.join(ofrules.MODES)}, got {mode!r}")
-        old, self.mode = self.mode, mode
-        out = []
-        if old == mode:
+        return self._repush(mode, self.ecmp)
+
+    def set_ecmp(self, ecmp: str) -> list:
+        """Switch the ECMP method (``multipath`` | ``select``); returns the messages re-pushing every route."""
+        if ecmp not in ofrules.ECMP_METHODS:
+            raise KeyError(f"ecmp must be one of {', '.join(ofrules.ECMP_METHODS)}, got {ecmp!r}")
+        return self._repush(self.mode, ecmp)
+
+    def _repush(self, mode: str, ecmp: str) -> list:
+        (old_mode, old_ecmp), (self.mode, self.ecmp) = (self.mode, self.ecmp), (mode, ecmp)
+        out = self._flush()
+        if (old_mode, old_ecmp) == (mode, ecmp):
             return out
         for r in sorted(self.brain.routes.values(), key=lambda r: r.key):
             dp = self.dps.get(r.switch)
@@ -241,8 +332,8 @@ class ControllerCore:
                 continue
             mac, basis = self.macs.get(r.dest), self.basis[r.switch]
             # group types differ between modes (INDIRECT vs FAST_FAILOVER): replace, do not modify
-            delete = ofrules.route_msgs(dp, r, old, mac, "delete")
-            add = ofrules.route_msgs(dp, r, mode, mac, "add", basis=basis)[0]
+            delete = ofrules.route_msgs(dp, r, old_mode, mac, "delete", ecmp=old_ecmp)
+            add = ofrules.route_msgs(dp, r, mode, mac, "add", basis=basis, ecmp=ecmp)[0]
             out += [(r.switch, m) for m in (*delete[0], *delete[1], *add)]
         return out
 
@@ -300,10 +391,11 @@ class ControllerCore:
     # ------------------------------------------------------------------ status documents
     def health_doc(self, now: float) -> dict:
         expected = len(self.by_dpid)
-        return {"status": "ok", "mode": self.mode, "uptime_s": round(now - self.started, 3),
+        return {"status": "ok", "mode": self.mode, "ecmp": self.ecmp, "uptime_s": round(now - self.started, 3),
                 "switches_connected": len(self.dps), "switches_expected": expected,
                 "ready": len(self.dps) == expected, "unknown_datapaths": sorted(self.unknown_datapaths),
                 "routes": len(self.brain.routes), "down_links": len(self.brain.down_links),
+                "down_switches": sorted(self.brain.down_switches),
                 "lldp_mismatches": len(self.mismatches), **self.stats}
 
     def topology_doc(self) -> dict:

@@ -19,6 +19,7 @@ exceptions are logged and counted (``handler_errors`` in ``/health``), never fat
     POST /fail/link?a=A&b=B           ports of link A-B administratively down (restore: /restore/link)
     POST /fail/switch?s=S             every port of S down (restore: /restore/switch)
     POST /mode?m=fast-failover        re-push every group in another mode (controller | fast-failover)
+    POST /ecmp?m=select               re-push every route with another ECMP method (multipath | select)
 """
 
 from __future__ import annotations
@@ -32,29 +33,37 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from os_ken.base import app_manager
-from os_ken.controller import ofp_event
-from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
-from os_ken.ofproto import ofproto_v1_3
-
-from controllers import ofrules
+from controllers import compat, ofrules
+from controllers.compat import (
+    CONFIG_DISPATCHER,
+    DEAD_DISPATCHER,
+    MAIN_DISPATCHER,
+    BaseApp,
+    app_manager,
+    ofp_event,
+    ofproto_v1_3,
+    set_ev_cls,
+)
 from controllers.core import ControllerCore
 from controllers.graphio import load_graph
 
 LOG = logging.getLogger("controllers.fabric")
 
-#: Filled by :func:`main` before os-ken instantiates the app (os-ken passes apps no arguments).
+#: Filled by :func:`main` before the framework instantiates the app (it passes apps no arguments).
 SETTINGS: dict = {}
 
 
-class FabricApp(app_manager.OSKenApp):
+class FabricApp(BaseApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        settings = _settings()
+        compat.wake_sender_on_eof()  # a closed connection must reach DEAD_DISPATCHER (switch loss)
         self.lock = threading.RLock()
-        self.core = ControllerCore(SETTINGS["graph"], mode=SETTINGS.get("mode", "controller"),
-                                   started=time.time(), aggregate=SETTINGS.get("aggregate", False))
+        self.core = ControllerCore(settings["graph"], mode=settings.get("mode", "controller"),
+                                   started=time.time(), aggregate=settings.get("aggregate", False),
+                                   ecmp=settings.get("ecmp", "multipath"))
         self.pending_stats: set = set()
         self.stats_done = threading.Condition(self.lock)
         self.api = StatusAPI(self, SETTINGS.get("api_port", 0))
@@ -115,26 +124,42 @@ class FabricApp(app_manager.OSKenApp):
                 LOG.exception("error while handling %s (carrying on)", what)
 
     # ------------------------------------------------------------------ OpenFlow events
+    def _push_event(self, pairs_of, now: float) -> None:
+        """Send what one event returns; stamp the failover it logged (if any) with push time and count."""
+        before = len(self.core.failovers)
+        sent = self.send(pairs_of())
+        if len(self.core.failovers) > before:
+            ev_ = self.core.failovers[-1]
+            ev_.pushed, ev_.messages = time.time(), sent
+            LOG.info("%s %s: %d destinations, %d messages, pushed in %.1f ms", ev_.kind, "-".join(ev_.link),
+                     ev_.destinations, sent, (ev_.pushed - now) * 1e3)
+
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def on_features(self, ev):
         dp = ev.msg.datapath
 
         def handle():
-            msgs = self.core.connect(dp.id, dp)
-            if not msgs:
-                LOG.warning("unknown datapath %#x connected; not in the fabric graph, not programmed", dp.id)
+            now = time.time()
+            dpid = ev.msg.datapath_id  # dp.id is set by the framework's handshake app, maybe not yet
+            if self.core.switch_of(dpid) is None:
+                self.core.join(dpid, dp, now)  # recorded as unknown
+                LOG.warning("unknown datapath %#x connected; not in the fabric graph, not programmed", dpid)
                 return
-            for m in msgs:
-                dp.send_msg(m)
-            self.core.stats["messages_sent"] += len(msgs)
-            LOG.info("switch %s (dpid %#x) connected: %d messages", self.core.switch_of(dp.id), dp.id, len(msgs))
+            self._push_event(lambda: self.core.join(dpid, dp, now), now)
+            LOG.info("switch %s (dpid %#x) connected", self.core.switch_of(dpid), dpid)
         self._guard("switch features", handle)
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
     def on_dead(self, ev):
         dp = ev.datapath
-        if dp.id is not None:
-            self._guard("disconnect", lambda: self.core.disconnect(dp.id))
+        if dp.id is None:
+            return
+
+        def handle():
+            now = time.time()
+            LOG.info("datapath %#x (%s) disconnected", dp.id, self.core.switch_of(dp.id))
+            self._push_event(lambda: self.core.disconnect(dp.id, now, dp), now)
+        self._guard("disconnect", handle)
 
     @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
     def on_port_desc(self, ev):
@@ -149,15 +174,8 @@ class FabricApp(app_manager.OSKenApp):
         def handle():
             now = time.time()
             name = d.name.decode(errors="replace") if isinstance(d.name, bytes) else str(d.name)
-            before = len(self.core.failovers)
-            pairs = self.core.port_status(msg.datapath.id, d.port_no, name, d.hw_addr, d.config, d.state, now,
-                                          msg.reason)
-            sent = self.send(pairs)
-            if len(self.core.failovers) > before:
-                ev_ = self.core.failovers[-1]
-                ev_.pushed, ev_.messages = time.time(), sent
-                LOG.info("%s %s-%s: %d destinations, %d messages, pushed in %.1f ms", ev_.kind, *ev_.link,
-                         ev_.destinations, sent, (ev_.pushed - now) * 1e3)
+            self._push_event(lambda: self.core.port_status(msg.datapath.id, d.port_no, name, d.hw_addr, d.config,
+                                                           d.state, now, msg.reason), now)
         self._guard("port status", handle)
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
@@ -270,6 +288,10 @@ class _Handler(BaseHTTPRequestHandler):
                 with app.lock:
                     sent = app.send(core.set_mode(q.get("m")))
                 return self._reply(200, {"ok": True, "mode": core.mode, "messages": sent})
+            if method == "POST" and url.path == "/ecmp":
+                with app.lock:
+                    sent = app.send(core.set_ecmp(q.get("m")))
+                return self._reply(200, {"ok": True, "ecmp": core.ecmp, "messages": sent})
             return self._reply(404, {"error": f"no route {method} {url.path}"})
         except KeyError as exc:
             return self._reply(400, {"error": str(exc.args[0]) if exc.args else "bad request"})
@@ -284,34 +306,62 @@ class _Handler(BaseHTTPRequestHandler):
         self._route("POST")
 
 
-def main(argv=None) -> int:
+#: Environment variable carrying this app's options when a manager (``ryu-manager``, ``osken-manager``)
+#: loads it instead of :func:`main`: ``TESTBED_FABRIC_ARGS="--graph G.json --api-port 8653"``.
+ARGS_ENV = "TESTBED_FABRIC_ARGS"
+
+
+def arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m controllers.fabric", description=__doc__.split("\n\n")[0])
     parser.add_argument("--graph", required=True, help="fabric graph, node-link JSON (controllers.graphio)")
     parser.add_argument("--of-port", type=int, default=6653, help="OpenFlow listen port on 127.0.0.1")
     parser.add_argument("--api-port", type=int, default=8653, help="status API port on 127.0.0.1")
     parser.add_argument("--mode", choices=ofrules.MODES, default="controller",
                         help="controller: reroute on port events; fast-failover: groups repair locally too")
+    parser.add_argument("--ecmp", choices=ofrules.ECMP_METHODS, default="multipath",
+                        help="multipath: NX multipath on IPs + L4 ports (OVS); select: OpenFlow 1.3 SELECT groups")
     parser.add_argument("--lldp-interval", type=float, default=10.0, help="seconds between LLDP rounds (0: off)")
     parser.add_argument("--aggregate", action="store_true",
                         help="one route per ToR's block of hosts where the address plan allows (fewer flows)")
     parser.add_argument("--verbose", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> dict:
+    return {"graph": load_graph(args.graph), "mode": args.mode, "api_port": args.api_port,
+            "lldp_interval": args.lldp_interval, "aggregate": args.aggregate, "ecmp": args.ecmp}
+
+
+def _settings() -> dict:
+    """What :func:`main` filled in, or (loaded by a manager) the options in ``$TESTBED_FABRIC_ARGS``."""
+    if not SETTINGS:
+        import os
+        import shlex
+
+        text = os.environ.get(ARGS_ENV)
+        if not text:
+            raise SystemExit(f"controllers.fabric: set {ARGS_ENV}='--graph G.json [--api-port N]' when "
+                             "a manager loads this app")
+        SETTINGS.update(settings_from(arg_parser().parse_args(shlex.split(text))))
+    return SETTINGS
+
+
+def main(argv=None) -> int:
+    args = arg_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from os_ken import cfg
-
-    cfg.CONF(args=[], project="os_ken")
+    cfg = compat.cfg
+    cfg.CONF(args=[], project=compat.FRAMEWORK)
     cfg.CONF.set_override("ofp_listen_host", "127.0.0.1")
     cfg.CONF.set_override("ofp_tcp_listen_port", args.of_port)
-    # Under ``python -m`` this file is __main__; os-ken imports the app module by name, so fill *that*
-    # module's SETTINGS.
+    # Under ``python -m`` this file is __main__; the framework imports the app module by name, so fill
+    # *that* module's SETTINGS.
     from controllers import fabric as app_module
 
-    app_module.SETTINGS.update(graph=load_graph(args.graph), mode=args.mode, api_port=args.api_port,
-                               lldp_interval=args.lldp_interval, aggregate=args.aggregate)
-    LOG.info("fabric controller: OpenFlow 127.0.0.1:%d, API 127.0.0.1:%d, mode %s", args.of_port,
-             args.api_port, args.mode)
-    app_manager.AppManager.run_apps(["os_ken.controller.ofp_handler", "controllers.fabric"])
+    app_module.SETTINGS.update(settings_from(args))
+    LOG.info("fabric controller (%s): OpenFlow 127.0.0.1:%d, API 127.0.0.1:%d, mode %s", compat.FRAMEWORK,
+             args.of_port, args.api_port, args.mode)
+    app_manager.AppManager.run_apps([compat.OFP_HANDLER, "controllers.fabric"])
     return 0
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import urllib.error
@@ -110,23 +111,33 @@ class ControllerHandle(ApiClient):
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def wait_api(self, timeout: float = 30.0) -> dict:
-        def up():
+    def _dead(self) -> EmulationError:
+        return EmulationError(f"controller exited with status {self.proc.returncode}; see {self.log}")
+
+    def _wait(self, ready, timeout: float, interval: float, what: str) -> dict:
+        """Poll ``ready()`` (a truthy answer) but stop at once, naming the log, if the process has died."""
+        def check():
             if not self.alive():
-                raise EmulationError(f"controller exited with {self.proc.returncode}; see {self.log}")
-            return self.get("/health")
+                return {"__dead__": True}
+            return ready()
         try:
-            return poll(up, timeout=timeout, interval=0.05, what=f"controller API on {self.url}")
+            got = poll(check, timeout=timeout, interval=interval, what=what)
         except TimeoutError as exc:
+            if not self.alive():
+                raise self._dead() from None
             raise EmulationError(f"{exc}; see {self.log}") from None
+        if got.get("__dead__"):
+            raise self._dead()
+        return got
+
+    def wait_api(self, timeout: float = 30.0) -> dict:
+        """The API answers; raises at once when the controller process has exited."""
+        return self._wait(lambda: self.get("/health"), timeout, 0.05, f"controller API on {self.url}")
 
     def wait_ready(self, timeout: float = 60.0) -> dict:
-        """Every switch of the graph connected and programmed."""
-        try:
-            return poll(lambda: (h := self.get("/health"))["ready"] and h, timeout=timeout, interval=0.1,
-                        what="all switches to connect to the controller")
-        except TimeoutError as exc:
-            raise EmulationError(f"{exc}; see {self.log}") from None
+        """Every switch of the graph connected and programmed (raises at once if the controller died)."""
+        return self._wait(lambda: (h := self.get("/health"))["ready"] and h, timeout, 0.1,
+                          "all switches to connect to the controller")
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.alive():
@@ -138,15 +149,36 @@ class ControllerHandle(ApiClient):
                 self.proc.wait(timeout)
 
 
+#: The Ryu environment ``scripts/ryu-env.sh`` builds (``$TESTBED_RYU_PYTHON`` overrides).
+RYU_PYTHON = REPO / ".venv-ryu" / "bin" / "python"
+FRAMEWORKS = ("os-ken", "ryu")
+
+
+def ryu_python() -> Path:
+    return Path(os.environ.get("TESTBED_RYU_PYTHON") or RYU_PYTHON)
+
+
 def controller_argv(graph_file: Path, of_port: int, api_port: int, mode: str, lldp_interval: float,
-                    aggregate: bool = False) -> list:
-    return [sys.executable, "-m", "controllers.fabric", "--graph", str(graph_file), "--of-port", str(of_port),
-            "--api-port", str(api_port), "--mode", mode, "--lldp-interval", str(lldp_interval)] + \
-        (["--aggregate"] if aggregate else [])
+                    aggregate: bool = False, ecmp: str = "multipath") -> list:
+    return [sys.executable, "-m", "controllers.fabric", *app_args(graph_file, of_port, api_port, mode,
+                                                                  lldp_interval, aggregate, ecmp)]
+
+
+def app_args(graph_file: Path, of_port: int, api_port: int, mode: str, lldp_interval: float,
+             aggregate: bool = False, ecmp: str = "multipath") -> list:
+    return ["--graph", str(graph_file), "--of-port", str(of_port), "--api-port", str(api_port), "--mode", mode,
+            "--lldp-interval", str(lldp_interval), "--ecmp", ecmp] + (["--aggregate"] if aggregate else [])
+
+
+def ryu_argv(of_port: int) -> list:
+    """``ryu-manager`` (through :mod:`controllers.ryurun`) on 127.0.0.1; the app's options go in the env."""
+    return [str(ryu_python()), "-m", "controllers.ryurun", "--ofp-listen-host", "127.0.0.1",
+            "--ofp-tcp-listen-port", str(of_port)]
 
 
 def start_controller(run, G: nx.Graph, out_dir, mode: str = "controller", lldp_interval: float = 10.0,
-                     wait: bool = True, aggregate: bool = False) -> ControllerHandle:
+                     wait: bool = True, aggregate: bool = False, framework: str = "os-ken",
+                     ecmp: str = "multipath") -> ControllerHandle:
     """Start ``python -m controllers.fabric`` for graph ``G``.
 
     Args:
@@ -157,20 +189,32 @@ def start_controller(run, G: nx.Graph, out_dir, mode: str = "controller", lldp_i
         mode: ``controller`` or ``fast-failover``.
         wait: poll until the API answers.
         aggregate: per-ToR prefix routes where the address plan allows (see RoutingBrain).
+        ecmp: ``multipath`` (NX multipath) or ``select`` (OpenFlow 1.3 SELECT groups).
+        framework: ``os-ken`` (this environment) or ``ryu`` (real Ryu 4.34 under ryu-manager, from the
+            environment ``scripts/ryu-env.sh`` builds).
 
     Raises:
         EmulationError: the process died or its API never answered (names the log).
     """
     if any(d.get("role") == HOST for _, d in G.nodes(data=True)) is False:
         raise EmulationError("the graph has no hosts; nothing to route")
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).resolve()  # the process runs in the repository, not in the caller's folder
     out_dir.mkdir(parents=True, exist_ok=True)
     graph_file = dump_graph(addressed(G), out_dir / "controller-graph.json")
     log = out_dir / "controller.log"
     of_port = free_port(OF_PORT_BASE)
     api_port = free_port(API_PORT_BASE, taken={of_port})
-    argv = controller_argv(graph_file, of_port, api_port, mode, lldp_interval, aggregate)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    if framework == "os-ken":
+        argv = controller_argv(graph_file, of_port, api_port, mode, lldp_interval, aggregate, ecmp)
+    elif framework == "ryu":
+        if not ryu_python().exists():
+            raise EmulationError(f"no Ryu environment at {ryu_python()}; build it with scripts/ryu-env.sh")
+        argv = ryu_argv(of_port)
+        env["TESTBED_FABRIC_ARGS"] = shlex.join(app_args(graph_file, of_port, api_port, mode, lldp_interval,
+                                                         aggregate, ecmp))
+    else:
+        raise EmulationError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     if run is not None:
         proc = run.spawn(argv, log=log, env=env, cwd=str(REPO))
     else:
@@ -198,9 +242,11 @@ def controllers_in_runs(docs: list[dict]) -> list[dict]:
             continue
         for obj in doc.get("objects", []):
             argv = [str(a) for a in obj.get("argv") or []]
-            if obj.get("kind") != "process" or "controllers.fabric" not in argv:
+            if obj.get("kind") != "process" or not {"controllers.fabric", "controllers.ryurun"} & set(argv):
                 continue
             opts = dict(zip(argv, argv[1:], strict=False))
+            if "controllers.ryurun" in argv:  # the app's options travel in the environment: no API port here
+                opts = {"--of-port": opts.get("--ofp-tcp-listen-port", 0), "--mode": "controller"}
             found.append({"run_id": doc.get("run_id"), "name": doc.get("name"), "pid": obj.get("pid"),
                           "api_port": int(opts.get("--api-port", 0)), "of_port": int(opts.get("--of-port", 0)),
                           "mode": opts.get("--mode", "controller")})
@@ -226,4 +272,7 @@ def find_controller(api_port: int | None = None) -> ApiClient:
     if len(found) > 1:
         ports = ", ".join(str(f["api_port"]) for f in found)
         raise UsageError(f"several controllers are running (API ports {ports}); choose one with --api-port")
+    if not found[0]["api_port"]:
+        raise UsageError(f"the controller of run {found[0]['run_id']} runs under Ryu and its API port is not "
+                         "recorded; pass --api-port")
     return ApiClient(found[0]["api_port"])

@@ -5,8 +5,15 @@ the address plan, so unit tests can serialise and inspect it without a switch::
 
     Route(switch, prefix, group, ports, backups) --render--> group mods + flow mods (see route_msgs)
 
-    ECMP: NX ``multipath`` hashes IP addresses and L4 ports (UDP too, so RoCEv2 flows spread by source
-    port) with a per-switch basis into reg0; table 1 sends member i to its own group.
+    ECMP, one of two (``ecmp=``):
+    "multipath" (default): NX ``multipath`` hashes IP addresses and L4 ports (UDP too, so RoCEv2 flows
+                          spread by source port) with a per-switch basis into reg0; table 1 sends member
+                          i to its own group. An Open vSwitch extension.
+    "select":             a standard OpenFlow 1.3 SELECT group whose buckets chain to the member groups
+                          (any OF1.3 switch). The switch picks the hash: OVS >= 2.10 uses dp_hash
+                          (symmetric L3/L4; before, its default hashed L4 ports of TCP/SCTP only). Asking
+                          OVS for ``selection_method=hash`` with chosen fields is a Netronome property of
+                          the OpenFlow 1.5 group mod, which does not exist in 1.3 -- so not here.
     mode "controller":    member groups are INDIRECT: a dead port keeps its share of the hash until the
                           controller recomputes (the outage we measure).
     mode "fast-failover": member groups are FAST_FAILOVER: the member's port, then the other members (or
@@ -20,15 +27,13 @@ from __future__ import annotations
 
 import struct
 
-from os_ken.lib.packet import arp, ether_types, ethernet, lldp, packet
-from os_ken.ofproto import nicira_ext
-from os_ken.ofproto import ofproto_v1_3 as ofp
-from os_ken.ofproto import ofproto_v1_3_parser as parser
-from os_ken.ofproto.ofproto_protocol import ProtocolDesc
-
+from controllers.compat import ProtocolDesc, arp, ether_types, ethernet, lldp, nicira_ext, packet
+from controllers.compat import ofproto_v1_3 as ofp
+from controllers.compat import ofproto_v1_3_parser as parser
 from testbed.routing.brain import Route, RouteDiff
 
 MODES = ("controller", "fast-failover")
+ECMP_METHODS = ("multipath", "select")
 
 #: OVS ``nx_hash_fields``: IPs and L4 ports, UDP included (OVS's default select-group dp_hash leaves UDP
 #: ports out, so RoCEv2 flows between two hosts would all take one path).
@@ -101,6 +106,26 @@ def member_group(route: Route, port_no: int) -> int:
     return (route.group << 8) | port_no
 
 
+def select_group(route: Route) -> int:
+    """Group id of a route's SELECT group (``ecmp="select"``): member-group numbering with port 0."""
+    return route.group << 8
+
+
+def select_group_mod(dp, route: Route, command: int):
+    if command == ofp.OFPGC_DELETE:
+        return parser.OFPGroupMod(dp, command=command, group_id=select_group(route))
+    buckets = [parser.OFPBucket(weight=1, watch_port=ofp.OFPP_ANY, watch_group=ofp.OFPG_ANY,
+                                actions=[parser.OFPActionGroup(member_group(route, p))]) for p in route.ports]
+    return parser.OFPGroupMod(dp, command=command, type_=ofp.OFPGT_SELECT, group_id=select_group(route),
+                              buckets=buckets)
+
+
+def check_ecmp(ecmp: str) -> str:
+    if ecmp not in ECMP_METHODS:
+        raise ValueError(f"ecmp must be one of {ECMP_METHODS}, got {ecmp!r}")
+    return ecmp
+
+
 def member_ports(route: Route, port_no: int, mode: str) -> list[int]:
     """Ports of the member group of ``port_no``: that port, then (fast-failover) the fallbacks in order.
 
@@ -166,9 +191,11 @@ def _prio(route: Route) -> int:
     return PRIO_ROUTE + int(route.prefix.split("/")[1])
 
 
-def _table0_flow(dp, route: Route, basis: int):
+def _table0_flow(dp, route: Route, basis: int, ecmp: str = "multipath"):
     if len(route.ports) == 1:
         inst = _apply([parser.OFPActionGroup(member_group(route, route.ports[0]))])
+    elif ecmp == "select":
+        inst = _apply([parser.OFPActionGroup(select_group(route))])
     else:
         inst = _apply([multipath(route, basis)]) + [parser.OFPInstructionGotoTable(TABLE_ECMP)]
     return _flow(dp, _route_match(route), inst, _prio(route))
@@ -182,33 +209,41 @@ def _member_flow(dp, route: Route, i: int, command=ofp.OFPFC_ADD):
 
 
 def route_msgs(dp, route: Route, mode: str, dest_mac: str | None, command: str,
-               old: Route | None = None, basis: int = 0) -> tuple[list, list]:
+               old: Route | None = None, basis: int = 0, ecmp: str = "multipath") -> tuple[list, list]:
     """Messages for one route as ``(apply, cleanup)``; send every ``apply`` before any ``cleanup``.
 
         table 0: ipv4_dst=X --(1 port)--> member group of that port
-                            --(k ports)-> multipath(ip, L4 ports) -> reg0, goto table 1
+                            --(k ports, multipath)-> multipath(ip, L4 ports) -> reg0, goto table 1
+                            --(k ports, select)----> SELECT group: bucket i -> member group of ports[i]
         table 1: reg0=i, ipv4_dst=X --> member group of ports[i]
         member group of port p: INDIRECT [p], or FAST_FAILOVER [p, fallbacks...]
 
-    ``apply`` moves traffic to the new state (new groups, then the flows pointing at them): when a link
-    dies this is usually one flow mod per destination. ``cleanup`` removes what nothing points at any more.
+    ``apply`` moves traffic to the new state (new groups, then what points at them): when a link dies
+    this is usually one flow mod (multipath) or one group mod (select) per destination. ``cleanup``
+    removes what nothing points at any more.
 
     Args:
         command: ``add`` | ``modify`` | ``delete``.
         old: the previous route on ``modify``.
         basis: the switch's hash basis (:func:`hash_basis`).
+        ecmp: ``multipath`` | ``select`` (see the module docstring).
     """
+    check_ecmp(ecmp)
+    sel = ecmp == "select"
     k = len(route.ports)
     if command == "delete":
-        return ([_flow(dp, _route_match(route), [], _prio(route), ofp.OFPFC_DELETE_STRICT)],
-                ([_member_flow(dp, route, i, ofp.OFPFC_DELETE_STRICT) for i in range(k)] if k > 1 else [])
-                + [member_group_mod(dp, route, p, mode, None, ofp.OFPGC_DELETE) for p in route.ports])
+        cleanup = [_member_flow(dp, route, i, ofp.OFPFC_DELETE_STRICT) for i in range(k)] if k > 1 and not sel else []
+        cleanup += [select_group_mod(dp, route, ofp.OFPGC_DELETE)] if k > 1 and sel else []
+        cleanup += [member_group_mod(dp, route, p, mode, None, ofp.OFPGC_DELETE) for p in route.ports]
+        return [_flow(dp, _route_match(route), [], _prio(route), ofp.OFPFC_DELETE_STRICT)], cleanup
     if command not in ("add", "modify"):
         raise ValueError(f"command must be add, modify or delete, got {command!r}")
     if command == "add" or old is None:
         apply = [member_group_mod(dp, route, p, mode, dest_mac, ofp.OFPGC_ADD) for p in route.ports]
-        apply += [_member_flow(dp, route, i) for i in range(k)] if k > 1 else []
-        return apply + [_table0_flow(dp, route, basis)], []
+        if k > 1:
+            apply += [select_group_mod(dp, route, ofp.OFPGC_ADD)] if sel else \
+                [_member_flow(dp, route, i) for i in range(k)]
+        return apply + [_table0_flow(dp, route, basis, ecmp)], []
     old_k = len(old.ports)
     apply = []
     for p in route.ports:
@@ -216,20 +251,29 @@ def route_msgs(dp, route: Route, mode: str, dest_mac: str | None, command: str,
             apply.append(member_group_mod(dp, route, p, mode, dest_mac, ofp.OFPGC_ADD))
         elif member_ports(old, p, mode) != member_ports(route, p, mode) or old.last_hop != route.last_hop:
             apply.append(member_group_mod(dp, route, p, mode, dest_mac, ofp.OFPGC_MODIFY))
-    if k > 1:
+    if k > 1 and sel:
+        if old_k == 1:
+            apply.append(select_group_mod(dp, route, ofp.OFPGC_ADD))
+        elif old.ports != route.ports:
+            apply.append(select_group_mod(dp, route, ofp.OFPGC_MODIFY))
+    elif k > 1:
         apply += [_member_flow(dp, route, i) for i in range(k)
                   if old_k == 1 or i >= old_k or old.ports[i] != route.ports[i]]
-    if k != old_k or (k == 1 and old.ports != route.ports):
-        apply.append(_table0_flow(dp, route, basis))
-    old_t1, new_t1 = (old_k if old_k > 1 else 0), (k if k > 1 else 0)
-    cleanup = [_member_flow(dp, route, i, ofp.OFPFC_DELETE_STRICT) for i in range(new_t1, old_t1)]
+    if (k == 1) != (old_k == 1) or (k == 1 and old.ports != route.ports) or (not sel and k != old_k):
+        apply.append(_table0_flow(dp, route, basis, ecmp))
+    cleanup = []
+    if sel:
+        cleanup += [select_group_mod(dp, route, ofp.OFPGC_DELETE)] if old_k > 1 and k == 1 else []
+    else:
+        old_t1, new_t1 = (old_k if old_k > 1 else 0), (k if k > 1 else 0)
+        cleanup += [_member_flow(dp, route, i, ofp.OFPFC_DELETE_STRICT) for i in range(new_t1, old_t1)]
     cleanup += [member_group_mod(dp, route, p, mode, None, ofp.OFPGC_DELETE)
                 for p in old.ports if p not in route.ports]
     return apply, cleanup
 
 
 def diff_msgs(dp_for, diff: RouteDiff, mode: str, macs: dict, old: dict | None = None,
-              basis: dict | None = None, first=None):
+              basis: dict | None = None, first=None, ecmp: str = "multipath"):
     """Render a :class:`RouteDiff` lazily as ``(switch, message)`` pairs, in the order to send them.
 
     Every ``apply`` message comes before any ``cleanup``; the switches in ``first`` (both ends of the
@@ -242,6 +286,7 @@ def diff_msgs(dp_for, diff: RouteDiff, mode: str, macs: dict, old: dict | None =
         old: ``{(switch, prefix): Route}`` before the change.
         basis: switch -> hash basis.
         first: a switch or switches to serve first.
+        ecmp: ``multipath`` | ``select``.
     """
     old = old or {}
     basis = basis or {}
@@ -255,7 +300,7 @@ def diff_msgs(dp_for, diff: RouteDiff, mode: str, macs: dict, old: dict | None =
         if dp is None:
             continue
         prev = old.get(r.key)
-        apply, cleanup = route_msgs(dp, r, mode, macs.get(r.dest), command, prev, basis.get(r.switch, 0))
+        apply, cleanup = route_msgs(dp, r, mode, macs.get(r.dest), command, prev, basis.get(r.switch, 0), ecmp)
         for m in apply:
             yield r.switch, m
         cleanups += [(r.switch, m) for m in cleanup]

@@ -17,7 +17,7 @@ What it shows:
   3. a trace replay (compute gaps, an allreduce, point-to-point activations): step time per iteration
   and the emulator's health and the frames lost, attributed to the queue that dropped them.
 
-    sudo testbed run collective --quick      # small fabric, 4 ranks, up to 1 MiB (~2 min)
+    sudo testbed run collective --quick      # small fabric, 4 ranks, up to 256 KiB (~1 min)
     sudo testbed run collective              # + fat-tree-k4, 8 ranks, two jobs, up to 4 MiB
 """
 
@@ -30,6 +30,7 @@ if __name__ == "__main__" and __package__ is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.console import console, require_root  # noqa: E402
+from testbed.errors import SpecError  # noqa: E402
 from testbed.scenario import Results, run_main, scenario_parser  # noqa: E402
 from testbed.units import parse_rate  # noqa: E402
 
@@ -67,6 +68,8 @@ def main(argv=None) -> int:
     parser.add_argument("--link-rate", default="10M", help="emulated host-link rate (default 10M)")
     args = parser.parse_args(argv)
     rate = parse_rate(args.link_rate, "--link-rate")
+    if not 1e5 <= rate <= 1e9:
+        raise SpecError("--link-rate", f"must be between 100k and 1G (emulated host-link rate), got {args.link_rate}")
     require_root(f"testbed run {NAME}")
     from testbed.collective import experiment as X
     from testbed.collective import placement as P
@@ -74,8 +77,8 @@ def main(argv=None) -> int:
     from testbed.collective.trace import check, load_trace
 
     check(load_trace(TRACE))
-    sizes = [65536, 262144, 1048576] if args.quick else [65536, 262144, 1048576, 4194304]
-    big = 1048576
+    sizes = [65536, 262144] if args.quick else [65536, 262144, 1048576, 4194304]
+    big = 262144 if args.quick else 1048576
     with Results(NAME, args, config={"quick": args.quick, "link_rate_bps": rate, "sizes": sizes}) as res:
         doc = {"link_rate_bps": rate, "parts": {}}
         G = X.fabric_graph("small")
@@ -90,10 +93,10 @@ def main(argv=None) -> int:
                 r.update(scale=fab.scale, fabric="small", link_rate_bps=rate)
         doc["parts"]["sweep"] = r1
         doc["parts"]["trace"] = r3
-        X.print_report(r1)
-        X.print_report(r3)
+        X.print_report(r1, args.json)
+        X.print_report(r3, args.json)
         if not args.quick:
-            doc["parts"]["jobs"] = two_jobs(rate, res.dir / "fat-tree", X, P, CollectiveFabric, JobRun)
+            doc["parts"]["jobs"] = two_jobs(rate, res.dir / "fat-tree", X, P, CollectiveFabric, JobRun, args.json)
         res.write_json("metrics.json", doc)
         X.plot(r1["jobs"], rate, res.dir / "busbw.png")
         rows = r1["jobs"][0]["rows"]
@@ -112,7 +115,7 @@ def main(argv=None) -> int:
     return 1 if wrong else 0
 
 
-def two_jobs(rate, out, X, P, CollectiveFabric, JobRun) -> dict:
+def two_jobs(rate, out, X, P, CollectiveFabric, JobRun, quiet=False) -> dict:
     """Two 4-rank ring allreduce jobs on a k=4 fat-tree in disjoint pods: alone, then together."""
     G = X.fabric_graph("fat-tree-k4")
     pods = P.pods(G)
@@ -126,7 +129,7 @@ def two_jobs(rate, out, X, P, CollectiveFabric, JobRun) -> dict:
         both = fab.run([ja, jb], "together")
     for r in alone + [both]:
         r.update(scale=fab.scale, fabric="fat-tree-k4", link_rate_bps=rate)
-        X.print_report(r)
+        X.print_report(r, quiet)
     jct_alone = [alone[0]["jobs"][0]["jct_s"], alone[1]["jobs"][0]["jct_s"]]
     jct_both = [j["jct_s"] for j in both["jobs"]]
     summary = {"jct_alone_s": jct_alone, "jct_together_s": jct_both,

@@ -46,7 +46,7 @@ from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # no
 
 NAME = "dci_protection"
 PORT = 5301
-PROBE = [sys.executable, "-m", "testbed.routing.udpprobe"]
+PROBE = [sys.executable, "-m", "testbed.links.probe"]
 WORKING_M, STANDBY_M = 30_000.0, 40_000.0
 
 
@@ -90,9 +90,9 @@ def expected(detect_s: float, reconfig_s: float) -> dict:
 
 def stream_outage(send_doc: dict, recv_doc: dict, window: tuple[float, float]) -> dict:
     """Loss of the stream, counting only packets sent in ``window`` (from 2 ms before its start)."""
-    from testbed.routing.udpprobe import outage
+    from testbed.links.probe import outage
 
-    o = outage(send_doc["send_times"], recv_doc["seqs"], send_doc["interval"], window=(window[0] - 0.002, window[1]))
+    o = outage(send_doc["send_times"], recv_doc["seq"], send_doc["interval"], window=(window[0] - 0.002, window[1]))
     return o.as_dict()
 
 
@@ -142,13 +142,13 @@ def run_mode(mode: str, res: Results, args) -> dict:
             poll(lambda: " 0% packet loss" in rep.host(ha).cmd("ping", "-c1", "-W1", dst), timeout=20,
                  interval=0.2, what=f"{ha} to reach {hb} across the DCI")
             kw = {"cwd": str(REPO_ROOT), "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
-            recv = rep.popen(hb, PROBE + ["recv", "--port", str(PORT), "--duration", str(args.duration + 10),
+            recv = rep.popen(hb, PROBE + ["recv", "--port", str(PORT), "--timeout", str(args.duration + 10),
                                           "--idle", "1.5", "--out", str(probe_dir / "recv.json")], **kw)
             poll(lambda: f":{PORT}" in rep.host(hb).cmd("ss", "-lun"), timeout=10, what="the UDP receiver")
             t_start = time.time()
             send = rep.popen(ha, PROBE + ["send", "--dst", dst, "--port", str(PORT), "--sport", "47100",
                                           "--interval", str(args.interval), "--duration", str(args.duration),
-                                          "--out", str(probe_dir / "send.json")], **kw)
+                                          "--size", "200", "--out", str(probe_dir / "send.json")], **kw)
             u, v = G.graph["working"]
             cut_intf = rep.intf_name(v, u)  # the far end of the working fibre: u sees its light vanish
             sleep_until(t_start + args.duration / 4)

@@ -8,20 +8,30 @@
 
 Every host sends constant-rate UDP with sequence numbers to every other host (240 flows, one small
 Python sender per host), through OVS switches driven by the fabric controller (ECMP over all equal-cost
-paths, NX multipath on IPs and UDP ports). A core link is cut as a cable cut looks to OVS (``ip link set
-down`` on the switch port); the switches report port-status, the controller recomputes and pushes the
-changed groups and flows; later the link returns and the routes spread over it again.
+paths, NX multipath on IPs and UDP ports). The replica is shaped like every other: the spec's 100G links
+run at 100G / scale on tc HTB (scale from the spec, 1000: 100 Mbit/s). A core link is cut as a cable cut
+looks to OVS (``ip link set down`` on the switch port); the switches report port-status, the controller
+recomputes and pushes the changed groups and flows; later the link returns and the routes spread over it.
 
-What it shows: per-flow throughput over time with the failure marked (throughput.png), the outage of each
-flow (lost packets while the link was down x sending interval; most flows never crossed the link and
-lose nothing), the controller's reaction and push times, and which flows' equal-cost path sets changed
-(from the controller's tables before and after; from the same routing brain while the link is down).
+What it shows: per-flow throughput over time with the failure marked (throughput.png), which flows were
+*affected* (lost at least one packet while the link was down; most never crossed it), the outage of each
+(lost packets x sending interval, so the resolution is the interval), the controller's reaction and push
+times, and which flows' equal-cost path sets changed (from the controller's tables before and after; from
+the same routing brain while the link is down).
+
+Time, emulated and real: the data plane is dilated (rates / scale, so a packet's time on the wire x
+scale), but the failure detection (OVS noticing the port), the controller's computation and its pushes
+run on the wall clock, undilated. So the report keeps them apart: the outage as measured (emulated
+milliseconds), its control-plane part (detection + push, wall clock, taken as real-world time as is)
+and the rest (data plane, emulated: / scale for real-world time). The real-world estimate is control
+plane + ``--control-latency-ms`` (a real controller's distance, added, not emulated) + data plane / scale.
 The senders are small Python processes on a shared machine: when the CPU is busy they fall behind and
 catch up in bursts, which shows as dips and spikes in every flow; loss is counted by sequence number,
 so it is exact all the same. ``--mode fast-failover`` uses OpenFlow fast-failover groups so OVS repairs
 locally before the controller recomputes.
 
-    sudo testbed run fabric_failover --quick      # 9 s of traffic, 50 ms per-flow interval (< 2 min)
+    sudo testbed run fabric_failover --quick      # 9 s of traffic, 50 ms per-flow interval (< 2 min);
+                                                  # outage resolution 50 ms (emulated)
     sudo testbed run fabric_failover --mode fast-failover --json
 """
 
@@ -48,8 +58,11 @@ from testbed.routing.failover import (  # noqa: E402
     flow_outages,
     flow_table,
     link_event,
+    loadavg,
     path_changes,
     pick_link,
+    plot_throughput,
+    split_outage,
     throughput_series,
 )
 from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # noqa: E402
@@ -57,41 +70,10 @@ from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # no
 NAME = "fabric_failover"
 SPEC = REPO_ROOT / "scenarios" / "specs" / "fat-tree-k4.yaml"
 PORT = 5201
-PROBE = [sys.executable, "-m", "testbed.routing.udpprobe"]
+PROBE = [sys.executable, "-m", "testbed.links.probe"]
 
 
 # ------------------------------------------------------------------------------------------ pure analysis
-def plot(path: Path, edges: list, series: dict, outages: dict, cut_at: float, restore_at: float,
-         link: tuple, mode: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax, bx) = plt.subplots(2, 1, figsize=(10, 7.5), gridspec_kw={"height_ratios": [3, 2]})
-    hit = {k for k, o in outages.items() if o["lost_in_window"] > 0}
-    for key, ys in sorted(series.items()):
-        if key not in hit:
-            ax.plot(edges, ys, color="0.75", linewidth=0.6)
-    for key in sorted(hit):
-        ax.plot(edges, series[key], linewidth=1.2, label=f"{key[0]}->{key[1]}")
-    ax.axvspan(cut_at, restore_at, color="red", alpha=0.12, label=f"{link[0]}-{link[1]} down")
-    ax.axvline(cut_at, color="red", linewidth=1)
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("received (Mbit/s)")
-    ax.set_title(f"per-flow throughput, {len(series)} flows ({mode}); coloured: flows that lost packets")
-    if len(hit) <= 16:
-        ax.legend(fontsize=7, ncol=4, loc="lower left")
-    ranked = sorted(outages.items(), key=lambda kv: -kv[1]["outage_ms"])
-    bx.bar(range(len(ranked)), [o["outage_ms"] for _, o in ranked], color="tab:red")
-    bx.set_xlabel("flows, by outage")
-    bx.set_ylabel("outage (ms)")
-    bx.set_title("outage per flow while the link was down (lost packets x interval)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 # ------------------------------------------------------------------------------------------ root glue
 def run(G, res: Results, args) -> dict:
     from controllers.launch import addressed, start_controller
@@ -102,19 +84,21 @@ def run(G, res: Results, args) -> dict:
 
     hs = hosts(G)
     link = pick_link(G, args.link)
-    probe_dir = res.path("probe")
+    probe_dir = res.path("probe").resolve()  # the probes run in the repository folder
     probe_dir.mkdir(exist_ok=True)
     with RunRegistry(NAME) as reg:
         ctl = start_controller(reg, G, res.dir, mode=args.mode, lldp_interval=0)
-        plan = plan_replica(G, plan_capabilities(), Overrides(links="off", static_arp=False))
+        plan = plan_replica(G, plan_capabilities(), Overrides(links="rates", static_arp=False))
+        scale = plan.scale
         with Replica(plan, controller=ctl.address, run=reg, out_dir=res.dir, name=NAME) as rep:
             ctl.wait_ready()
+            load = loadavg()
             ping_loss = rep.net.pingAll(timeout="1")
             before = controller_paths(ctl, hs)
             ip_of = {h: rep.ip(h) for h in hs}
             kw = {"cwd": str(REPO_ROOT), "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
-            recvs = {h: rep.popen(h, PROBE + ["recv", "--port", str(PORT), "--duration", str(args.duration + 10),
-                                              "--idle", "1.5", "--arrivals", "--out", str(probe_dir / f"{h}-recv.json")],
+            recvs = {h: rep.popen(h, PROBE + ["recv", "--port", str(PORT), "--timeout", str(args.duration + 10),
+                                              "--idle", "1.5", "--out", str(probe_dir / f"{h}-recv.json")],
                                   **kw) for h in hs}
             t_start = time.time()
             sends = {h: rep.popen(h, PROBE + ["send", "--dst", ",".join(ip_of[d] for d in hs if d != h),
@@ -159,8 +143,10 @@ def run(G, res: Results, args) -> dict:
     bin_s = max(BIN_S, 10 * args.interval)  # at least ten packets per flow per bin
     edges, series = throughput_series(flows, t_start, t_start + args.duration, args.size, bin_s)
     changes = path_changes(before, during, after)
-    plot(res.path("throughput.png"), edges, series, outages, t_cut - t_start, t_restore - t_start, link, args.mode)
+    plot_throughput(res.path("throughput.png"), edges, series, outages, t_cut - t_start, t_restore - t_start, link, args.mode)
     hit = [o["outage_ms"] for o in outages.values() if o["lost_in_window"] > 0]
+    timing = split_outage(statistics.median(hit) if hit else 0.0, (down_ev["time"] - t_cut) * 1e3,
+                          (down_ev["pushed"] - down_ev["time"]) * 1e3, scale, args.control_latency_ms)
     per_flow = [{"src": s, "dst": d, **o, "lost_after_restore": after_restore[(s, d)]["lost_in_window"],
                  "paths_before": len(before[(s, d)]), "paths_during": len(during[(s, d)]),
                  "paths_after": len(after[(s, d)])} for (s, d), o in sorted(outages.items())]
@@ -170,21 +156,24 @@ def run(G, res: Results, args) -> dict:
                                    "mbps": {f"{s}->{d}": v for (s, d), v in series.items()}})
     return {
         "mode": args.mode, "link": list(link), "flows": len(flows), "ping_all_loss_pct": ping_loss,
-        "interval_ms": args.interval * 1e3, "cut_at_s": round(t_cut - t_start, 3),
-        "restore_at_s": round(t_restore - t_start, 3),
-        "flows_with_outage": len(hit),
-        "outage_ms_median": statistics.median(hit) if hit else 0.0,
-        "outage_ms_max": max(hit) if hit else 0.0,
-        "lost_after_restore": sum(f["lost_after_restore"] for f in per_flow),
-        "controller_reaction_ms": round((down_ev["time"] - t_cut) * 1e3, 2),
-        "controller_push_ms": round((down_ev["pushed"] - down_ev["time"]) * 1e3, 2),
-        "restore_reaction_ms": round((up_ev["time"] - t_restore) * 1e3, 2),
+        "scale": scale, "link_rate_emulated_bps": max(e.applied.rate_bps or 0 for e in plan.links),
+        "interval_ms": args.interval * 1e3, "resolution_ms_emulated": args.interval * 1e3,
+        "resolution_ms_real": args.interval * 1e3 / scale,
+        "cut_at_s": round(t_cut - t_start, 3), "restore_at_s": round(t_restore - t_start, 3),
+        "flows_affected": len(hit),
+        "outage_ms_emulated_median": statistics.median(hit) if hit else 0.0,
+        "outage_ms_emulated_max": max(hit) if hit else 0.0,
+        **timing,
+        "packets_lost_after_restore": sum(f["lost_after_restore"] for f in per_flow),
+        "controller_compute_ms_wall": round(down_ev["compute_ms"], 3),
+        "restore_reaction_ms_wall": round((up_ev["time"] - t_restore) * 1e3, 2),
         "route_messages_on_failure": down_ev["messages"],
         "destinations_recomputed": down_ev["destinations_recomputed"],
         "flows_path_set_changed_on_failure": len(changes["changed_on_failure"]),
         "flows_path_set_changed_on_restore": len(changes["changed_on_restore"]),
         "flows_back_to_original_paths": len(changes["same_as_before_after_restore"]),
         "controller_handler_errors": health["handler_errors"],
+        "load": load,
         "plot": str(res.path("throughput.png")),
     }
 
@@ -197,6 +186,8 @@ def main(argv=None) -> int:
                         help="per-flow sending interval in seconds (default 0.02; --quick 0.05)")
     parser.add_argument("--size", type=int, default=200, help="UDP payload bytes")
     parser.add_argument("--link", help="link to cut as A,B (default: the first agg-core link)")
+    parser.add_argument("--control-latency-ms", type=float, default=0.0, minimum=0,
+                        help="a real controller's extra latency, real-world ms, added to the real-world estimate")
     args = parser.parse_args(argv)
     args.duration = args.duration or (9.0 if args.quick else 15.0)
     args.interval = args.interval or (0.05 if args.quick else 0.02)
@@ -214,10 +205,16 @@ def main(argv=None) -> int:
     with Results(NAME, args, config) as res:
         require_root(f"testbed run {NAME}")
         summary = run(G, res, args)
-        console.print(f"{summary['flows']} flows, {summary['flows_with_outage']} lost packets while "
-                      f"{'-'.join(summary['link'])} was down: outage median {summary['outage_ms_median']:.1f} ms, "
-                      f"max {summary['outage_ms_max']:.1f} ms; controller reacted after "
-                      f"{summary['controller_reaction_ms']:.1f} ms and pushed in {summary['controller_push_ms']:.1f} ms")
+        console.print(
+            f"{summary['flows_affected']} of {summary['flows']} flows affected (lost packets while "
+            f"{'-'.join(summary['link'])} was down); outage per affected flow: median "
+            f"{summary['outage_ms_emulated_median']:.1f} ms, max {summary['outage_ms_emulated_max']:.1f} ms "
+            f"emulated (resolution {summary['resolution_ms_emulated']:g} ms; scale {summary['scale']:g})")
+        console.print(
+            f"control plane (wall clock, undilated): detection {summary['detection_ms_wall']:.1f} ms (from the "
+            f"start of the cut command) + push {summary['controller_push_ms_wall']:.1f} ms, "
+            f"{summary['control_plane_ms_wall']:.1f} ms of the outage; data plane {summary['data_plane_ms_emulated']:.1f} ms "
+            f"emulated; real-world estimate {summary['outage_ms_real_estimate']:.2f} ms; {summary['load']}")
         res.finish(summary)
     return 0
 

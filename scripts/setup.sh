@@ -95,4 +95,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$VENV/bin/python" -c "impo
   echo "$want" > "$stamp"
 fi
 "$VENV/bin/python" -c "import testbed, mininet.net, os_ken" || die "$VENV cannot import testbed, mininet and os_ken"
+# Real Ryu 4.34 in its own environment, for the app-under-Ryu test (pins: scripts/ryu-env.sh, docs/sdn.md)
+sh scripts/ryu-env.sh || die "cannot build .venv-ryu (Ryu 4.34) with scripts/ryu-env.sh"
 say "done: $VENV/bin/testbed doctor tells what this machine can emulate"

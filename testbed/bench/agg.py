@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.console import console, print_json, require_root
+from testbed.console import out, print_json, require_root
 from testbed.errors import SpecError
 
 IFACES = ("agb-t1", "agb-s1", "agb-t2", "agb-s2")
@@ -111,17 +111,17 @@ def measure(workers: int, chunks: int, window: int, elems: int) -> dict:
 
 
 def _main(args) -> int:
-    require_root("testbed bench agg")
     for name, v, lo in (("--workers", args.workers, 2), ("--chunks", args.chunks, 1), ("--window", args.window, 1)):
         if v < lo:
             raise SpecError(name, f"must be at least {lo}, got {v}")
     if args.workers > 32:
         raise SpecError("--workers", f"at most 32, got {args.workers}")
+    require_root("testbed bench agg")
     doc = measure(args.workers, args.chunks, args.window, args.elems)
     if args.json:
         print_json(doc)
     else:
-        console.print(f"aggregation.p4 ({doc['elems']} x int32/packet, {doc['workers']} workers): "
-                      f"{doc['packets_in_per_s']} packets/s in, {doc['aggregated_input_mbps']} Mbit/s summed "
-                      f"({doc['results']}/{doc['chunks']} results in {doc['seconds']} s)")
+        out.print(f"aggregation.p4 ({doc['elems']} x int32/packet, {doc['workers']} workers): "
+                  f"{doc['packets_in_per_s']} packets/s in, {doc['aggregated_input_mbps']} Mbit/s summed "
+                  f"({doc['results']}/{doc['chunks']} results in {doc['seconds']} s)")
     return 0 if doc["complete"] else 1

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import threading
 import time
 
 import networkx as nx
 
-from testbed.console import console, print_json, require_root
+from testbed.console import console, out, print_json, require_root
 from testbed.errors import UsageError
 from testbed.poll import poll
 from testbed.topo.graph import hosts, switches
@@ -189,17 +190,33 @@ def _build_plain(G: nx.Graph, run) -> dict:
     return {"build_s": round(t1 - t0, 3), "teardown_s": round(t2 - t1, 3), "peak_memory_mb": mem.peak_mb}
 
 
-def _spec_bench(args) -> dict:
-    from testbed.emu import RunRegistry
+def load_graph(args) -> nx.Graph:
+    """The fabric of SPEC, refused up front (exit 2) when a flag is wrong or this machine cannot build it."""
+    from testbed.plan.limits import check_buildable, refuse_huge
     from testbed.topo.spec import build_graph, load_spec, resolve_spec
 
     if args.repeat < 1:
         raise UsageError(f"--repeat must be >= 1, got {args.repeat}")
-    G = build_graph(load_spec(resolve_spec(args.spec)))
+    spec = load_spec(resolve_spec(args.spec))
+    refuse_huge(spec)
+    G = build_graph(spec)
+    check_buildable(G)
+    return G
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load averages, as ``uptime`` prints them (every figure here depends on them)."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _spec_bench(args, G: nx.Graph) -> dict:
+    from testbed.emu import RunRegistry
+
     doc = {"spec": G.graph["name"], "kind": G.graph["kind"], "nodes": G.number_of_nodes(),
            "switches": len(switches(G)), "hosts": len(hosts(G)), "links": G.number_of_edges(),
            "looped": is_looped(G), "links_mode": args.links, "scale": G.graph["scale"], "repeat": args.repeat}
     replica_runs, plain_runs = [], []
+    doc["load_before"] = load_average()
     with RunRegistry("bench-build") as run:
         for i in range(args.repeat):
             if not args.no_plain:
@@ -211,14 +228,15 @@ def _spec_bench(args) -> dict:
     doc["plain"] = median_run(plain_runs) if plain_runs else None
     doc.update(ratios(doc["replica"], doc["plain"]))
     doc["runs"] = {"replica": replica_runs, "plain": plain_runs}
+    doc["load_after"] = load_average()
     if not args.json:
         r, p = doc["replica"], doc["plain"] or {}
-        console.print(f"{doc['spec']}: {doc['nodes']} nodes ({doc['switches']} switches), {doc['links']} links, "
-                      f"links={args.links}")
+        out.print(f"{doc['spec']}: {doc['nodes']} nodes ({doc['switches']} switches), {doc['links']} links, "
+                  f"links={args.links}; load average {doc['load_before']} before, {doc['load_after']} after")
         for key, label in (("build_s", "build s"), ("teardown_s", "teardown s"), ("peak_memory_mb", "peak MB")):
-            console.print(f"  {label:12s} replica {r[key]:>8g}   plain {p.get(key, float('nan')):>8g}")
-        console.print(f"  ratios: build {doc['build_ratio']}, teardown {doc['teardown_ratio']}, "
-                      f"memory {doc['memory_ratio']}")
+            out.print(f"  {label:12s} replica {r[key]:>8g}   plain {p.get(key, float('nan')):>8g}")
+        out.print(f"  ratios: build {doc['build_ratio']}, teardown {doc['teardown_ratio']}, "
+                  f"memory {doc['memory_ratio']}")
     return doc
 
 
@@ -254,15 +272,17 @@ def _sweep(args) -> dict:
                 "build_s": round(t1 - t0, 2), "ping_s": round(t2 - t1, 2), "teardown_s": round(t4 - t3, 2),
                 "tcp_bps": tcp}
         cases.append(case)
-        console.print(f"{case['switches']:3d} switches {case['hosts']:3d} hosts: build {case['build_s']:.1f} s, "
+        if not args.json:
+            out.print(f"{case['switches']:3d} switches {case['hosts']:3d} hosts: build {case['build_s']:.1f} s, "
                       f"pings {case['ping_s']:.1f} s, teardown {case['teardown_s']:.1f} s, "
                       f"TCP {tcp / 1e6:.0f} Mb/s")
     return {"cases": cases}
 
 
 def _main(args) -> int:
+    G = load_graph(args) if args.spec else None
     require_root("testbed bench build")
-    doc = _spec_bench(args) if args.spec else _sweep(args)
+    doc = _spec_bench(args, G) if args.spec else _sweep(args)
     if args.json:
         print_json(doc)
     return 0

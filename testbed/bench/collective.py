@@ -104,13 +104,13 @@ def run(args) -> int:
             doc["busiest_links_together"] = both["links"][:4]
     doc["load_after"] = _load()
     doc["results_dir"] = str(folder)
-    _print(doc, rate)
+    _print(doc, rate, console if args.json else out)   # --json: stdout carries the JSON document only
     if args.json:
         print_json(doc)
     return 1 if doc["wrong"] or doc["failed"] else 0
 
 
-def _print(doc: dict, rate: float) -> None:
+def _print(doc: dict, rate: float, out) -> None:
     from testbed.collective import metrics
 
     def verdict(h):

@@ -8,13 +8,23 @@ One replica of SPEC (OVS switches, the fabric controller), then:
        outage = packets lost while cut x sending interval.
     2. fast-failover (x N): the same with groups whose buckets watch their ports, so OVS drops the dead
        bucket locally before the controller hears of it.
-    3. ECMP balance: 16 flows between two pods; bytes on each uplink of the source pod from port
-       counters; max/mean per tier (the worse tier is reported).
+    3. switch loss (x N): the same stream; the core switch it crosses crashes (its OVS bridge deleted:
+       tables and OpenFlow connection gone, neighbours' ports still up, so no port-status); the
+       controller sees the datapath disconnect and routes around it (RoutingBrain.switch_down); then the
+       switch restarts empty and rejoins (switch_up). outage = lost while dead x interval; the loss on
+       rejoin is reported apart.
+    4. ECMP balance, for each method (NX multipath; OpenFlow 1.3 select groups) on the same replica:
+       16 flows between the hosts of two pods, and 16 flows between one host pair differing only in UDP
+       ports (RoCEv2 QPs); bytes on each uplink of the source pod from port counters; max/mean per tier
+       (the worse tier is reported).
 
     h(pod 0) --t--a--X--cr--a--t-- h(last pod)          X: the cut link
 
-JSON keys: controller_outage_ms_median, controller_outage_ms_p95, fast_failover_outage_ms_median,
-ecmp_max_over_mean, repetitions (+ details). Figures are noisy on a shared 2-core machine: run it alone.
+JSON keys: controller_outage_ms_median, controller_outage_ms_p95, fast_failover_outage_ms_median/_p95,
+switch_loss_outage_ms_median/_p95, ecmp_max_over_mean, repetitions, load (uptime before and after), (+ details).
+Links are not shaped here (scale 1), so emulated and real-world times are the same: every millisecond is
+detection and control plane, on the wall clock. Resolution: the sending interval. Figures are noisy on a
+shared 2-core machine: the load is printed with them.
 """
 
 from __future__ import annotations
@@ -29,15 +39,16 @@ from pathlib import Path
 import numpy as np
 
 from testbed.console import console, print_json, require_root
+from testbed.console import out as stdout
 from testbed.emu.ops import set_link_state
 from testbed.errors import EmulationError, UsageError
+from testbed.links.probe import outage
 from testbed.poll import poll, sleep_until
-from testbed.routing.failover import link_event
-from testbed.routing.udpprobe import outage
+from testbed.routing.failover import link_event, loadavg
 from testbed.topo.graph import HOST, hosts
 
 REPO = Path(__file__).resolve().parent.parent.parent
-PROBE = [sys.executable, "-m", "testbed.routing.udpprobe"]
+PROBE = [sys.executable, "-m", "testbed.links.probe"]
 
 
 def register(sub) -> None:
@@ -95,17 +106,29 @@ def cut_candidate(G, links: list[tuple], routes: list[dict], dst_prefix: str):
     return (u, v)
 
 
-def summarize(controller: list[dict], fast: list[dict], ecmp: dict) -> dict:
+def _median(xs):
+    return float(np.median(xs)) if xs else None
+
+
+def _p95(xs):
+    return float(np.percentile(xs, 95)) if xs else None
+
+
+def summarize(controller: list[dict], fast: list[dict], ecmp: dict, switch: list[dict] | None = None) -> dict:
     c = [r["outage_ms"] for r in controller]
     f = [r["outage_ms"] for r in fast]
+    w = [r["outage_ms"] for r in switch or []]
     return {
-        "controller_outage_ms_median": float(np.median(c)) if c else None,
-        "controller_outage_ms_p95": float(np.percentile(c, 95)) if c else None,
-        "fast_failover_outage_ms_median": float(np.median(f)) if f else None,
-        "fast_failover_outage_ms_p95": float(np.percentile(f, 95)) if f else None,
-        "ecmp_max_over_mean": ecmp.get("max_over_mean"),
+        "controller_outage_ms_median": _median(c),
+        "controller_outage_ms_p95": _p95(c),
+        "fast_failover_outage_ms_median": _median(f),
+        "fast_failover_outage_ms_p95": _p95(f),
+        "switch_loss_outage_ms_median": _median(w),
+        "switch_loss_outage_ms_p95": _p95(w),
+        "switch_loss_rejoin_lost_max": max((r["rejoin_lost"] for r in switch or []), default=None),
+        "ecmp_max_over_mean": {m: {k: v["max_over_mean"] for k, v in kinds.items()} for m, kinds in ecmp.items()},
         "repetitions": min(len(c), len(f)) if f else len(c),
-        "ecmp": ecmp, "controller_runs": controller, "fast_failover_runs": fast,
+        "ecmp": ecmp, "controller_runs": controller, "fast_failover_runs": fast, "switch_loss_runs": switch or [],
     }
 
 
@@ -118,11 +141,11 @@ class Stream:
         self.recv_file = workdir / f"{tag}-recv.json"
         self.send_file = workdir / f"{tag}-send.json"
         kw = {"cwd": str(REPO), "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
-        self.recv = rep.popen(dst, PROBE + ["recv", "--port", str(port), "--duration", str(duration + 3),
+        self.recv = rep.popen(dst, PROBE + ["recv", "--port", str(port), "--timeout", str(duration + 3),
                                             "--idle", "0.5", "--out", str(self.recv_file)], **kw)
         self.send = rep.popen(src, PROBE + ["send", "--dst", rep.ip(dst), "--port", str(port), "--sport",
                                             str(sport), "--interval", str(interval), "--duration", str(duration),
-                                            "--out", str(self.send_file)], **kw)
+                                            "--size", "200", "--out", str(self.send_file)], **kw)
         self.interval = interval
 
     def result(self, window=None) -> dict:
@@ -137,21 +160,30 @@ class Stream:
                 raise EmulationError(f"udp probe {what} failed ({proc.returncode}): {err}")
         sent = json.loads(self.send_file.read_text())
         got = json.loads(self.recv_file.read_text())
-        return {"send_times": sent["send_times"], "seqs": got["seqs"], "interval": self.interval,
+        return {"send_times": sent["send_times"], "seq": got["seq"], "interval": self.interval,
                 "window": window}
+
+
+def stream_links(ctl, G, interval: float, timeout: float = 5.0) -> list[tuple]:
+    """Links the stream crosses, once port counters show it up to a core (a busy machine starts the
+    sender late, and counters climb hop by hop); [] if it never shows within ``timeout``."""
+    before = ctl.get("/ports", fresh=1)
+    min_bytes = int(0.1 / interval * 100)  # about half of what the stream sends in 0.2 s
+
+    def seen():
+        links = flow_links(G, before, ctl.get("/ports", fresh=1), min_bytes)
+        return links if any(G.nodes[v].get("role") == "core" for _, v in links) else None
+    try:
+        return poll(seen, timeout=timeout, interval=0.1, what="the stream on an agg -> core link")
+    except TimeoutError:
+        return []
 
 
 def one_cut(rep, ctl, G, src, dst, sport: int, interval: float, workdir: Path, tag: str) -> dict:
     """Stream src -> dst, find its path, cut the ECMP link on it, restore; returns the outage record."""
-    duration = 2.0
+    duration = 4.0
     stream = Stream(rep, src, dst, 5001, sport, interval, duration, workdir, tag)
-    t0 = time.time()
-    sleep_until(t0 + 0.6)
-    before = ctl.get("/ports", fresh=1)
-    sleep_until(t0 + 0.8)
-    after = ctl.get("/ports", fresh=1)
-    min_bytes = int(0.1 / interval * 100)  # at least half the stream's bytes in 0.2 s
-    links = flow_links(G, before, after, min_bytes)
+    links = stream_links(ctl, G, interval)
     prefix = f"{rep.ip(dst)}/32"
     cut = cut_candidate(G, links, ctl.get("/routes"), prefix)
     if cut is None:
@@ -170,45 +202,97 @@ def one_cut(rep, ctl, G, src, dst, sport: int, interval: float, workdir: Path, t
     poll(lambda: link_event(ctl, "link_up", cut, t_restore - 0.01), timeout=10, interval=0.02,
          what=f"controller to see {cut[0]}-{cut[1]} up")
     raw = stream.result()
-    o = outage(raw["send_times"], raw["seqs"], interval, window=(t_cut - 0.002, t_restore))
-    r = outage(raw["send_times"], raw["seqs"], interval, window=(t_restore, float("inf")))
+    o = outage(raw["send_times"], raw["seq"], interval, window=(t_cut - 0.002, t_restore))
+    r = outage(raw["send_times"], raw["seq"], interval, window=(t_restore, float("inf")))
     return {"src": src, "dst": dst, "sport": sport, "cut": list(cut), **o.as_dict(),
             "restore_lost": r.lost_in_window, "controller_reaction_ms": (ev["time"] - t_cut) * 1e3,
             "controller_push_ms": (ev["pushed"] - ev["time"]) * 1e3 if ev.get("pushed") else None}
 
 
-def ecmp_balance(rep, ctl, G, interval: float, workdir: Path, n_flows: int = 16) -> dict:
-    """``n_flows`` flows from the first pod to the last; bytes per uplink of the first pod, per tier."""
-    a, b = pod_pairs(G)
-    pairs = [(a[i % len(a)], b[(i // len(a)) % len(b)]) for i in range(n_flows)]
-    for s, d in set(pairs):
-        rep.host(s).cmd(f"ping -c1 -W1 {rep.ip(d)}")
-    before = ctl.get("/ports", fresh=1)
-    streams = [Stream(rep, s, d, 6000 + i, 41000 + 7 * i, interval, 2.0, workdir, f"ecmp{i}")
-               for i, (s, d) in enumerate(pairs)]
-    for st in streams:
-        st.result()
-    after = ctl.get("/ports", fresh=1)
-    pod_switches = {n for h in a for n in G.neighbors(h)}
-    pod = G.nodes[a[0]].get("pod")
+def one_switch_loss(rep, ctl, G, src, dst, sport: int, interval: float, workdir: Path, tag: str) -> dict:
+    """Stream src -> dst, crash the core switch on its path, restart it; returns the outage record."""
+    from testbed.emu.switchlife import crash_switch, restart_switch
+    from testbed.routing.failover import switch_event
+
+    duration = 5.0
+    stream = Stream(rep, src, dst, 5001, sport, interval, duration, workdir, tag)
+    links = stream_links(ctl, G, interval)
+    cores = sorted({v for _, v in links if G.nodes[v].get("role") == "core"})
+    if not cores:
+        stream.result()
+        raise EmulationError(f"{tag}: the stream {src} -> {dst} crosses no core switch (links seen: {links})")
+    core = cores[0]
+    t_kill = time.time()
+    crash_switch(rep, core)
+    try:
+        ev = poll(lambda: switch_event(ctl, "switch_down", core, t_kill - 0.01), timeout=10, interval=0.02,
+                  what=f"controller to route around {core}")
+        sleep_until(max(t_kill + 0.5, time.time()))
+    finally:
+        t_restart = time.time()
+        restart_switch(rep, core)
+    up = poll(lambda: switch_event(ctl, "switch_up", core, t_restart - 0.01), timeout=20, interval=0.02,
+              what=f"{core} to rejoin")
+    raw = stream.result()
+    o = outage(raw["send_times"], raw["seq"], interval, window=(t_kill - 0.002, t_restart))
+    r = outage(raw["send_times"], raw["seq"], interval, window=(t_restart, float("inf")))
+    return {"src": src, "dst": dst, "sport": sport, "switch": core, **o.as_dict(), "rejoin_lost": r.lost_in_window,
+            "controller_reaction_ms": (ev["time"] - t_kill) * 1e3,
+            "controller_push_ms": (ev["pushed"] - ev["time"]) * 1e3 if ev.get("pushed") else None,
+            "rejoin_ms": (up["time"] - t_restart) * 1e3}
+
+
+def uplink_balance(G, src_hosts, before: dict, after: dict) -> dict:
+    """Bytes each uplink of the sources' pod sent between two ``/ports`` snapshots, max/mean per tier.
+
+    Only switches that sent something upwards count (a ToR without sources is not an imbalance).
+    """
+    pod = G.nodes[src_hosts[0]].get("pod")
+    pod_switches = {n for h in src_hosts for n in G.neighbors(h)}
     pod_switches |= {n for n in G if G.nodes[n].get("pod") == pod and G.nodes[n].get("role") != HOST}
     tiers: dict = {}
     for sw in sorted(pod_switches):
+        ups = {}
         for port_no, c in after.get(sw, {}).items():
             nbr = c.get("neighbour")
             if nbr is None or G.nodes[nbr].get("role") == HOST:
                 continue
             if G.nodes[nbr].get("tier", 0) <= G.nodes[sw].get("tier", 0):
                 continue  # only uplinks
-            sent = c["tx_bytes"] - before.get(sw, {}).get(port_no, {}).get("tx_bytes", 0)
-            tiers.setdefault(f"{G.nodes[sw].get('role')}->{G.nodes[nbr].get('role')}", {})[f"{sw}->{nbr}"] = sent
+            ups[f"{sw}->{nbr}"] = c["tx_bytes"] - before.get(sw, {}).get(port_no, {}).get("tx_bytes", 0)
+        if sum(ups.values()) > 0:
+            role = G.nodes[sw].get("role")
+            up_role = G.nodes[next(iter(ups)).split("->")[1]].get("role")
+            tiers.setdefault(f"{role}->{up_role}", {}).update(ups)
     per_tier = {t: round(max_over_mean(v.values()), 3) for t, v in tiers.items()}
-    return {"flows": n_flows, "uplink_bytes": tiers, "max_over_mean_per_tier": per_tier,
+    return {"uplink_bytes": tiers, "max_over_mean_per_tier": per_tier,
             "max_over_mean": max(per_tier.values()) if per_tier else None}
+
+
+def ecmp_balance(rep, ctl, G, interval: float, workdir: Path, pairs: list, tag: str) -> dict:
+    """One flow per entry of ``pairs`` (distinct UDP ports), all at once; uplink balance of the sources' pod."""
+    for s, d in set(pairs):
+        rep.host(s).cmd(f"ping -c1 -W1 {rep.ip(d)}")
+    before = ctl.get("/ports", fresh=1)
+    streams = [Stream(rep, s, d, 6000 + i, 41000 + 7 * i, interval, 2.0, workdir, f"{tag}{i}")
+               for i, (s, d) in enumerate(pairs)]
+    for st in streams:
+        st.result()
+    after = ctl.get("/ports", fresh=1)
+    return {"flows": len(pairs), **uplink_balance(G, sorted({s for s, _ in pairs}), before, after)}
+
+
+def ecmp_pairs(G, n_flows: int = 16) -> dict:
+    """``pods``: flows between many host pairs of the first and last pod; ``one_pair``: all between one
+    pair, differing only in UDP ports (how RoCEv2 QPs between two GPUs look)."""
+    a, b = pod_pairs(G)
+    return {"pods": [(a[i % len(a)], b[(i // len(a)) % len(b)]) for i in range(n_flows)],
+            "one_pair": [(a[0], b[-1])] * n_flows}
 
 
 def run_bench(G, repetitions: int, interval: float, out_dir: Path) -> dict:
     from controllers.launch import start_controller
+    from controllers.ofrules import ECMP_METHODS
     from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
     from testbed.plan import Overrides, plan_replica
@@ -233,32 +317,54 @@ def run_bench(G, repetitions: int, interval: float, out_dir: Path) -> dict:
                     console.print(f"[dim]{mode} {i + 1}/{repetitions}: cut {'-'.join(rec['cut'])} "
                                   f"lost {rec['lost_in_window']} = {rec['outage_ms']:.1f} ms[/dim]")
             ctl.post("/mode", m="controller")
-            ecmp = ecmp_balance(rep, ctl, G, 0.002, workdir)
-    return summarize(results["controller"], results["fast-failover"], ecmp)
+            switch = []
+            for i in range(repetitions):
+                rec = one_switch_loss(rep, ctl, G, src, dst, 52000 + 13 * i, interval, workdir, f"switch-{i}")
+                switch.append(rec)
+                console.print(f"[dim]switch loss {i + 1}/{repetitions}: crash {rec['switch']} lost "
+                              f"{rec['lost_in_window']} = {rec['outage_ms']:.1f} ms, rejoin lost {rec['rejoin_lost']}[/dim]")
+            ecmp = {}
+            for method in ECMP_METHODS:
+                ctl.post("/ecmp", m=method)
+                ecmp[method] = {kind: ecmp_balance(rep, ctl, G, 0.002, workdir, pairs, f"ecmp-{method}-{kind}-")
+                                for kind, pairs in ecmp_pairs(G).items()}
+            ctl.post("/ecmp", m="multipath")
+    return summarize(results["controller"], results["fast-failover"], ecmp, switch)
 
 
 def _main(args) -> int:
-    require_root("testbed bench failover")
-    from testbed.topo.spec import build_graph, load_spec
+    from testbed.topo.spec import build_graph, load_spec, resolve_spec
 
     reps = 5 if args.quick else args.repetitions
     if reps < 1:
         raise UsageError("--repetitions must be at least 1")
     if not 0.0001 <= args.interval <= 0.1:
         raise UsageError("--interval must be between 0.0001 and 0.1 seconds")
-    G = build_graph(load_spec(args.spec))
+    G = build_graph(load_spec(resolve_spec(args.spec)))
+    pod_pairs(G)  # a fabric without pods is refused before anything is built
+    require_root("testbed bench failover")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-failover-"))
+    load_before = loadavg()
     doc = run_bench(G, reps, args.interval, out)
+    doc["load"] = {"before": load_before, "after": loadavg()}
     doc["spec"] = args.spec
     doc["interval_ms"] = args.interval * 1e3
     (out / "failover.json").write_text(json.dumps(doc, indent=1))
     if args.json:
         print_json(doc)
     else:
-        console.print(f"controller reroute outage: median {doc['controller_outage_ms_median']:.1f} ms, "
-                      f"p95 {doc['controller_outage_ms_p95']:.1f} ms ({reps} cuts)")
-        console.print(f"fast-failover outage: median {doc['fast_failover_outage_ms_median']:.1f} ms")
-        console.print(f"ECMP max/mean uplink bytes: {doc['ecmp_max_over_mean']} "
-                      f"(per tier {doc['ecmp']['max_over_mean_per_tier']})")
+        stdout.print(f"scale 1 (links not shaped): emulated = real-world time; resolution {args.interval * 1e3:g} ms")
+        stdout.print(f"controller reroute outage: median {doc['controller_outage_ms_median']:.1f} ms, "
+                     f"p95 {doc['controller_outage_ms_p95']:.1f} ms ({reps} cuts)")
+        stdout.print(f"fast-failover outage: median {doc['fast_failover_outage_ms_median']:.1f} ms, "
+                     f"p95 {doc['fast_failover_outage_ms_p95']:.1f} ms")
+        stdout.print(f"switch loss outage: median {doc['switch_loss_outage_ms_median']:.1f} ms, "
+                     f"p95 {doc['switch_loss_outage_ms_p95']:.1f} ms; packets lost on rejoin at most "
+                     f"{doc['switch_loss_rejoin_lost_max']}")
+        for method, kinds in doc["ecmp"].items():
+            stdout.print(f"ECMP {method}: max/mean uplink bytes over 16 flows: "
+                         + "; ".join(f"{k} {v['max_over_mean']} (per tier {v['max_over_mean_per_tier']})"
+                                     for k, v in kinds.items()))
+        stdout.print(f"load: before {doc['load']['before']}; after {doc['load']['after']}")
         console.print(f"raw results in {out}")
     return 0

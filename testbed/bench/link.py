@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from testbed.console import console, print_json, require_root
+from testbed.console import console, out, print_json, require_root
 from testbed.links import fidelity
 from testbed.links.model import LinkParams, RedParams
 from testbed.links.pcap import probe_arrivals, read_pcap
@@ -336,8 +336,8 @@ def _print(report: dict) -> None:
               *("" for _ in cols[len(cores):]))
     t.add_row("CPU us/packet", *(str(report["cores"][c].get("cpu_per_packet_us")) for c in cores),
               *("" for _ in cols[len(cores):]))
-    console.print(t)
+    out.print(t)
     cmp = report["comparison"]
-    console.print(f"c / bare on-time rate: {cmp.get('c_over_bare')}; c / python: {cmp.get('c_over_python')}; "
+    out.print(f"c / bare on-time rate: {cmp.get('c_over_bare')}; c / python: {cmp.get('c_over_python')}; "
                   f"RED max |observed - curve|: {report.get('red_max_abs_error')}; details in "
                   f"{report['workdir']}/bench-link.json")

@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from testbed.console import console, print_json, require_root
+from testbed.console import console, out, print_json, require_root
 from testbed.errors import EmulationError, SpecError
 
 NS = ("p4b-h1", "p4b-h2")
@@ -76,9 +76,11 @@ def received_rate(doc: dict, duration: float) -> dict:
 
 
 def _main(args) -> int:
-    require_root("testbed bench p4")
     sizes = parse_sizes(args.sizes)
     parse_sizes_kpps(args.offer_kpps)
+    if not 0 < args.duration <= 600:
+        raise SpecError("--duration", f"seconds per payload size, in (0, 600], got {args.duration:g}")
+    require_root("testbed bench p4")
     from testbed.emu.registry import RunRegistry
     from testbed.p4rt import entries as E
     from testbed.p4rt.compile import compile_p4
@@ -137,9 +139,9 @@ def _main(args) -> int:
     for r in rows:
         if r["forwarded_pps"] > best.get(r["payload_bytes"], {"forwarded_pps": -1})["forwarded_pps"]:
             best[r["payload_bytes"]] = r
-    for size, r in best.items():
-        console.print(f"[bold]fabric.p4 forwarding rate, {size} B payload: {r['forwarded_pps'] / 1e3:.1f} kpps "
-                      f"({r['forwarded_mbps']:.0f} Mbit/s)[/bold]")
+    for size, r in best.items() if not args.json else ():
+        out.print(f"[bold]fabric.p4 forwarding rate, {size} B payload: {r['forwarded_pps'] / 1e3:.1f} kpps "
+                  f"({r['forwarded_mbps']:.0f} Mbit/s)[/bold]")
     result = {"program": "fabric.p4", "binary": Path(proc.binary).name, "rows": rows,
               "best": [{"payload_bytes": k, "forwarded_kpps": v["forwarded_pps"] / 1e3,
                         "forwarded_mbps": v["forwarded_mbps"]} for k, v in best.items()],

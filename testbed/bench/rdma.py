@@ -26,9 +26,10 @@ import subprocess
 import sys
 import time
 
-from testbed.console import console, print_json, require_root
-from testbed.errors import EmulationError
-from testbed.units import parse_duration, parse_rate
+from testbed.console import console, out, print_json, require_root
+from testbed.errors import EmulationError, SpecError
+from testbed.rdma.wire import IB_MTUS
+from testbed.units import parse_duration, parse_rate, parse_size
 
 IPERF_PORT = 5411
 
@@ -46,12 +47,16 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    require_root("testbed bench rdma")
     from testbed.emu.registry import RunRegistry
     from testbed.rdma.netns import make_path
 
     rate = parse_rate(args.rate, "--rate")
     duration = parse_duration(args.duration, "--duration")
+    if args.mtu not in IB_MTUS:
+        raise SpecError("--mtu", f"an IB path MTU: one of {', '.join(map(str, IB_MTUS))}, got {args.mtu}")
+    if not 0 < parse_size(args.size, "--size") <= 1 << 30:
+        raise SpecError("--size", f"a message size in (0, 1GiB], got {args.size!r}")
+    require_root("testbed bench rdma")
     result = {"rate_mbps": rate / 1e6, "duration_s": duration, "mtu": args.mtu}
     result["load_before"] = _load()
     with RunRegistry("bench-rdma") as reg:
@@ -76,21 +81,21 @@ def run(args) -> int:
     if args.json:
         print_json(result)
     else:
-        console.print(f"iperf3 UDP   {result['iperf3_mbps']:8.1f} Mbit/s")
-        console.print(f"RDMA WRITE   {result['goodput_mbps']:8.1f} Mbit/s  "
-                      f"(ratio to iperf3 {result['goodput_ratio_vs_iperf3']:.3f}, goal >= 0.9; "
-                      f"verified {result['rdma']['verified']})")
-        console.print(f"RDMA READ    {result['read_goodput_mbps']:8.1f} Mbit/s  "
-                      f"(ratio to WRITE {result['read_ratio_vs_write']:.3f}, goal >= 0.9; "
-                      f"verified {result['read']['verified']})")
+        out.print(f"iperf3 UDP   {result['iperf3_mbps']:8.1f} Mbit/s")
+        out.print(f"RDMA WRITE   {result['goodput_mbps']:8.1f} Mbit/s  "
+                  f"(ratio to iperf3 {result['goodput_ratio_vs_iperf3']:.3f}, goal >= 0.9; "
+                  f"verified {result['rdma']['verified']})")
+        out.print(f"RDMA READ    {result['read_goodput_mbps']:8.1f} Mbit/s  "
+                  f"(ratio to WRITE {result['read_ratio_vs_write']:.3f}, goal >= 0.9; "
+                  f"verified {result['read']['verified']})")
         if "ecmp" in result:
             e = result["ecmp"]
-            console.print(f"ECMP         {e['qps']} QPs {e['src']} -> {e['dst']} over {e['core_paths']} of "
-                          f"{len(e['core_bytes'])} core switches (goal >= 2); bytes per core {e['core_bytes']}; "
-                          f"source ports {e['sports']}")
-        console.print(f"loopback     {result['pps_per_core']:8.0f} packets/s per core "
-                      f"({result['loopback']['goodput_mbps']:.0f} Mbit/s at MTU {result['loopback']['mtu']})")
-        console.print(f"load average {result['load_before']} before, {result['load']} after (2 cores)")
+            out.print(f"ECMP         {e['qps']} QPs {e['src']} -> {e['dst']} over {e['core_paths']} of "
+                      f"{len(e['core_bytes'])} core switches (goal >= 2); bytes per core {e['core_bytes']}; "
+                      f"source ports {e['sports']}")
+        out.print(f"loopback     {result['pps_per_core']:8.0f} packets/s per core "
+                  f"({result['loopback']['goodput_mbps']:.0f} Mbit/s at MTU {result['loopback']['mtu']})")
+        out.print(f"load average {result['load_before']} before, {result['load']} after (2 cores)")
     return 0
 
 

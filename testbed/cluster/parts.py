@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from testbed.errors import SpecError
 from testbed.plan.capabilities import Capabilities
-from testbed.plan.layout import Layout, host_batch
+from testbed.plan.layout import Layout, host_batch, host_config
 
 #: VXLAN's IANA UDP port.
 VXLAN_PORT = 4789
@@ -69,6 +69,9 @@ class PartLayout(Layout):
 
     def host_batch(self, host, dev, with_arp=True):
         return host_batch(self.full, host, dev, with_arp)
+
+    def host_config(self, host, with_arp=True):
+        return host_config(self.full, host, with_arp)
 
 
 def plan_digest(plan) -> str:

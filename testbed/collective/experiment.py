@@ -212,9 +212,13 @@ def summary(result: dict) -> dict:
             "health_reasons": result["health"]["reasons"], "load": result["health"]["load"]}
 
 
-def print_report(result: dict) -> None:
+def print_report(result: dict, quiet_stdout: bool = False) -> None:
+    """The tables on stdout (on stderr with ``quiet_stdout``: ``--json`` keeps stdout to one document)."""
     from testbed.collective import metrics
     from testbed.console import console, out
+
+    if quiet_stdout:
+        out = console
 
     for j in result["jobs"]:
         console.print(f"[bold]{j['name']}[/bold] on {' '.join(str(h) for h in j['hosts'])}: JCT {j['jct_s']:.3f} s "

@@ -127,7 +127,9 @@ class Rank:
         while not (engine.finished and acked == sends):
             now = time.time()
             engine.advance(now, post, apply)
-            idle = 0.0 if engine.finished and acked == sends else 0.0005
+            # nothing to post until a datagram arrives or a delay ends, and progress() wakes on both:
+            # a long idle wait costs no latency and leaves the shared cores to the other ranks and OVS
+            idle = 0.02
             nd = engine.next_deadline()
             self.dev.progress(timeout=min(idle, max(0.0, nd - now)) if nd is not None else idle)
             for wc in self.cq.poll(256):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from testbed.cli import add_verbs, register_all
 
 #: Benchmark modules under testbed.bench.
-BENCHES = ("build", "link", "failover", "rdma", "p4", "agg", "collective")
+BENCHES = ("build", "link", "failover", "rdma", "p4", "agg", "collective", "pfc")
 
 
 def register(sub) -> None:

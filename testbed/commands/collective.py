@@ -156,7 +156,7 @@ def run(args) -> int:
     with Results("collective", args, config={"options": {k: v for k, v in vars(opts).items() if k != "trace"},
                                               "trace": opts.trace}) as res:
         result = X.run(opts, res.dir)
-        X.print_report(result)
+        X.print_report(result, quiet_stdout=args.json)
         res.write_json("metrics.json", result)
         if any(j.get("rows") for j in result["jobs"]):
             X.plot(result["jobs"], opts.link_rate_bps, res.dir / "busbw.png")

@@ -30,7 +30,9 @@ def _plan(args) -> int:
 
     if args.scale is not None and not args.scale > 0:
         raise SpecError("--scale", f"must be a positive number, got {args.scale:g}")
-    G = build_graph(load_spec(resolve_spec(args.spec)))
+    spec = load_spec(resolve_spec(args.spec))
+    _beyond_limits(spec, args)
+    G = build_graph(spec)
     if args.assume:
         caps = ASSUMED
     else:
@@ -45,3 +47,22 @@ def _plan(args) -> int:
 
         print_plan(plan, console)
     return 0
+
+
+def _beyond_limits(spec, args) -> None:
+    """A spec this machine cannot build: its closed-form figures (what a replica would have shown), then the
+    refusal naming the limit (exit 2). Checked before its graph is built (a fat-tree k=1024 would not fit)."""
+    from testbed.commands.topo import analytic_doc, print_analytic
+    from testbed.plan.limits import MAX_INTERFACES, refuse_huge
+    from testbed.topo.counts import closed_form
+
+    counts = closed_form(spec.kind, spec.params)
+    try:
+        refuse_huge(spec)
+    except SpecError as exc:
+        if counts is not None:
+            doc = analytic_doc(spec, counts, f"beyond one machine (at most {MAX_INTERFACES:,} interfaces): "
+                                             "no plan, figures in closed form")
+            doc["buildable"] = False
+            print_json(doc) if args.json else print_analytic(doc, note=False)
+        raise exc from None

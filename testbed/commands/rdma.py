@@ -68,6 +68,46 @@ def register(sub) -> None:
         p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
         p.set_defaults(func=_client, test=test)
     _pingpong_parser(verbs)
+    _perftest_parser(verbs)
+
+
+def _perftest_parser(verbs) -> None:
+    p = verbs.add_parser("perftest-server", help="be the server of rdma-core's ib_write_bw/ib_read_bw/ib_send_bw",
+                         description="Speak perftest 6.06's TCP control protocol (Debian 12's perftest) on port "
+                                     "18515 and serve one ib_{write,read,send}_bw client (RC, half duplex) with "
+                                     "the soft-RDMA endpoint; prints the client's bandwidth report.")
+    p.add_argument("--verb", choices=("write", "read", "send"), default="write", help="the client's test")
+    p.add_argument("-s", "--size", default="65536", help="message size, as the client's -s (default 65536)")
+    p.add_argument("-q", "--qps", type=int, default=1, help="QPs, as the client's -q (default 1)")
+    p.add_argument("-m", "--mtu", type=int, default=1024, help="largest path MTU to agree on (default 1024)")
+    p.add_argument("-p", "--port", type=int, default=18515, help="TCP port (default 18515)")
+    p.add_argument("--bind", metavar="ADDR", help="listen address (default: see 'testbed rdma server')")
+    p.add_argument("--timeout", default="300s", help="give up when the test has not ended after this long")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.set_defaults(func=_perftest)
+
+
+def _perftest(args) -> int:
+    from testbed.rdma.perftest import report_text, serve_perftest
+    from testbed.rdma.qp import QpConfig
+    from testbed.rdma.verbs import RdmaError
+
+    size = int(parse_size(args.size, "--size"))
+    if size < 1:
+        raise SpecError("--size", "must be >= 1")
+    if not 1 <= args.qps <= 64:
+        raise SpecError("--qps", "must be 1..64")
+    try:
+        cfg = QpConfig(mtu=args.mtu)
+    except RdmaError as exc:
+        raise UsageError(str(exc)) from exc
+    r = serve_perftest(args.verb, size, args.qps, args.bind, args.port, cfg,
+                       timeout=parse_duration(args.timeout, "--timeout"))
+    if args.json:
+        print_json(r)
+    else:
+        console.print(report_text(r), markup=False)
+    return 0 if r["done"] and not r["completion_errors"] and all(s == "rts" for s in r["qp_states"]) else 1
 
 
 def _pingpong_parser(verbs) -> None:
@@ -80,7 +120,8 @@ def _pingpong_parser(verbs) -> None:
     p.add_argument("-n", "--iters", type=int, default=1000, help="exchanges (default 1000)")
     p.add_argument("-r", "--rx-depth", type=int, default=500, help="receives posted (default 500)")
     p.add_argument("-m", "--mtu", type=int, default=1024, help="path MTU (default 1024)")
-    p.add_argument("-c", "--chk", action="store_true", help="client: mark page starts as rc_pingpong --chk does")
+    p.add_argument("-c", "--chk", action="store_true",
+                   help="client: zero each page's first byte as rc_pingpong --chk does; server: expect that")
     p.add_argument("--bind", metavar="ADDR", help="server: listen address (default: see 'testbed rdma server')")
     p.add_argument("--wait", default="0s", help="client: keep trying to reach a starting server this long")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -103,7 +144,7 @@ def _pingpong(args) -> int:
         r = pingpong_client(args.host, args.port, size, args.iters, args.rx_depth, args.chk, cfg,
                             connect_wait=parse_duration(args.wait, "--wait"))
     else:
-        r = serve_pingpong(args.bind, args.port, size, args.iters, args.rx_depth, cfg)
+        r = serve_pingpong(args.bind, args.port, size, args.iters, args.rx_depth, cfg, chk=args.chk)
     if args.json:
         print_json(r)
     else:

@@ -56,16 +56,12 @@ def _show(args) -> int:
     spec = load_spec(resolve_spec(args.spec))
     counts = too_big_to_walk(spec)
     if counts is not None:
-        doc = {"name": spec.name, "kind": spec.kind, "params": dict(spec.params), **counts, "analytic": True,
-               "not_computed": list(NOT_COMPUTED),
-               "note": f"more than {WALK_LIMIT} nodes: counts in closed form, no graph built; "
-                       "`testbed topo cost` prices fabrics of this size"}
+        doc = analytic_doc(spec, counts, f"more than {WALK_LIMIT} nodes: figures in closed form, no graph "
+                                         "built; `testbed topo cost` prices fabrics of this size")
         if args.json:
             print_json(doc)
         else:
-            out.print(f"[bold]{doc['name']}[/] ({doc['kind']}): {counts['switches']:,} switches, "
-                      f"{counts['hosts']:,} hosts, {counts['links']:,} links (closed form)")
-            console.print(f"not computed ({doc['note']}): {', '.join(NOT_COMPUTED)}")
+            print_analytic(doc)
         return 0
     G = build_graph(spec)
     doc = summary(G)
@@ -74,6 +70,32 @@ def _show(args) -> int:
     else:
         _print_summary(doc)
     return 0
+
+
+def analytic_doc(spec, counts: dict, note: str) -> dict:
+    """What ``topo show`` (and ``plan``, for a replica beyond the machine) reports without a graph."""
+    from testbed.topo import analytic
+
+    figures = analytic.metrics(spec) or {}
+    skipped = [k for k in NOT_COMPUTED if not (k in figures or (k == "bisection" and "bisection_gbps" in figures))]
+    return {"name": spec.name, "kind": spec.kind, "params": dict(spec.params), **counts, **figures,
+            "analytic": True, "not_computed": skipped, "note": note}
+
+
+def print_analytic(doc: dict, note: bool = True) -> None:
+    out.print(f"[bold]{doc['name']}[/] ({doc['kind']}): {doc['switches']:,} switches, "
+              f"{doc['hosts']:,} hosts, {doc['links']:,} links (closed form)")
+    if "diameter" in doc:
+        t = Table(show_header=False, box=None)
+        t.add_row("diameter / avg hops", f"{doc['diameter']} / {doc['avg_hops']} (switch diameter "
+                                         f"{doc['switch_diameter']})")
+        t.add_row("ECMP paths min/mean/max", f"{doc['ecmp']['min']:,} / {doc['ecmp']['mean']:,} / "
+                                             f"{doc['ecmp']['max']:,}")
+        t.add_row("bisection", f"{doc['bisection_gbps']:,.6g} Gbit/s of {doc['full_bisection_gbps']:,.6g} "
+                               f"({doc['bisection_ratio']:.3g} of full)")
+        out.print(t)
+    if note:
+        console.print(f"{doc['note']}; not computed: {', '.join(doc['not_computed']) or 'nothing'}")
 
 
 def _draw(args) -> int:

@@ -68,14 +68,9 @@ def load_graph(spec_arg: str, scale: float | None, p4: str | None):
     if p4 is not None and p4 not in UP_P4_PROGRAMS:
         raise SpecError("--p4", f"{p4!r} cannot be programmed for a whole fabric; allowed: "
                                 f"{', '.join(UP_P4_PROGRAMS)} (aggregation runs in `testbed run innetwork_allreduce`)")
-    from testbed.plan.limits import MAX_INTERFACES
-    from testbed.topo.counts import closed_form
+    from testbed.plan.limits import refuse_huge
 
-    counts = closed_form(spec.kind, spec.params)
-    if counts is not None and 2 * counts["links"] > MAX_INTERFACES:  # refuse before building a huge graph
-        raise SpecError(spec.name, f"the replica needs at least {2 * counts['links']:,} interfaces "
-                                   f"({counts['links']:,} links); one machine builds at most {MAX_INTERFACES:,}: "
-                                   "use a smaller spec")
+    refuse_huge(spec)
     G = build_graph(spec)
     if p4 is not None:
         for _, d in G.nodes(data=True):

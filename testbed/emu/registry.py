@@ -362,12 +362,12 @@ def _safe(name: str) -> str:
 
 
 # --------------------------------------------------------------------------------- removal
-#: Bridges deleted per ``ovs-vsctl`` call (one transaction each; OVS's userspace datapath handles a few
-#: hundred port removals per transaction well).
-BRIDGES_PER_CALL = 200
-
 #: Seconds a process gets after its polite signal (SIGTERM, or SIGHUP for a Mininet shell) before SIGKILL.
 KILL_GRACE_S = 3.0
+
+#: What one removal step may fail with; it is reported for the objects of that step and the next step runs
+#: (a teardown that stops at the first error leaves everything after it behind, and its record too).
+_STEP_ERRORS = (OSError, EmulationError, TimeoutError, subprocess.SubprocessError)
 
 
 def remove_objects(objects: list[dict], dry_run: bool = False, require_identity: bool = False) -> dict:
@@ -377,7 +377,9 @@ def remove_objects(objects: list[dict], dry_run: bool = False, require_identity:
     time differs, a bridge whose uuid differs, a link whose ifindex differs were re-created by
     someone else and are left alone. Each kind is removed in one pass, so teardown time does not grow
     with a per-object timeout: every process is signalled at once and waited for together, bridges go
-    in batched ``ovs-vsctl`` transactions, root-namespace links in one ``ip -batch``.
+    in batched ``ovs-vsctl`` transactions, root-namespace links in kernel batches
+    (:func:`testbed.emu.ops.delete_links`). A step that fails (ovsdb or the kernel too slow to answer)
+    is reported for its objects and the next step still runs; this function never raises.
 
     Args:
         require_identity: keep (report as "kept") bridges and root-namespace links recorded by name only
@@ -388,24 +390,29 @@ def remove_objects(objects: list[dict], dry_run: bool = False, require_identity:
         {"removed": [desc...], "gone": [desc...], "kept": [desc...], "failed": [desc...]}
     """
     report = {"removed": [], "gone": [], "kept": [], "failed": []}
-    newest_first = list(reversed(objects))
     by_kind: dict = {}
-    for obj in newest_first:
+    for obj in reversed(objects):
         by_kind.setdefault(obj.get("kind"), []).append(obj)
-    unknown = set(by_kind) - {"process", "bridge", "link", "netns"}
-    for kind in unknown:
+    for kind in set(by_kind) - {"process", "bridge", "link", "netns"}:
         for obj in by_kind[kind]:
             report["failed"].append(f"{describe(obj)}: unknown object kind {kind!r} in run record")
-    _kill_all(by_kind.get("process", []), dry_run, report)
-    _remove_bridges(by_kind.get("bridge", []), dry_run, require_identity, report)
-    _remove_links(by_kind.get("link", []), dry_run, require_identity, report)
-    for obj in by_kind.get("netns", []):
-        try:
-            outcome = _remove_one(obj, dry_run, require_identity)
-        except (OSError, EmulationError, TimeoutError) as exc:
-            report["failed"].append(f"{describe(obj)}: {exc}")
+    in_ns = [o for o in by_kind.get("link", []) if o.get("netns")]
+    steps = ((_kill_all, by_kind.get("process", [])),
+             (lambda objs, dry, rep: _remove_bridges(objs, dry, require_identity, rep), by_kind.get("bridge", [])),
+             (lambda objs, dry, rep: _remove_links(objs, dry, require_identity, rep),
+              [o for o in by_kind.get("link", []) if not o.get("netns")]),
+             (_remove_each, in_ns + by_kind.get("netns", [])))
+    for step, objs in steps:
+        if not objs:
             continue
-        report[outcome].append(describe(obj))
+        before = sum(len(v) for v in report.values())
+        try:
+            step(objs, dry_run, report)
+        except _STEP_ERRORS as exc:
+            if sum(len(v) for v in report.values()) == before:  # nothing attributed yet: all of them failed
+                report["failed"].extend(f"{describe(o)}: {exc}" for o in objs)
+            else:
+                report["failed"].append(f"{len(objs)} {objs[0]['kind']} objects: {exc}")
     return report
 
 
@@ -475,96 +482,75 @@ def bridge_uuids() -> dict | None:
         raise EmulationError("ovsdb did not answer within 60 s") from None
     if res.returncode != 0:
         raise EmulationError(f"cannot list OVS bridges: {(res.stderr or res.stdout).strip()[-200:]}")
-    found = {}
-    for line in res.stdout.splitlines():
-        name, _, uuid = line.partition(",")
-        if uuid:
-            found[name.strip().strip('"')] = uuid.strip().strip('"')
-    return found
+    return ops.parse_bridge_list(res.stdout)
 
 
-def del_br_argv(names: list[str]) -> list[str]:
-    """One ovs-vsctl transaction deleting every bridge in ``names`` (those already gone are skipped)."""
-    argv = ["ovs-vsctl", f"--timeout={30 + len(names) // 10}"]
-    for name in names:
-        argv += ["--", "--if-exists", "del-br", name]
-    return argv
+def _classify(objs: list[dict], key: str, now, require_identity: bool, report: dict) -> list[tuple[dict, object]]:
+    """Sort recorded bridges or links by what carries their name now.
+
+    ``now(name)`` is the identity (``key``: a bridge's ``uuid``, a link's ``ifindex``) of the object of that
+    name today, or None. Absent, or another object of the same name: "gone". Recorded by name only while
+    ``require_identity``: "kept". The rest is returned as ``(obj, identity)``, to remove.
+    """
+    doomed = []
+    for obj in objs:
+        ident = now(obj["name"])
+        if ident is None or (obj.get(key) and obj[key] != ident):
+            report["gone"].append(describe(obj))
+        elif require_identity and not obj.get(key):
+            report["kept"].append(describe(obj) + " (recorded by name only while another run is active)")
+        else:
+            doomed.append((obj, ident))
+    return doomed
+
+
+def _attribute(doomed: list[tuple[dict, object]], now, what: str, report: dict) -> None:
+    """After removing ``doomed``: an object whose name still carries the same identity failed; the rest
+    (deleting one end of a veth deletes its peer too) was removed."""
+    for obj, ident in doomed:
+        if now(obj["name"]) == ident:
+            report["failed"].append(f"{describe(obj)}: still present after {what}")
+        else:
+            report["removed"].append(describe(obj))
 
 
 def _remove_bridges(objs: list[dict], dry_run: bool, require_identity: bool, report: dict) -> None:
-    if not objs:
-        return
-    try:
-        have = bridge_uuids()
-    except EmulationError as exc:
-        report["failed"].extend(f"{describe(o)}: {exc}" for o in objs)
-        return
+    have = bridge_uuids()
     if have is None:  # Open vSwitch is not installed: no bridge can exist
         report["gone"].extend(describe(o) for o in objs)
         return
-    doomed = []
-    for obj in objs:
-        uuid = have.get(obj["name"])
-        if uuid is None or (obj.get("uuid") and obj["uuid"] != uuid):
-            report["gone"].append(describe(obj))
-        elif require_identity and not obj.get("uuid"):
-            report["kept"].append(describe(obj) + " (recorded by name only while another run is active)")
-        else:
-            doomed.append(obj)
-    if dry_run:
-        report["removed"].extend(describe(o) for o in doomed)
-        return
-    for i in range(0, len(doomed), BRIDGES_PER_CALL):
-        chunk = doomed[i:i + BRIDGES_PER_CALL]
-        try:
-            ops.run(del_br_argv([o["name"] for o in chunk]), what=f"delete {len(chunk)} bridges",
-                    timeout=120 + len(chunk))
-        except EmulationError:
-            pass  # attribute below, bridge by bridge
-    try:
-        left = bridge_uuids() or {}
-    except EmulationError as exc:
-        report["failed"].extend(f"{describe(o)}: {exc}" for o in doomed)
-        return
-    for obj in doomed:
-        if obj["name"] in left and left[obj["name"]] == have[obj["name"]]:
-            report["failed"].append(f"{describe(obj)}: still present after ovs-vsctl del-br")
-        else:
-            report["removed"].append(describe(obj))
-
-
-def _remove_links(objs: list[dict], dry_run: bool, require_identity: bool, report: dict) -> None:
-    root_ns, in_ns = [], []
-    for obj in objs:
-        (in_ns if obj.get("netns") else root_ns).append(obj)
-    for obj in in_ns:  # few (the registry's own probes and veths); namespaces go with their links anyway
-        try:
-            outcome = _remove_one(obj, dry_run, require_identity)
-        except (OSError, EmulationError, TimeoutError) as exc:
-            report["failed"].append(f"{describe(obj)}: {exc}")
-            continue
-        report[outcome].append(describe(obj))
-    doomed = []
-    for obj in root_ns:
-        index = ops.link_index(obj["name"])
-        if index is None or (obj.get("ifindex") and obj["ifindex"] != index):
-            report["gone"].append(describe(obj))
-        elif require_identity and not obj.get("ifindex"):
-            report["kept"].append(describe(obj) + " (recorded by name only while another run is active)")
-        else:
-            doomed.append((obj, index))
+    doomed = _classify(objs, "uuid", have.get, require_identity, report)
     if dry_run:
         report["removed"].extend(describe(o) for o, _ in doomed)
         return
-    if doomed:
-        batch = "".join(f"link del dev {o['name']}\n" for o, _ in doomed)
-        ops.run(["ip", "-force", "-batch", "-"], what=f"delete {len(doomed)} links", check=False, input=batch,
-                timeout=60 + len(doomed) / 20)
-    for obj, index in doomed:  # deleting one end of a veth deletes its peer: that counts as removed
-        if ops.link_index(obj["name"]) == index:
-            report["failed"].append(f"{describe(obj)}: still present after ip link del")
-        else:
-            report["removed"].append(describe(obj))
+    ops.delete_bridges([o["name"] for o, _ in doomed])
+    try:
+        left = bridge_uuids() or {}
+    except EmulationError as exc:  # their fate is unknown: keep them in the record
+        report["failed"].extend(f"{describe(o)}: {exc}" for o, _ in doomed)
+        return
+    _attribute(doomed, left.get, "ovs-vsctl del-br", report)
+
+
+def _remove_links(objs: list[dict], dry_run: bool, require_identity: bool, report: dict) -> None:
+    """Root-namespace links, in kernel batches."""
+    doomed = _classify(objs, "ifindex", ops.link_index, require_identity, report)
+    if dry_run:
+        report["removed"].extend(describe(o) for o, _ in doomed)
+        return
+    ops.delete_links([o["name"] for o, _ in doomed])
+    _attribute(doomed, ops.link_index, "ip link del", report)
+
+
+def _remove_each(objs: list[dict], dry_run: bool, report: dict) -> None:
+    """Links inside named namespaces and the namespaces (few: the registry's own probes and veths)."""
+    for obj in objs:
+        try:
+            outcome = _remove_one(obj, dry_run)
+        except _STEP_ERRORS as exc:
+            report["failed"].append(f"{describe(obj)}: {exc}")
+            continue
+        report[outcome].append(describe(obj))
 
 
 def describe(obj: dict) -> str:
@@ -576,69 +562,25 @@ def describe(obj: dict) -> str:
     return f"{kind} {obj.get('name')}{ns}"
 
 
-def _remove_one(obj: dict, dry_run: bool, require_identity: bool = False) -> str:
-    """Remove one object; returns "removed", "gone" (absent, or a different object now) or "kept"."""
+def _remove_one(obj: dict, dry_run: bool) -> str:
+    """Remove a link in a named namespace or a namespace; returns "removed" or "gone"."""
     kind = obj.get("kind")
-    if kind == "process":
-        return "removed" if _kill(obj["pid"], obj.get("start"), dry_run) else "gone"
-    if kind == "bridge":
-        uuid = ops.bridge_uuid(obj["name"])
-        if uuid is None or (obj.get("uuid") and obj["uuid"] != uuid):
-            return "gone"
-        if require_identity and not obj.get("uuid"):
-            return "kept"
-        if not dry_run:
-            ops.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", obj["name"]],
-                    what=f"delete bridge {obj['name']}")
-        return "removed"
     if kind == "link":
-        ns = obj.get("netns")
-        if ns and not ops.netns_exists(ns):
+        ns = obj["netns"]
+        if not ops.netns_exists(ns):
             return "gone"
         index = ops.link_index(obj["name"], ns)
         if index is None or (obj.get("ifindex") and obj["ifindex"] != index):
             return "gone"
-        if require_identity and not ns and not obj.get("ifindex"):
-            return "kept"
         if not dry_run:
             ops.run(ops.in_netns(["ip", "link", "del", obj["name"]], ns), what=f"delete link {obj['name']}",
                     ok_codes=(0, 1))
         return "removed"
-    if kind == "netns":
-        if not ops.netns_exists(obj["name"]):
-            return "gone"
-        if not dry_run:
-            ops.run(["ip", "netns", "del", obj["name"]], what=f"delete netns {obj['name']}")
-        return "removed"
-    raise EmulationError(f"unknown object kind {kind!r} in run record")
-
-
-def _kill(pid: int, start: float | None, dry_run: bool) -> bool:
-    if not same_process(pid, start):
-        return False
-    if dry_run:
-        return True
-    try:
-        group = os.getpgid(pid) == pid
-    except ProcessLookupError:
-        return False
-
-    def send(sig) -> None:
-        if not same_process(pid, start):
-            return
-        try:
-            os.killpg(pid, sig) if group else os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-    send(signal.SIGTERM)
-    try:
-        poll(lambda: not _alive(pid, start), timeout=3.0, interval=0.02, what=f"process {pid} to exit")
-    except TimeoutError:
-        send(signal.SIGKILL)
-        poll(lambda: not _alive(pid, start), timeout=5.0, interval=0.02, what=f"process {pid} to die")
-    return True
-
+    if not ops.netns_exists(obj["name"]):
+        return "gone"
+    if not dry_run:
+        ops.run(["ip", "netns", "del", obj["name"]], what=f"delete netns {obj['name']}")
+    return "removed"
 
 def is_running(pid: int, start: float | None) -> bool:
     """``pid`` is the process started at ``start`` and still running: not gone, not a zombie (a zombie

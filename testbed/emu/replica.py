@@ -161,8 +161,6 @@ class Replica:
         Mininet's ``terminate`` sends) before any is waited for; the run registry then removes the
         interfaces left in one ``ip -batch`` and anything else recorded.
         """
-        from testbed.emu.registry import BRIDGES_PER_CALL, del_br_argv
-
         net, mn_node = self.net, _mininet()[1]
         ovs = [sw for sw in net.switches if isinstance(sw, mn_node.OVSSwitch)]
         for sw in net.switches:
@@ -172,10 +170,7 @@ class Replica:
                 sw.stop(deleteIntfs=False)
             except Exception as err:  # noqa: BLE001 - one node's failure must not stop the teardown
                 console.print(f"[yellow]stopping {sw.name}: {type(err).__name__}: {err}[/yellow]")
-        names = [sw.name for sw in ovs]
-        for i in range(0, len(names), BRIDGES_PER_CALL):
-            chunk = names[i:i + BRIDGES_PER_CALL]
-            ops.run(del_br_argv(chunk), what=f"delete {len(chunk)} bridges", check=False, timeout=120 + len(chunk))
+        ops.delete_bridges([sw.name for sw in ovs])
         nodes = [*net.hosts, *net.switches]
         for node in nodes:
             shell = getattr(node, "shell", None)
@@ -190,10 +185,7 @@ class Replica:
                 node.cleanup()           # close the ptys
         # Switch-to-switch veths live in the root namespace (host ends went with their namespaces): delete
         # the ones this replica made in one batch, also when the run registry outlives this replica.
-        left = [name for name in self.layout.interfaces() if ops.link_index(name) is not None]
-        if left:
-            ops.run(["ip", "-force", "-batch", "-"], what=f"delete {len(left)} links", check=False,
-                    input="".join(f"link del dev {name}\n" for name in left), timeout=60 + len(left) / 20)
+        ops.delete_links(name for name in self.layout.interfaces() if ops.link_index(name) is not None)
 
     # ----------------------------------------------------------------------------- build
     def _switch_class(self, sw, mn_node):
@@ -297,10 +289,10 @@ class Replica:
                     continue
                 self._host_run(node, ops.offload_off_argv(intf), f"disable offloads on {node.name}:{intf}")
             intf = node.defaultIntf()
-            batch = self.layout.host_batch(h, intf.name, with_arp=static_arp) if intf else ""
-            if batch:
-                self._host_run(node, ["ip", "-batch", "-"], f"configure neighbours/routes on {node.name}",
-                               stdin=batch)
+            if intf:
+                neighbours, routes = self.layout.host_config(h, with_arp=static_arp)
+                if neighbours or routes:
+                    ops.configure_host(ops.netns_of(node.pid), intf.name, neighbours, routes)
 
     def _host_run(self, node, argv, what, stdin: str | None = None) -> None:
         proc = node.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -109,7 +109,7 @@ def interface_drops(before: dict, after: dict) -> dict:
 
 
 def account(sent: dict, delivered: dict, link_stats: dict | None = None, interface_deltas: dict | None = None,
-            bmv2_drops: dict | None = None) -> dict:
+            bmv2_drops: dict | None = None, places: dict | None = None) -> dict:
     """The frame ledger of a run, per flow and in total.
 
     Args:
@@ -117,6 +117,8 @@ def account(sent: dict, delivered: dict, link_stats: dict | None = None, interfa
         link_stats: {link node name: its stats document}.
         interface_deltas: :func:`interface_drops` of the run's interfaces.
         bmv2_drops: {switch: {reason: frames}} from the BMv2 counters.
+        places: {place: frames} lost inside the emulator where no counter of the above saw them, found by
+            frame conservation (:func:`testbed.links.hops.hop_ledger`), e.g. ``"switch x1 capture ring"``.
 
     Returns:
         {flows: {flow: {sent, delivered, lost}}, total: {sent, delivered, lost, modelled: {...},
@@ -128,7 +130,7 @@ def account(sent: dict, delivered: dict, link_stats: dict | None = None, interfa
     links = {name: link_node_ledger(doc) for name, doc in (link_stats or {}).items()}
     modelled = dict.fromkeys(("tail", "red", "loss", "pfc"), 0)
     emulator = {"rx_kernel_drops": 0, "tx_errors": 0, "rx_truncated": 0, "interface_drops": 0,
-                "link_node_unaccounted": 0}
+                "link_node_unaccounted": 0, "named_places": sum(int(n) for n in (places or {}).values() if n > 0)}
     for ledger in links.values():
         for k, v in ledger["modelled"].items():
             modelled[k] += v
@@ -148,7 +150,8 @@ def account(sent: dict, delivered: dict, link_stats: dict | None = None, interfa
     in_flight = sum(ledger["in_flight"] for ledger in links.values())
     return {"flows": flows, "links": links,
             "total": {"sent": total_sent, "delivered": total_delivered, "lost": lost, "modelled": modelled,
-                      "emulator": emulator, "bmv2": bmv2, "in_flight": in_flight, "explained": explained,
+                      "emulator": emulator, "places": {k: int(n) for k, n in (places or {}).items() if n > 0},
+                      "bmv2": bmv2, "in_flight": in_flight, "explained": explained,
                       "unaccounted": max(0, lost - explained - in_flight)}}
 
 
@@ -173,14 +176,20 @@ def emulator_health(ledger: dict, processes: dict | None = None, late_fraction_m
     if total["unaccounted"]:
         reasons.append(f"{total['unaccounted']} frames lost without a counted cause")
     if emulator_lost:
-        reasons.append(f"{emulator_lost} frames lost inside the emulator ({_nonzero(total['emulator'])})")
+        where = _nonzero({k: v for k, v in total["emulator"].items() if k != "named_places"})
+        named = _nonzero(total.get("places", {}))
+        where = ", ".join(x for x in (where, named) if x != "none") or "none"
+        reasons.append(f"{emulator_lost} frames lost inside the emulator ({where})")
     if late_fraction > late_fraction_max:
         reasons.append(f"{late_fraction:.2%} of link-node frames late (> {late_fraction_max:.0%})")
     cpu = {name: {**p, "cpu_fraction": round(p["cpu_s"] / p["wall_s"], 3) if p.get("wall_s") else None}
            for name, p in (processes or {}).items()}
+    # the emulator's own load, in cores (link nodes' wall time is their uptime: their share is cpu_fraction)
+    own_cores = round(sum(p["cpu_fraction"] or 0.0 for p in cpu.values()), 2)
     return {"emulator_ok": not reasons, "reasons": reasons, "late_fraction": round(late_fraction, 5),
             "unaccounted": total["unaccounted"], "lost_inside_emulator": emulator_lost,
-            "lateness_us": {name: doc.get("lateness_us", {}) for name, doc in links.items()}, "cpu": cpu}
+            "lateness_us": {name: doc.get("lateness_us", {}) for name, doc in links.items()}, "cpu": cpu,
+            "own_cores": own_cores}
 
 
 def _nonzero(d: dict) -> str:
@@ -195,7 +204,7 @@ def link_node_processes(link_stats: dict) -> dict:
 
 
 def metrics_block(sent: dict, delivered: dict, link_stats: dict | None = None, interface_deltas: dict | None = None,
-                  bmv2_drops: dict | None = None, processes: dict | None = None) -> dict:
+                  bmv2_drops: dict | None = None, processes: dict | None = None, places: dict | None = None) -> dict:
     """What a scenario puts into ``metrics.json``: ``{"accounting": ledger, "emulator": health}``,
     with the lateness percentiles of every link node's directions and CPU per process (the link nodes'
     own, added to ``processes``) in the health evidence.
@@ -206,12 +215,41 @@ def metrics_block(sent: dict, delivered: dict, link_stats: dict | None = None, i
         metrics["emulator_ok"], metrics["accounting"] = doc["emulator_ok"], doc
     """
     processes = {**link_node_processes(link_stats or {}), **(processes or {})}
-    ledger = account(sent, delivered, link_stats, interface_deltas, bmv2_drops)
+    ledger = account(sent, delivered, link_stats, interface_deltas, bmv2_drops, places)
     for name, doc in (link_stats or {}).items():
         ledger["links"][name]["lateness_us"] = {d: lateness_percentiles(x)
                                                 for d, x in doc.get("directions", {}).items()}
     health = emulator_health(ledger, processes)
     return {"accounting": ledger, "emulator": health, "emulator_ok": health["emulator_ok"]}
+
+
+_COUNTERS = ("rx_packets", "tx_packets", "forwarded_packets", "drop_loss", "drop_red", "drop_tail", "drop_pfc",
+             "ce_marked", "tx_errors", "rx_errors", "rx_truncated", "emulator_late")
+
+
+def stats_delta(before: dict | None, after: dict) -> dict:
+    """A link node's stats document for the interval between two readings (its counters are cumulative).
+
+    Counters and histograms are subtracted; levels (``in_flight``), maxima and everything else are the
+    later reading's. With ``before`` None the document is returned as it is.
+    """
+    if not before:
+        return after
+    out = {**after, "directions": {}}
+    for key in ("rx_kernel_drops", "emulator_late", "cpu_s", "uptime_s"):
+        if key in after:
+            out[key] = after[key] - before.get(key, 0)
+    for name, d in after.get("directions", {}).items():
+        b = before.get("directions", {}).get(name, {})
+        nd = dict(d)
+        for k in _COUNTERS:
+            if k in d:
+                nd[k] = d[k] - b.get(k, 0)
+        for hist in ("lateness_histogram", "rx_latency_histogram"):
+            if isinstance(d.get(hist), dict):
+                nd[hist] = {label: n - b.get(hist, {}).get(label, 0) for label, n in d[hist].items()}
+        out["directions"][name] = nd
+    return out
 
 
 #: Kernel drop reasons that are not losses of emulated traffic: a veth's own stack discarding the copy

@@ -77,14 +77,21 @@ DEFAULT_SPIN_S = 50e-6
 def build_argv(intf_a: str, intf_b: str, params: LinkParams, stats_path: str | os.PathLike, *,
                python: str | None = None, seed: int | None = None,
                late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S, stats_interval_s: float = 1.0,
-               spin_s: float = DEFAULT_SPIN_S) -> list[str]:
-    """The command line that runs a delay line on ``intf_a``/``intf_b`` with the *emulated* ``params``."""
-    argv = [python or sys.executable, "-m", "testbed.links.delayline", "--a", intf_a, "--b", intf_b,
+               spin_s: float = DEFAULT_SPIN_S, pfc=None) -> list[str]:
+    """The command line that runs a delay line on ``intf_a``/``intf_b`` with the *emulated* ``params``.
+
+    ``pfc``: a :class:`testbed.pfc.link.PfcPort` runs both directions with PFC: the same line started by
+    ``python -m testbed.pfc.line`` (which adds ``--pfc JSON``; this module imports nothing of testbed.pfc).
+    """
+    module = "testbed.links.delayline" if pfc is None else "testbed.pfc.line"
+    argv = [python or sys.executable, "-m", module, "--a", intf_a, "--b", intf_b,
             "--params", json.dumps(params.to_dict(), sort_keys=True), "--stats", str(stats_path),
             "--late-tolerance", repr(float(late_tolerance_s)), "--stats-interval", repr(float(stats_interval_s)),
             "--spin", repr(float(spin_s))]
     if seed is not None:
         argv += ["--seed", str(int(seed))]
+    if pfc is not None:
+        argv += ["--pfc", pfc.to_json()]
     return argv
 
 
@@ -150,7 +157,7 @@ class DelayLine:
 
     def __init__(self, intf_a: str, intf_b: str, params: LinkParams, stats_path: str, seed: int | None = None,
                  late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S, stats_interval_s: float = 1.0,
-                 rt_priority: int = DEFAULT_RT_PRIORITY, spin_s: float = DEFAULT_SPIN_S):
+                 rt_priority: int = DEFAULT_RT_PRIORITY, spin_s: float = DEFAULT_SPIN_S, pfc=None):
         self.rt_priority = rt_priority
         self.spin = spin_s
         self.realtime = False
@@ -165,6 +172,8 @@ class DelayLine:
             _Path("a>b", self.sock_a, self.sock_b, Direction(params, random.Random(rng.random()))),
             _Path("b>a", self.sock_b, self.sock_a, Direction(params, random.Random(rng.random()))),
         )
+        if pfc is not None:
+            pfc.attach(self, rng)   # testbed.pfc.link.PfcPort: both directions' models become PFC models
         self.kernel_drops = {intf_a: 0, intf_b: 0}
         self.started = time.monotonic()
         self.stop = False
@@ -206,6 +215,11 @@ class DelayLine:
             now = mono()
             wait = IDLE_WAIT_S
             for p in paths:
+                service = getattr(p.model, "service", None)  # PFC: frames start on the model's timer
+                if service is not None:
+                    nxt = service(now)
+                    if nxt is not None and nxt - now < wait:
+                        wait = max(0.0, nxt - now)
                 pend = p.pending
                 while pend:
                     release, frame = pend[0]
@@ -279,7 +293,8 @@ class DelayLine:
             doc = p.model.snapshot(with_series)
             doc.update(tx_packets=p.tx_packets, tx_errors=p.tx_errors, emulator_late=p.late,
                        max_lateness_s=p.max_late, mean_late_lateness_s=(p.late_sum / p.late if p.late else 0.0),
-                       in_flight=len(p.pending), lateness_histogram=_histogram(p.late_hist))
+                       in_flight=len(p.pending) + getattr(p.model, "waiting", 0),
+                       lateness_histogram=_histogram(p.late_hist))
             directions[p.name] = doc
         cpu = os.times()
         return {"ready": ready, "pid": os.getpid(), "core": "python", "interfaces": {"a": self.intfs[0], "b": self.intfs[1]},
@@ -297,7 +312,8 @@ class DelayLine:
         os.replace(tmp, self.stats_path)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, pfc=None) -> int:
+    """The delay line's command line; ``pfc`` (from ``python -m testbed.pfc.line``) runs PFC in both directions."""
     parser = argparse.ArgumentParser(prog="python -m testbed.links.delayline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--a", required=True, help="first interface")
     parser.add_argument("--b", required=True, help="second interface")
@@ -313,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     params = LinkParams.from_dict(json.loads(args.params))
     line = DelayLine(args.a, args.b, params, args.stats, seed=args.seed, late_tolerance_s=args.late_tolerance,
-                     stats_interval_s=args.stats_interval, rt_priority=args.rt_priority, spin_s=args.spin)
+                     stats_interval_s=args.stats_interval, rt_priority=args.rt_priority, spin_s=args.spin, pfc=pfc)
 
     def _stop(signum, frame):
         line.stop = True

@@ -85,6 +85,25 @@ class DelayLineNode(Switch):
         """Latest counters (rewritten every second; the final ones after :meth:`stop`)."""
         return self.final_stats or read_stats(self.stats_path)
 
+    def fresh_stats(self, timeout: float = 5.0) -> dict | None:
+        """Counters as of now: asks the running line to rewrite its stats (SIGUSR1) and waits for the file.
+
+        The line rewrites them only every second on its own, so a trial's ledger read right after the
+        traffic ended could miss the last second of drops.
+        """
+        if self.proc is None or self.proc.poll() is not None:
+            return self.stats()
+        import signal
+
+        from testbed.poll import poll
+
+        before = self.stats_path.stat().st_mtime_ns if self.stats_path.exists() else 0
+        self.proc.send_signal(signal.SIGUSR1)
+        poll(lambda: self.stats_path.exists() and self.stats_path.stat().st_mtime_ns != before
+             and read_stats(self.stats_path) is not None, timeout=timeout, interval=0.01,
+             what=f"stats of link node {self.name}")
+        return read_stats(self.stats_path)
+
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
         if self.proc is not None:
             self.final_stats = stop_delayline(self.proc, self.stats_path, self.log_path)

@@ -1,16 +1,23 @@
-"""A paced UDP probe: numbered, timestamped datagrams and a receiver that keeps kernel arrival times.
+"""The one UDP probe: paced, numbered, timestamped datagrams and a receiver that keeps kernel arrival times.
 
-Used by the link benchmark and the integration tests where ping and iperf3 fall short: one-way delay
-(sender stamps CLOCK_REALTIME in the payload; the receiver takes the kernel's SO_TIMESTAMPNS, same clock
-in every namespace of one machine), inter-arrival gaps, loss by sequence number, and the ECN field of
-every received packet (IP_RECVTOS) for CE counting::
+Used wherever ping and iperf3 fall short -- the link benchmark and tests (one-way delay, inter-arrival
+gaps, loss by sequence number, the ECN field of every packet for CE counting) and the failover
+experiments (a constant-rate stream whose lost sequence numbers, times the interval, are the outage)::
 
-    payload = seq (u64) | tx_ns (u64) | padding to --size
+    payload = seq (u64) | tx_ns (u64, CLOCK_REALTIME) | padding to --size
 
-    python -m testbed.links.probe recv --port 5201 --ready F --out result.json [--count N] [--idle 1]
-    python -m testbed.links.probe send --dst 10.77.0.2 --port 5201 --count N --pps R --size 1472 [--tos 2]
+    python -m testbed.links.probe recv --port 5201 --out r.json [--ready F] [--count N] [--idle 1]
+                                       [--timeout 60]
+    python -m testbed.links.probe send --dst 10.77.0.2[,10.77.0.3...] --port 5201
+                                       (--count N | --duration S) (--pps R | --interval S)
+                                       [--size 1472] [--tos 2] [--sport P] [--out s.json]
 
-:func:`summarise` turns a receiver's result into loss, delay and gap figures (pure, unit-tested).
+The sender keeps a schedule (round i leaves at start + i x interval, one datagram per destination spread
+evenly within the round; when the CPU is late it catches up), so loss counts are exact on a busy machine.
+With ``--out`` it records when each round actually left (``send_times``), which :func:`outage` uses to
+attribute lost packets to time windows (cut, restore). The receiver takes the kernel's SO_TIMESTAMPNS
+(same clock in every namespace of one machine), the TOS byte (IP_RECVTOS) and the source address of
+every datagram. :func:`summarise` and :func:`outage` are pure and unit-tested.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import socket
 import struct
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.poll import sleep_until
@@ -32,74 +40,124 @@ IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
 UDP_IP_OVERHEAD = 28
 
 
-def send(dst: str, port: int, count: int, pps: float, size: int, tos: int = 0) -> dict:
-    """Send ``count`` datagrams of ``size`` payload bytes at ``pps`` (0: as fast as possible)."""
+def pack(seq: int, tx_ns: int, size: int) -> bytes:
+    body = HEADER.pack(seq, tx_ns)
+    return body + bytes(max(0, size - len(body)))
+
+
+def unpack(data: bytes) -> tuple[int, int] | None:
+    """``(seq, tx_ns)`` of a probe datagram, None for anything shorter than the header."""
+    if len(data) < HEADER.size:
+        return None
+    return HEADER.unpack_from(data)
+
+
+def send(dsts, port: int, count: int, pps: float = 0.0, size: int = 1472, tos: int = 0, sport: int = 0,
+         record_times: bool = False) -> dict:
+    """Send ``count`` rounds of one datagram of ``size`` payload bytes to each of ``dsts`` at ``pps``
+    rounds per second (0: as fast as possible); sequence number ``i`` is round ``i`` for every destination.
+
+    Returns:
+        ``{"sent", "send_errors", "duration_s", "interval", "dsts", "sport"}`` plus ``send_times`` (wall
+        clock of each round, seconds) when ``record_times``.
+    """
+    dsts = [dsts] if isinstance(dsts, str) else list(dsts)
     size = max(size, HEADER.size)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-    sock.connect((dst, port))
+    if sport:
+        sock.bind(("0.0.0.0", sport))
+    one = len(dsts) == 1
+    if one:
+        sock.connect((dsts[0], port))
     pad = bytes(size - HEADER.size)
-    pack = HEADER.pack
+    hdr = HEADER.pack
     clock = time.time_ns
     mono = time.perf_counter
     interval = 1.0 / pps if pps else 0.0
+    step = interval / len(dsts)
+    times: list[float] = []
     start = mono()
     sent = errors = 0
-    next_t = start
-    while sent < count:
-        if interval:
-            sleep_until(next_t, mono)  # pacing a traffic source
-            next_t += interval
-        try:
-            sock.send(pack(sent, clock()) + pad)
-        except OSError:
-            errors += 1  # ENOBUFS: local queue full; the datagram is not on the wire
-        sent += 1
-    return {"sent": sent, "send_errors": errors, "duration_s": mono() - start}
+    try:
+        for seq in range(count):
+            for j, dst in enumerate(dsts):
+                if interval:
+                    sleep_until(start + seq * interval + j * step, mono)  # pacing a traffic source
+                now = clock()
+                if record_times and j == 0:
+                    times.append(now / 1e9)
+                try:
+                    if one:
+                        sock.send(hdr(seq, now) + pad)
+                    else:
+                        sock.sendto(hdr(seq, now) + pad, (dst, port))
+                except OSError:
+                    errors += 1  # ENOBUFS / no route yet: the datagram is not on the wire
+                sent += 1
+    finally:
+        sock.close()
+    doc = {"sent": sent, "send_errors": errors, "duration_s": mono() - start, "interval": interval,
+           "dsts": dsts, "sport": sport}
+    if record_times:
+        doc["send_times"] = times
+    return doc
 
 
-def receive(port: int, ready: str | None, count: int = 0, idle: float = 1.0, timeout: float = 60.0) -> dict:
-    """Receive until ``count`` datagrams, ``idle`` seconds of silence after the first, or ``timeout``."""
+def receive(port: int, ready: str | None = None, count: int = 0, idle: float = 1.0, timeout: float = 60.0) -> dict:
+    """Receive until ``count`` datagrams, ``idle`` seconds of silence after the first, or ``timeout``.
+
+    Returns:
+        ``{"received", "seq", "tx_ns", "rx_ns", "ecn", "src"}``, one entry per datagram in arrival order.
+    """
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     for opt, val in ((getattr(socket, "SO_RCVBUFFORCE", 33), 16 << 20), (SO_TIMESTAMPNS, 1)):
-        sock.setsockopt(socket.SOL_SOCKET, opt, val)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, opt, val)
+        except PermissionError:  # SO_RCVBUFFORCE needs CAP_NET_ADMIN; the plain buffer then
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, val)
     sock.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
     sock.bind(("0.0.0.0", port))
     if ready:
         Path(ready).write_text("ready\n")
-    seqs, tx, rx, ecn = [], [], [], []
+    seqs, tx, rx, ecn, src = [], [], [], [], []
     anc = socket.CMSG_SPACE(16) + socket.CMSG_SPACE(4)
     deadline = time.monotonic() + timeout
-    sock.settimeout(min(timeout, 5.0))
-    while not count or len(seqs) < count:
-        try:
-            data, ancdata, _flags, _addr = sock.recvmsg(65535, anc)
-        except socket.timeout:
-            if seqs or time.monotonic() >= deadline:
+    sock.settimeout(min(timeout, 0.5))
+    try:
+        while not count or len(seqs) < count:
+            try:
+                data, ancdata, _flags, addr = sock.recvmsg(65535, anc)
+            except socket.timeout:
+                if seqs or time.monotonic() >= deadline:
+                    break
+                continue
+            hdr = unpack(data)
+            if hdr is None:
+                continue
+            rx_ns, tos = 0, -1
+            for level, kind, value in ancdata:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    sec, nsec = struct.unpack("qq", value[:16])
+                    rx_ns = sec * 1_000_000_000 + nsec
+                elif level == socket.IPPROTO_IP and kind in (socket.IP_TOS, IP_RECVTOS):
+                    tos = value[0]
+            seqs.append(hdr[0])
+            tx.append(hdr[1])
+            rx.append(rx_ns or time.time_ns())
+            ecn.append(tos & 3 if tos >= 0 else -1)
+            src.append(addr[0])
+            if len(seqs) == 1:
+                sock.settimeout(idle)
+            if time.monotonic() >= deadline:
                 break
-            continue
-        if len(data) < HEADER.size:
-            continue
-        seq, tx_ns = HEADER.unpack_from(data)
-        rx_ns, tos = 0, -1
-        for level, kind, value in ancdata:
-            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                sec, nsec = struct.unpack("qq", value[:16])
-                rx_ns = sec * 1_000_000_000 + nsec
-            elif level == socket.IPPROTO_IP and kind in (socket.IP_TOS, IP_RECVTOS):
-                tos = value[0]
-        seqs.append(seq)
-        tx.append(tx_ns)
-        rx.append(rx_ns or time.time_ns())
-        ecn.append(tos & 3 if tos >= 0 else -1)
-        if len(seqs) == 1:
-            sock.settimeout(idle)
-        if time.monotonic() >= deadline:
-            break
-    return {"received": len(seqs), "seq": seqs, "tx_ns": tx, "rx_ns": rx, "ecn": ecn}
+    finally:
+        sock.close()
+    return {"received": len(seqs), "seq": seqs, "tx_ns": tx, "rx_ns": rx, "ecn": ecn, "src": src}
 
 
+# ------------------------------------------------------------------------------------------ analysis
 def summarise(result: dict, sent: int | None = None) -> dict:
     """Loss, CE fraction, one-way delays and inter-arrival gaps of a receiver's result.
 
@@ -118,27 +176,84 @@ def summarise(result: dict, sent: int | None = None) -> dict:
             "ce_fraction": ce / n if n else 0.0, "delays_s": delays, "gaps_s": gaps}
 
 
+@dataclass(frozen=True)
+class Outage:
+    """Loss of one constant-rate stream, optionally counted in a time window only."""
+
+    sent: int
+    received: int
+    lost: int
+    lost_in_window: int
+    longest_gap: int  # longest run of consecutive lost sequence numbers
+    interval: float
+
+    @property
+    def outage_ms(self) -> float:
+        """Lost packets in the window times the sending interval (milliseconds)."""
+        return self.lost_in_window * self.interval * 1e3
+
+    def as_dict(self) -> dict:
+        return {"sent": self.sent, "received": self.received, "lost": self.lost,
+                "lost_in_window": self.lost_in_window, "longest_gap": self.longest_gap,
+                "interval_s": self.interval, "outage_ms": self.outage_ms}
+
+
+def outage(send_times: list[float], received, interval: float, window: tuple[float, float] | None = None) -> Outage:
+    """Loss of one stream.
+
+    Args:
+        send_times: actual send time of round ``i`` (the sender's ``send_times``).
+        received: sequence numbers that arrived (duplicates ignored).
+        interval: nominal sending interval, seconds.
+        window: ``(t0, t1)``: count only lost packets sent in ``[t0, t1)`` (None: all).
+    """
+    got = set(received)
+    lost_seqs = [i for i in range(len(send_times)) if i not in got]
+    in_window = [i for i in lost_seqs if window is None or window[0] <= send_times[i] < window[1]]
+    longest = run = 0
+    prev = None
+    for i in lost_seqs:
+        run = run + 1 if prev is not None and i == prev + 1 else 1
+        longest = max(longest, run)
+        prev = i
+    return Outage(sent=len(send_times), received=len(got & set(range(len(send_times)))), lost=len(lost_seqs),
+                  lost_in_window=len(in_window), longest_gap=longest, interval=interval)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.links.probe", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="mode", required=True)
     s = sub.add_parser("send")
-    s.add_argument("--dst", required=True)
+    s.add_argument("--dst", required=True, help="destination address, or several, comma-separated")
     s.add_argument("--port", type=int, default=5201)
-    s.add_argument("--count", type=int, required=True)
-    s.add_argument("--pps", type=float, default=0.0, help="packets per second (0: as fast as possible)")
+    n = s.add_mutually_exclusive_group(required=True)
+    n.add_argument("--count", type=int, help="rounds to send")
+    n.add_argument("--duration", type=float, help="seconds to send (count = duration x rate)")
+    r = s.add_mutually_exclusive_group()
+    r.add_argument("--pps", type=float, default=0.0, help="rounds per second (0: as fast as possible)")
+    r.add_argument("--interval", type=float, help="seconds between rounds (1 / pps)")
     s.add_argument("--size", type=int, default=1472, help="UDP payload bytes (1472: 1514 B frames)")
     s.add_argument("--tos", type=lambda v: int(v, 0), default=0, help="IP TOS byte (2: ECT(0))")
-    r = sub.add_parser("recv")
-    r.add_argument("--port", type=int, default=5201)
-    r.add_argument("--ready", help="file written once the socket is bound")
-    r.add_argument("--out", required=True, help="result JSON file")
-    r.add_argument("--count", type=int, default=0)
-    r.add_argument("--idle", type=float, default=1.0, help="stop after this much silence")
-    r.add_argument("--timeout", type=float, default=60.0)
+    s.add_argument("--sport", type=int, default=0, help="source port (0: any)")
+    s.add_argument("--out", help="also write the record, with each round's send time, to this file")
+    rv = sub.add_parser("recv")
+    rv.add_argument("--port", type=int, default=5201)
+    rv.add_argument("--ready", help="file written once the socket is bound")
+    rv.add_argument("--out", required=True, help="result JSON file")
+    rv.add_argument("--count", type=int, default=0)
+    rv.add_argument("--idle", type=float, default=1.0, help="stop after this much silence")
+    rv.add_argument("--timeout", type=float, default=60.0, help="stop after this many seconds in any case")
     args = parser.parse_args(argv)
     if args.mode == "send":
-        doc = send(args.dst, args.port, args.count, args.pps, args.size, args.tos)
-        print(json.dumps(doc))
+        pps = 1.0 / args.interval if args.interval else args.pps
+        if args.duration is not None and not pps:
+            parser.error("--duration needs a rate (--pps or --interval)")
+        count = args.count if args.count is not None else int(round(args.duration * pps))
+        doc = send([d for d in args.dst.split(",") if d], args.port, count, pps, args.size, args.tos, args.sport,
+                   record_times=bool(args.out))
+        if args.out:
+            Path(args.out).write_text(json.dumps(doc))
+        print(json.dumps({k: v for k, v in doc.items() if k != "send_times"}))
     else:
         doc = receive(args.port, args.ready, args.count, args.idle, args.timeout)
         tmp = Path(args.out + ".tmp")

@@ -32,9 +32,21 @@ def reset(clients: dict) -> None:
             c.register_reset(name)
 
 
-def clock_epoch_us(client) -> int:
-    """Wall time (us since the epoch) of the switch's clock zero: switch timestamps + this = wall time."""
-    return client.time_since_epoch_us() - client.time_elapsed_us()
+def clock_epoch_us(client, tries: int = 5) -> int:
+    """Wall time (us since the epoch) of the switch's clock zero: switch timestamps + this = wall time.
+
+    The switch's wall clock and its elapsed clock are two Thrift calls; on a loaded machine tens of ms can
+    pass between them. Each try brackets the wall reading between two elapsed readings and the tightest
+    bracket's midpoint is taken, so the error is at most half of the best round trip.
+    """
+    best = None
+    for _ in range(tries):
+        before = client.time_elapsed_us()
+        wall = client.time_since_epoch_us()
+        after = client.time_elapsed_us()
+        if best is None or after - before < best[0]:
+            best = (after - before, wall - (before + after) // 2)
+    return best[1]
 
 
 def port_stats(client, port: int) -> dict:
@@ -49,15 +61,28 @@ def port_stats(client, port: int) -> dict:
 
 def drops(clients: dict, plan) -> dict:
     """``tail`` (queued minus dequeued, per port), ``red`` (early drops), ``by_switch`` (every reason),
-    ``counted`` (all but not-IP), ``busiest_pkts`` (the most any one switch dequeued)."""
+    ``counted`` (all but not-IP), ``busiest_pkts`` (the most any one switch dequeued), and per switch
+    ``consumed_by_switch`` (tail + every reason) and ``generated_by_switch`` (its CNPs)."""
     tail = busiest = 0
+    tail_by_switch, generated, sent_to, left_queue = {}, {}, {}, {}
     for sw, c in clients.items():
         ports = [p.port for p in plan.switch(sw).ports]
         dequeued = {p: c.counter_read("from_queue", p).packets for p in ports}
-        tail += sum(max(0, c.counter_read("to_port", p).packets - dequeued[p]) for p in ports)
+        queued = {p: c.counter_read("to_port", p).packets for p in ports}
+        sent_to[sw], left_queue[sw] = sum(queued.values()), sum(dequeued.values())
+        tail_by_switch[sw] = sum(max(0, queued[p] - dequeued[p]) for p in ports)
+        tail += tail_by_switch[sw]
         busiest = max(busiest, sum(dequeued.values()))
+        generated[sw] = sum(c.counter_read("cnps", p).packets for p in ports)
     by_switch = {sw: {k: c.counter_read("drops", i).packets for k, i in E.DROP_REASONS.items()}
                  for sw, c in clients.items()}
     red = sum(d["queue"] for d in by_switch.values())
     counted = tail + sum(n for d in by_switch.values() for k, n in d.items() if k != "not_ip")
-    return {"tail": tail, "red": red, "by_switch": by_switch, "counted": counted, "busiest_pkts": busiest}
+    # per switch, every frame it consumed itself (all reasons, not-IP included, and its full queues) and
+    # every frame it made (fast CNPs): what closes its balance in testbed.links.hops
+    consumed = {sw: tail_by_switch[sw] + sum(by_switch[sw].values()) for sw in clients}
+    # what the pipeline saw: ingress = routed + dropped in ingress; egress out = dequeued - early drops + CNPs
+    pipeline = {sw: {"ingress": sent_to[sw] + sum(n for k, n in by_switch[sw].items() if k != "queue"),
+                     "egress": left_queue[sw] - by_switch[sw]["queue"] + generated[sw]} for sw in clients}
+    return {"pipeline_by_switch": pipeline, "tail": tail, "red": red, "by_switch": by_switch, "counted": counted, "busiest_pkts": busiest,
+            "consumed_by_switch": consumed, "generated_by_switch": generated}

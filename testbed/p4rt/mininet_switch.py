@@ -53,6 +53,12 @@ class Bmv2Switch(Switch):
         run = getattr(self, "run", None)
         if run is None:
             raise EmulationError(f"switch {self.name}: no run registry (create it through Replica)")
+        for intf in self.config().ports.values():
+            # the root namespace's IPv6 stack would send neighbour discovery and MLD out of the switch's
+            # ports: frames no switch forwarded, which blur the frame balance of testbed.links.hops
+            knob = Path("/proc/sys/net/ipv6/conf") / intf / "disable_ipv6"
+            if knob.exists():
+                knob.write_text("1\n")
         self.process = Bmv2Process(self.config()).start(run)
         self.process.wait_ready()
 

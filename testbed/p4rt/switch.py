@@ -22,6 +22,7 @@ from typing import Callable, Mapping
 from testbed.errors import CapabilityError, EmulationError, SpecError
 from testbed.p4rt.client import SwitchClient
 from testbed.p4rt.loopback import loopback_env
+from testbed.p4rt.rx import read_rx_stats, rx_env
 from testbed.poll import poll
 
 FAST_BINARY = "simple_switch_fast"
@@ -131,8 +132,18 @@ class Bmv2Process:
         Path(self.cfg.log_dir).mkdir(parents=True, exist_ok=True)
         if self.cfg.pcap_dir is not None:
             Path(self.cfg.pcap_dir).mkdir(parents=True, exist_ok=True)
-        self.proc = run.spawn(self.argv, netns=netns, log=self.cfg.log_path, env=loopback_env())
+        self.rx_stats_path.unlink(missing_ok=True)
+        self.proc = run.spawn(self.argv, netns=netns, log=self.cfg.log_path,
+                              env=rx_env(loopback_env(), self.rx_stats_path))
         return self
+
+    @property
+    def rx_stats_path(self) -> Path:
+        """Where the receive shim writes this switch's capture-ring counters (:mod:`testbed.p4rt.rx`)."""
+        return Path(self.cfg.log_dir) / f"{self.cfg.name}-rx.json"
+
+    def rx_stats(self) -> dict | None:
+        return read_rx_stats(self.rx_stats_path)
 
     def check_alive(self) -> None:
         """Raise :class:`EmulationError` naming the log when the switch process has exited."""

@@ -7,7 +7,8 @@ the same way (SONiC ``pfcwd``, vendors' "PFC watchdog")::
        paused & queued ------ detect_s -----> STORM: action in force on that queue
                                                 drop   -> frames of the queue are discarded (pfc_watchdog)
                                                 ignore -> frames are sent despite PAUSE
-       STORM & no PAUSE received for restore_s -> OPERATIONAL again (PAUSE honoured)
+       STORM & no PAUSE received for restore_s (counted from the storm's start at the earliest)
+             -> OPERATIONAL again (PAUSE honoured)
 
 Pure and clock-driven: the caller passes ``now`` and the queued bytes, and calls :meth:`PfcWatchdog.poll`
 at :meth:`PfcWatchdog.next_deadline` (or on its own polling interval, as switches do). The watchdog acts
@@ -77,8 +78,8 @@ class PfcWatchdog:
                     self.counters[p]["storms"] += 1
                     out.append(WatchdogEvent(now, p, STORM, self.params.action))
             else:
-                last = e.last_pause[p]
-                if last is None or now - last >= self.restore:
+                last = self._quiet_since(p)
+                if now - last >= self.restore:
                     self.in_storm[p] = False
                     self.counters[p]["storm_s"] += now - self.storm_since[p]
                     self.storm_since[p] = None
@@ -97,11 +98,16 @@ class PfcWatchdog:
         due = []
         for p in e.config.priorities:
             if self.in_storm[p]:
-                due.append((e.last_pause[p] or 0.0) + self.restore)
+                due.append(self._quiet_since(p) + self.restore)
             elif e.paused(now, p) and e.paused_since[p] is not None:
                 due.append(e.paused_since[p] + self.detect)
         due = [t for t in due if t > now]
         return min(due) if due else None
+
+    def _quiet_since(self, p: int) -> float:
+        """Start of the quiet time that ends a storm: the last PAUSE, or the storm's start if later."""
+        last = self.egress.last_pause[p]
+        return self.storm_since[p] if last is None or last < self.storm_since[p] else last
 
     def snapshot(self) -> dict:
         return {str(p): dict(c, in_storm=self.in_storm[p]) for p, c in self.counters.items()}

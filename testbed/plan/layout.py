@@ -222,28 +222,33 @@ def static_arp(p: Layout) -> dict:
     return {h.name: [(o.ip, o.mac) for o in p.hosts if o is not h] for h in p.hosts}
 
 
-def host_batch(p: Layout, host: HostPlan, dev: str, with_arp: bool = True) -> str:
-    """``ip -batch`` text for one host: permanent neighbours for every other host (``with_arp``) and an
-    on-link route to every other host subnet (hosts of a flat L2 fabric may sit in several subnets,
-    e.g. one per campus)."""
+def host_config(p: Layout, host: HostPlan, with_arp: bool = True) -> tuple[list, list]:
+    """One host's neighbours and routes: ``([(ip, mac)], [subnet])`` = a permanent neighbour for every other
+    host (``with_arp``) and an on-link route to every other host subnet (hosts of a flat L2 fabric may sit
+    in several subnets, e.g. one per campus). Applied over netlink by ``testbed.emu.ops.configure_host``."""
     own = ipaddress.ip_interface(f"{host.ip}/{host.prefixlen}").network
-    lines = []
-    if with_arp:
-        lines += [f"neigh replace {o.ip} lladdr {o.mac} dev {dev} nud permanent"
-                  for o in p.hosts if o is not host]
+    neighbours = [(o.ip, o.mac) for o in p.hosts if o is not host] if with_arp else []
     subnets = []
     for o in p.hosts:
         net = ipaddress.ip_interface(f"{o.ip}/{o.prefixlen}").network
         if o is not host and net != own and not net.overlaps(own) and net not in subnets:
             subnets.append(net)
-    lines += [f"route replace {net} dev {dev}" for net in subnets]
+    return neighbours, [str(net) for net in subnets]
+
+
+def host_batch(p: Layout, host: HostPlan, dev: str, with_arp: bool = True) -> str:
+    """:func:`host_config` as ``ip -batch`` text (for a shell on another machine, and dry runs)."""
+    neighbours, routes = host_config(p, host, with_arp)
+    lines = [f"neigh replace {ip} lladdr {mac} dev {dev} nud permanent" for ip, mac in neighbours]
+    lines += [f"route replace {net} dev {dev}" for net in routes]
     return "".join(line + "\n" for line in lines)
 
 
 def _methods():
-    """Layout.interfaces() / .host_batch() / .static_arp(): the root glue uses them without importing
+    """Layout.interfaces() / .host_config() / .static_arp(): the root glue uses them without importing
     this package (emu must not import plan: plan -> links -> emu)."""
     Layout.interfaces = lambda self: interfaces(self)
+    Layout.host_config = lambda self, host, with_arp=True: host_config(self, host, with_arp)
     Layout.host_batch = lambda self, host, dev, with_arp=True: host_batch(self, host, dev, with_arp)
     Layout.static_arp = lambda self: static_arp(self)
 

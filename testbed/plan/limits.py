@@ -16,9 +16,13 @@ from dataclasses import dataclass
 
 from testbed.errors import SpecError
 
-#: Estimated resident memory per object, MiB (conservative; see testbed bench build for measured peaks).
-MIB_PER_NODE_SHELL = 4.0
-MIB_PER_LINK = 1.5
+#: Estimated resident memory per object, MiB, calibrated on ``testbed bench build fat-tree-k8`` (208 nodes, 384
+#: links, HTB only): the replica's peak was 742.6 MB = 708 MiB above the baseline (this process, its node
+#: shells and ovs-vswitchd; plain Mininet 733.6 MB; 2026-12-01, load 11 -> 5). Node and link counts grow
+#: together in the shipped fabrics, so one measurement fixes their sum, not their split: these keep the
+#: fat-tree k=8 estimate at 1.48x the measured peak (1,046 MiB; the founding 4.0/1.5 gave 1,408 MiB, 2x).
+MIB_PER_NODE_SHELL = 3.0
+MIB_PER_LINK = 1.1
 MIB_PER_BMV2 = 60.0
 MIB_PER_DELAY_LINE = 40.0
 
@@ -89,3 +93,15 @@ def check_buildable(G, available_mib: float | None = None) -> Estimate:
                               f"{available:,.0f} MiB are available ({HEADROOM:.0%} kept free); use a smaller "
                               "spec or free memory")
     return est
+
+
+def refuse_huge(spec) -> None:
+    """Refuse (exit 2) a spec whose closed-form size is beyond one machine, before its graph is built (a
+    graph of a fat-tree k=1024 alone would not fit)."""
+    from testbed.topo.counts import closed_form
+
+    counts = closed_form(spec.kind, spec.params)
+    if counts is not None and 2 * counts["links"] > MAX_INTERFACES:
+        raise SpecError(spec.name, f"the replica needs at least {2 * counts['links']:,} interfaces "
+                                   f"({counts['links']:,} links); one machine builds at most {MAX_INTERFACES:,}: "
+                                   "use a smaller spec (`testbed topo show` gives its figures)")

@@ -65,8 +65,10 @@ def _read_exact(sock: socket.socket, n: int, what: str, timeout: float = 30.0) -
 
 def serve_pingpong(bind: str | None = None, port: int = DEFAULT_PORT, size: int = 4096, iters: int = 1000,
                    rx_depth: int = 500, config: QpConfig | None = None, roce_port: int = ROCE_UDP_PORT,
-                   peer_roce_port: int = ROCE_UDP_PORT, ready=None, timeout: float = 120.0) -> dict:
-    """One rc_pingpong server run (rc_pingpong without a host name)."""
+                   peer_roce_port: int = ROCE_UDP_PORT, ready=None, timeout: float = 120.0,
+                   chk: bool = False) -> dict:
+    """One rc_pingpong server run (rc_pingpong without a host name). Every message must equal
+    rc_pingpong's client buffer (:func:`client_buffer`; ``chk``: the client ran with --chk)."""
     lsock, bind, why = open_listener(bind, port, 1)
     with lsock:
         if ready:
@@ -80,7 +82,7 @@ def serve_pingpong(bind: str | None = None, port: int = DEFAULT_PORT, size: int 
             qp, my = _qp(dev, config, peer, peer_roce_port)
             conn.sendall(format_pingpong(my))
             _read_exact(conn, len(PINGPONG_DONE), '"done"')
-            return _run(dev, qp, my, peer, size, iters, rx_depth, None, timeout)
+            return _run(dev, qp, my, peer, size, iters, rx_depth, None, timeout, bytes(client_buffer(size, chk)))
 
 
 def pingpong_client(host: str, port: int = DEFAULT_PORT, size: int = 4096, iters: int = 1000,
@@ -115,8 +117,9 @@ def _qp(dev: Device, config, peer: PingpongDest, peer_roce_port: int):
 
 
 def _run(dev: Device, qp, my: PingpongDest, peer: PingpongDest, size: int, iters: int, rx_depth: int,
-         buf: bytearray | None, timeout: float) -> dict:
-    """The data phase of rc_pingpong; ``buf`` is the client's buffer (None: the server echoes)."""
+         buf: bytearray | None, timeout: float, expect: bytes | None = None) -> dict:
+    """The data phase of rc_pingpong; ``buf`` is the client's buffer (None: the server echoes what it
+    receives, as rc_pingpong's one buffer for SEND and RECV does, and checks it against ``expect``)."""
     pd = qp.pd
     cq = qp.cq
     slots = bytearray(max(1, size) * rx_depth)
@@ -124,7 +127,8 @@ def _run(dev: Device, qp, my: PingpongDest, peer: PingpongDest, size: int, iters
     for k in range(rx_depth):
         qp.post_recv(k, rmr, k * max(1, size), size)
     smr = pd.reg_mr(bytearray(buf) if buf is not None else bytearray(max(1, size)))
-    want = bytes(buf) if buf is not None else None
+    want = bytes(buf) if buf is not None else expect
+    echo = buf is None
     scnt = rcnt = bad = 0
     pending = RECV
     if buf is not None:
@@ -143,9 +147,10 @@ def _run(dev: Device, qp, my: PingpongDest, peer: PingpongDest, size: int, iters
             else:
                 k = wc.wr_id
                 got = slots[k * max(1, size):k * max(1, size) + wc.byte_len]
+                if echo and rcnt == 0:
+                    smr.view[:size] = got   # the server sends back what it got
                 if want is None:
-                    want = bytes(got)  # the server: the first message is what to echo, and to expect
-                    smr.view[:size] = got
+                    want = bytes(got)
                 elif got != want:
                     bad += 1
                 rcnt += 1

@@ -7,7 +7,10 @@
                    PSNs its responses name (PSN spaces are random 24-bit, so the match is decisive)
     capture order  per request stream: a PSN seen again is a go-back-N resend if a NAK, an idle gap
                    or ``retx_gap`` since its first copy (a timeout) explains it, or it continues such
-                   a resend; otherwise a duplicate (a switch or link copying a packet: microseconds).
+                   a resend, or its IPv4 ID differs from the first copy's (the sender built the packet
+                   again: Linux rdma_rxe gives every packet a new ID and may resend within
+                   microseconds when its retry timer fires as a new message starts); otherwise a
+                   duplicate (a switch or link copying a packet, ID and all: microseconds).
                    A PSN filling a hole is a resend (same rules, or a READ retry inside a READ's range)
                    or, when new PSNs follow it, reordering
     PSN order      opcode sequence, holes, message sizes; a READ request reserves one PSN per response
@@ -166,7 +169,8 @@ def _arrival(ck: "Checker", qp: "QpState", rev: "QpState | None", pmtu: int | No
             # a timeout resend comes >= one timeout after the original left; a capture behind a busy
             # softirq backlog may see the original late, but never within microseconds of the resend
             late = r.ts - old.ts >= ck.retx_gap
-            if not (in_run or idle or late or nak_between(old.idx, r.idx)):
+            rebuilt = old.ipid is not None and r.ipid is not None and old.ipid != r.ipid
+            if not (in_run or idle or late or rebuilt or nak_between(old.idx, r.idx)):
                 qp.duplicates += 1
                 ck._violation(qp, r.u % PSN_MOD, f"{ops.op_name(r.opcode)} PSN {r.u % PSN_MOD} seen again "
                                                  "with no NAK or timeout before it (duplicate)")

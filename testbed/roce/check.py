@@ -51,6 +51,7 @@ class Request:
     padcount: int
     dmalen: int | None
     ce: bool
+    ipid: int | None = None   # IPv4 ID (None: IPv6); a copy with another ID was rebuilt by its sender
 
 
 @dataclass
@@ -277,7 +278,8 @@ class Checker:
             diff = (psn - qp.next_u) % PSN_MOD
             u = qp.next_u + (diff - PSN_MOD if diff >= PSN_MOD // 2 else diff)
         qp.next_u = u + 1 if qp.next_u is None else max(qp.next_u, u + 1)
-        qp.reqs.append(Request(idx, pkt.ts, u, opcode, data - padcount, padcount, dmalen, ce))
+        ipid = int.from_bytes(pkt.ip[4:6], "big") if pkt.ip[0] >> 4 == 4 else None
+        qp.reqs.append(Request(idx, pkt.ts, u, opcode, data - padcount, padcount, dmalen, ce, ipid))
 
     # -- after the capture ------------------------------------------------------------------------
     def report(self) -> dict:

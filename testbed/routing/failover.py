@@ -7,6 +7,8 @@ and installed paths, over its loopback API). Cutting the link itself is :func:`t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from testbed.errors import SpecError
 
 #: Throughput bin (seconds) of the per-flow series.
@@ -14,7 +16,8 @@ BIN_S = 0.25
 
 
 def flow_table(send_docs: dict, recv_docs: dict, ip_of: dict) -> dict:
-    """``{(src, dst): {"send_times": [...], "arrivals": [(seq, t), ...]}}`` from the probes' records."""
+    """``{(src, dst): {"send_times": [...], "arrivals": [(seq, t), ...]}}`` from the probes' records
+    (:mod:`testbed.links.probe` sender ``--out`` and receiver documents)."""
     host_of = {ip: h for h, ip in ip_of.items()}
     flows = {}
     for src, doc in send_docs.items():
@@ -22,16 +25,16 @@ def flow_table(send_docs: dict, recv_docs: dict, ip_of: dict) -> dict:
             flows[(src, host_of[dst_ip])] = {"send_times": doc["send_times"], "interval": doc["interval"],
                                              "arrivals": []}
     for dst, doc in recv_docs.items():
-        for src_ip, seq, t in doc.get("arrivals", []):
+        for src_ip, seq, rx_ns in zip(doc["src"], doc["seq"], doc["rx_ns"], strict=True):
             key = (host_of.get(src_ip), dst)
             if key in flows:
-                flows[key]["arrivals"].append((seq, t))
+                flows[key]["arrivals"].append((seq, rx_ns / 1e9))
     return flows
 
 
 def flow_outages(flows: dict, window: tuple[float, float]) -> dict:
     """Per flow: packets lost while sent in ``window`` and the outage they mean (lost x interval)."""
-    from testbed.routing.udpprobe import outage
+    from testbed.links.probe import outage
 
     out = {}
     for key, f in flows.items():
@@ -95,6 +98,72 @@ def link_event(ctl, kind: str, link: tuple, after: float) -> dict | None:
         if ev["kind"] == kind and set(ev["link"]) == set(link) and ev["time"] >= after:
             return ev
     return None
+
+
+def switch_event(ctl, kind: str, switch: str, after: float) -> dict | None:
+    """The controller's first ``kind`` (switch_down | switch_up) event of ``switch`` at or after ``after``."""
+    for ev in ctl.get("/events")["failovers"]:
+        if ev["kind"] == kind and ev["link"] == [switch] and ev["time"] >= after:
+            return ev
+    return None
+
+
+def split_outage(outage_ms: float, detect_ms: float, push_ms: float, scale: float,
+                 control_latency_ms: float = 0.0) -> dict:
+    """An outage measured in emulated time, split into what runs on the wall clock and what is dilated.
+
+    Detection (the cut until the controller's port-status) and the push run undilated, so they count as
+    real-world time as measured; the rest of the outage (packets in flight, queues) ran on the dilated
+    data plane and is divided by ``scale``. Detection is timed from the start of the command that cuts
+    the link, so it can exceed the outage the flows saw; the control-plane share is then capped at the
+    outage (``control_plane_ms_wall``), and the raw figures are reported beside it.
+    ``control_latency_ms`` is a real controller's extra distance, added to the estimate only.
+    """
+    measured = detect_ms + push_ms
+    control = min(measured, outage_ms)
+    data = outage_ms - control
+    return {"detection_ms_wall": round(detect_ms, 2), "controller_push_ms_wall": round(push_ms, 2),
+            "control_plane_ms_wall": round(control, 2), "control_plane_measured_ms_wall": round(measured, 2),
+            "data_plane_ms_emulated": round(data, 2), "control_latency_ms_real_added": control_latency_ms,
+            "outage_ms_real_estimate": round(control + control_latency_ms + data / scale, 3)}
+
+
+def plot_throughput(path: Path, edges: list, series: dict, outages: dict, cut_at: float, restore_at: float,
+         link: tuple, mode: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(10, 7.5), gridspec_kw={"height_ratios": [3, 2]})
+    hit = {k for k, o in outages.items() if o["lost_in_window"] > 0}
+    for key, ys in sorted(series.items()):
+        if key not in hit:
+            ax.plot(edges, ys, color="0.75", linewidth=0.6)
+    for key in sorted(hit):
+        ax.plot(edges, series[key], linewidth=1.2, label=f"{key[0]}->{key[1]}")
+    ax.axvspan(cut_at, restore_at, color="red", alpha=0.12, label=f"{link[0]}-{link[1]} down")
+    ax.axvline(cut_at, color="red", linewidth=1)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("received (Mbit/s)")
+    ax.set_title(f"per-flow throughput, {len(series)} flows ({mode}); coloured: affected flows (lost packets)")
+    if len(hit) <= 16:
+        ax.legend(fontsize=7, ncol=4, loc="lower left")
+    ranked = sorted(outages.items(), key=lambda kv: -kv[1]["outage_ms"])
+    bx.bar(range(len(ranked)), [o["outage_ms"] for _, o in ranked], color="tab:red")
+    bx.set_xlabel("flows, by outage")
+    bx.set_ylabel("outage (ms)")
+    bx.set_title("outage per flow while the link was down (lost packets x interval, emulated ms)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def loadavg() -> str:
+    """The machine's load averages, printed next to every figure (a shared 2-core machine)."""
+    import os
+
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def pick_link(G, wanted: str | None) -> tuple:

@@ -6,6 +6,7 @@ the fields that :func:`testbed.validate.trials.trial_validity` and ``testbed val
 (docs/validation.md, "What the long-haul scenario must emit"), so that a trial is checked before it is shown::
 
     frames(results, switch_cnps)         -> sent, delivered per direction (data; ACK/NAK/CNP)
+    places(hops, ring_drops)             -> {place: frames} the emulator lost, found by frame conservation
     verdict(trial, ledger_doc, sat)      -> {accounting, unaccounted_losses, health, emulator_ok, validity}
     label(validity)                      -> "valid" | "INVALID: first reason (+n more)"
 
@@ -50,6 +51,34 @@ def emulator_losses(results: list[dict], udp_rcvbuf_errors: int = 0, switch_sock
     return out
 
 
+def places(hops: dict | None, ring_drops: dict | None = None) -> dict:
+    """Where the emulator lost frames that no model counted, from :func:`testbed.links.hops.hop_ledger`.
+
+    A switch's missing frames are split by its capture rings' own drop counters (``ring_drops``:
+    {element: frames}, from :mod:`testbed.p4rt.rx`): the rings' share is ``"switch X capture ring"``, the
+    rest ``"inside switch X, past its capture ring"`` (its input buffer or transmit). Where the rings were
+    not measured (``ring_drops`` None) the whole balance is named ``"inside switch X"``.
+    """
+    out: dict = {}
+    if not hops:
+        return out
+    for place, n in hops.get("missing", {}).items():
+        kind_name = place.removeprefix("inside ")
+        kind, _, name = kind_name.partition(" ")
+        if kind != "switch" or ring_drops is None or name not in ring_drops:
+            out[place] = n
+            continue
+        ring = max(0, min(n, int(ring_drops[name])))
+        if ring:
+            out[f"switch {name} capture ring"] = ring
+        if n - ring:
+            out[f"inside switch {name}, past its capture ring"] = n - ring
+    for name, n in (ring_drops or {}).items():  # ring drops a balance did not see (other traffic in flight)
+        if n > 0 and f"switch {name} capture ring" not in out and f"inside switch {name}" not in hops.get("missing", {}):
+            out[f"switch {name} capture ring"] = int(n)
+    return out
+
+
 def verdict(trial: dict, block: dict, saturation: list[str]) -> dict:
     """The checked fields of one trial.
 
@@ -81,10 +110,19 @@ def label(validity: dict) -> str:
 
 
 def metrics_block(results: list[dict], switch_cnps: int, link_stats: dict, switch_drops: dict,
-                  udp_rcvbuf_errors: int = 0, switch_socket_drops: int = 0, processes: dict | None = None) -> dict:
-    """:func:`accounting.metrics_block` of one trial from the scenario's raw documents."""
+                  udp_rcvbuf_errors: int = 0, switch_socket_drops: int = 0, processes: dict | None = None,
+                  hops: dict | None = None, ring_drops: dict | None = None) -> dict:
+    """:func:`accounting.metrics_block` of one trial from the scenario's raw documents.
+
+    With ``hops`` (the trial's :func:`testbed.links.hops.hop_ledger`) the losses inside switches and on
+    wires are named by place (:func:`places`); the switches' packet-socket drops are then part of those
+    balances and not added again.
+    """
     sent, delivered = frames(results, switch_cnps)
     counted = {sw: {k: n for k, n in reasons.items() if k != "not_ip" and n} for sw, reasons in switch_drops.items()}
-    return accounting.metrics_block(sent, delivered, link_stats,
-                                    emulator_losses(results, udp_rcvbuf_errors, switch_socket_drops), counted,
-                                    processes)
+    found = places(hops, ring_drops)
+    losses = emulator_losses(results, udp_rcvbuf_errors, 0 if hops else switch_socket_drops)
+    doc = accounting.metrics_block(sent, delivered, link_stats, losses, counted, processes, found)
+    if hops:
+        doc["accounting"]["hops"] = hops
+    return doc

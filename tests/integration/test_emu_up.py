@@ -64,8 +64,9 @@ def _objects_left(record: dict) -> list:
     return left
 
 
-def _start_waiting(spec, out):
-    proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "up", str(spec), "--wait", "--out", str(out)],
+def _start_waiting(spec, out, *flags):
+    proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "up", str(spec), "--wait", "--out", str(out),
+                             *flags],
                             cwd=REPO, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -111,16 +112,24 @@ def test_exec_ls_down_from_other_processes(spec, tmp_path):
         assert bad.returncode == 2 and "no such node" in bad.stderr and "Traceback" not in bad.stderr
         ls = _testbed("ls")
         assert "up-test" in ls.stdout and ls.stderr == ""      # data on stdout
+    finally:
+        _down_leaves_nothing(proc, doc, record)
+    assert _testbed("down").returncode == 2                     # nothing up any more: one line, exit 2
+
+
+def _down_leaves_nothing(proc, doc, record) -> None:
+    """`testbed down` from another process ends `testbed up`, and nothing it recorded is left."""
+    try:
         down = _testbed("down", timeout=600)
         assert down.returncode == 0, down.stderr
-        proc.wait(timeout=60)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=300)
     assert not _objects_left(record)
     assert not Path(f"/run/scaleout-testbed/runs/{doc['run_id']}.json").exists()
-    assert _testbed("down").returncode == 2                     # nothing up any more: one line, exit 2
+    assert json.loads(_testbed("ls", "--json").stdout)["replica"] is None
 
 
 def test_sighup_tears_the_replica_down(spec, tmp_path):
@@ -134,3 +143,26 @@ def test_sighup_tears_the_replica_down(spec, tmp_path):
     assert not _objects_left(record)
     assert not Path(f"/run/scaleout-testbed/runs/{doc['run_id']}.json").exists()
     assert json.loads(_testbed("ls", "--json").stdout)["replica"] is None
+
+
+# Two spines: the switch graph has loops, so OVS needs the controller (or the switches run fabric.p4).
+LOOPED_SPEC = SPEC.replace("up-test", "up-looped").replace("spines: 1", "spines: 2")
+
+
+@pytest.mark.parametrize("flags, switch_process", [(["--controller"], None), (["--p4", "fabric"], "simple_switch")],
+                         ids=["controller", "p4"])
+def test_up_with_controller_or_p4_pings_across_and_down_leaves_nothing(tmp_path, flags, switch_process):
+    spec = tmp_path / "up-looped.yaml"
+    spec.write_text(LOOPED_SPEC)
+    proc, doc, record = _start_waiting(spec, tmp_path / "out", *flags)
+    try:
+        argv0 = [" ".join(o.get("argv") or []) for o in record["objects"] if o["kind"] == "process"]
+        if switch_process:
+            assert sum(switch_process in a for a in argv0) == 4, argv0      # one BMv2 per switch
+        else:
+            assert sum("controllers.fabric" in a for a in argv0) == 1, argv0   # the os-ken fabric controller
+        for src, dst in (("h0", "h3"), ("h3", "h1"), ("h2", "h0")):    # across leaves, over either spine
+            res = _testbed("exec", src, "--", "ping", "-c2", "-W5", dst)
+            assert res.returncode == 0 and " 0% packet loss" in res.stdout, (src, dst, res.stdout, res.stderr)
+    finally:
+        _down_leaves_nothing(proc, doc, record)

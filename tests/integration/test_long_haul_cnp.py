@@ -1,10 +1,14 @@
-"""The long-haul scenario end to end (reduced: 30 km, bottleneck at the sender-side DCI, both modes).
+"""The long-haul scenario end to end (quick: 30 km, bottleneck at the sender-side DCI, both modes).
 
-Checks protocol behaviour that could fail: with fast CNP the switch's CNPs reach the soft-RDMA senders
-(accepted: ICRC and QP right) without any CE mark, and the feedback reaches the sender sooner than
-end-to-end ECN's, which must cross the long haul twice. Every trial carries its validity verdict (rows.json,
-summary.json, metrics.json with ``emulator_ok`` and the frame ledger), a valid fast-CNP trial has switch CNPs
-and CNPs at the senders, and ``testbed validate --long-haul`` computes its rows from the folder.
+The headline test: it never skips. Its quick mode is sized to run healthy on an idle 2-core machine, and it
+asserts so: every frame lost is attributed (none were, in the runs recorded in docs/validation.md), both
+trials are valid, fast CNP fired (the switch's CNPs were accepted by the soft-RDMA senders, ICRC and QP
+right, without any CE mark), and its feedback reached the senders in less than half of end-to-end ECN's,
+which must cross the long haul twice (and is itself at or above the physics bound that
+``testbed validate --long-haul`` checks).
+
+On a machine other runs overload, a trial says so (INVALID, with the reason); the test then runs the quick
+mode once more and fails if it is still not healthy, naming the reasons: rerun it alone.
 """
 
 from __future__ import annotations
@@ -16,40 +20,51 @@ import pytest
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.bmv2, pytest.mark.slow]
 
 
-def test_fast_cnp_feedback_beats_ecn_across_30km(tmp_path, capsys):
+def _run(out, capsys):
     from scenarios.long_haul_cnp import main
 
-    rc = main(["--quick", "--distances", "30", "--cases", "sender-dci", "--iters", "2", "--json",
-               "--out", str(tmp_path)])
+    rc = main(["--quick", "--distances", "30", "--cases", "sender-dci", "--iters", "2", "--json", "--out", str(out)])
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
-    rows = {r["mode"]: r for r in summary["rows"]}
-    assert set(rows) == {"ecn", "fast-cnp"}
-    full = {r["mode"]: r for r in json.loads((tmp_path / "rows.json").read_text())}
-    ecn, fast = full["ecn"], full["fast-cnp"]
-    for r in (ecn, fast):
-        assert r["throughput_mbps"] > 0 and r["fct_p50_ms"] > 0 and r["fct_p99_ms"] >= r["fct_p50_ms"]
-    # ECN: the switch marks, the receivers answer; fast CNP: no marks, the switch's CNPs are accepted
-    assert ecn["marks"] > 0 and ecn["switch_cnps"] == 0
-    assert fast["marks"] == 0 and fast["switch_cnps"] > 0 and fast["cnps_at_senders"] > 0
-    # every trial is checked before it is shown: the verdict is in every document, with reasons when invalid
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert isinstance(metrics["emulator_ok"], bool) and len(metrics["trials"]) == 2
-    for r in list(full.values()) + summary["rows"] + metrics["trials"]:
-        assert isinstance(r["valid"], bool) and r["valid"] == (not r["validity"]["reasons"])
-    for r in full.values():
-        assert r["accounting"]["sent"] > 0 and r["unaccounted_losses"] is not None
-        assert set(r["bottleneck"]) >= {"real_rate_bps", "kmin_bytes", "kmax_bytes", "pmax"}
-    if fast["valid"]:
-        assert fast["switch_cnps"] > 0 and fast["cnps_rx"] > 0
-    from testbed.validate.longhaul import load, long_haul_rows
+    full = {r["mode"]: r for r in json.loads((out / "rows.json").read_text())}
+    return summary, full
 
-    rows_out = long_haul_rows(load(tmp_path), model_duration_s=0.05)
-    computed = [r.metric for r in rows_out]
-    assert ("invalid trials left out" in computed) == (not (ecn["valid"] and fast["valid"]))
-    if ecn["valid"]:
-        assert "sender-dci 30 km: ECN feedback >= bound" in computed
-    if ecn["emulator_saturated"] or fast["emulator_saturated"]:
-        pytest.skip(f"emulator saturated: {ecn['saturation'] + fast['saturation']}")
+
+def _problems(full) -> list[str]:
+    return [f"{mode}: {'; '.join(r['validity']['reasons'])}" for mode, r in full.items() if not r["valid"]]
+
+
+def test_fast_cnp_feedback_beats_ecn_across_30km(tmp_path, capsys):
+    summary, full = _run(tmp_path / "1", capsys)
+    first = _problems(full)
+    if first:  # an overloaded machine: once more, then the verdict stands
+        summary, full = _run(tmp_path / "2", capsys)
+    out = tmp_path / ("2" if first else "1")
+    assert not _problems(full), f"quick mode not healthy twice: first {first}; then {_problems(full)}"
+    assert {r["mode"] for r in summary["rows"]} == {"ecn", "fast-cnp"}
+    ecn, fast = full["ecn"], full["fast-cnp"]
+    # every frame attributed; none lost inside the emulator; every document carries the verdict
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["emulator_ok"] is True and summary["emulator_ok"] is True and summary["invalid_trials"] == 0
+    for r in (ecn, fast):
+        acc = r["accounting"]
+        assert acc["sent"] > 1000 and acc["unaccounted"] == 0 and r["unaccounted_losses"] == 0
+        assert not acc.get("places"), f"frames lost inside the emulator: {acc['places']}"
+        assert r["health"]["healthy"] and r["emulator_ok"] and not r["saturation"]
+        assert r["throughput_mbps"] > 0 and 0 < r["fct_p50_ms"] <= r["fct_p99_ms"]
+        assert set(r["bottleneck"]) >= {"real_rate_bps", "kmin_bytes", "kmax_bytes", "pmax"}
+    # the conservation ledger ran: every element and wire of the replica balanced (nothing missing)
+    trial = json.loads((out / "30km" / "sender-dci-fast-cnp" / "trial.json").read_text())
+    hops = trial["hops"]
+    assert {"x0", "x1", "d0", "d1"} <= set(hops["elements"]) and hops["missing"] == {}
+    assert trial["ring_drops"] is not None, "the BMv2 receive shim did not report its capture rings"
+    # ECN: the switch marks, the receivers answer; fast CNP: no marks, the switch's CNPs are accepted
+    assert ecn["marks"] > 0 and ecn["switch_cnps"] == 0 and ecn["cnps_at_senders"] > 0
+    assert fast["marks"] == 0 and fast["switch_cnps"] > 0 and fast["cnps_at_senders"] > 0
     assert fast["feedback_delay_ms"] is not None and ecn["feedback_delay_ms"] is not None
     assert fast["feedback_delay_ms"] < ecn["feedback_delay_ms"] / 2
+    from testbed.validate.longhaul import load, long_haul_rows
+
+    rows = {r.metric: r for r in long_haul_rows(load(out), model_duration_s=0.05)}
+    assert "invalid trials left out" not in rows
+    assert rows["sender-dci 30 km: ECN feedback >= bound"].passed

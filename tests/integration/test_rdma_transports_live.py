@@ -94,7 +94,7 @@ def test_rc_pingpong_protocol_between_namespaces(tmp_path):
         dump = run.spawn(["tcpdump", "-i", path.intf_b, "-n", "-U", "--immediate-mode", "-s", "0", "-w", str(pcap),
                           "udp", "port", "4791"], netns=path.ns_b, log=tmp_path / "tcpdump.log")
         poll(lambda: "listening" in (tmp_path / "tcpdump.log").read_text(), 20, what="tcpdump to start")
-        server = run.spawn(CLI + ["rdma", "rc-pingpong", "-n", "300", "--json"], netns=path.ns_b, log=log)
+        server = run.spawn(CLI + ["rdma", "rc-pingpong", "-n", "300", "--chk", "--json"], netns=path.ns_b, log=log)
         poll(lambda: "listening on 0.0.0.0:18515" in log.read_text(), 30, what="the rc-pingpong server")
         res = subprocess.run(["ip", "netns", "exec", path.ns_a] + CLI + ["rdma", "rc-pingpong", path.ip_b, "-n", "300",
                                                                          "--chk", "--json"],

@@ -11,8 +11,9 @@ expectation (networkx's shortest paths), never the routing brain against itself:
 Supported: tables 0/1, priorities, matches on eth_type / ipv4_dst (masked) / reg0, ADD (replacing an
 identical match+priority), DELETE (all) and DELETE_STRICT; groups ADD / MODIFY / DELETE (an ADD of an
 existing group or a MODIFY/DELETE of a missing one is an error, as on a switch); actions output, group,
-set_field eth_dst, NX multipath (every member index explored), goto_table; INDIRECT and FAST_FAILOVER
-groups (a bucket is live when its watch port is).
+set_field eth_dst, NX multipath (every member index explored), goto_table; INDIRECT, FAST_FAILOVER (a
+bucket is live when its watch port is) and SELECT groups (every bucket explored; a group action in a
+bucket is followed, so chained groups work).
 """
 
 from __future__ import annotations
@@ -162,6 +163,8 @@ class FakeOFTable:
             chosen = buckets[:1]
         elif gtype == ofp.OFPGT_FF:
             chosen = [b for b in buckets if live(b.watch_port)][:1]
+        elif gtype == ofp.OFPGT_SELECT:
+            chosen = buckets  # the switch hashes onto one bucket: every choice is explored
         else:
             raise NotImplementedError(f"group type {gtype}")
         out = []

@@ -134,7 +134,31 @@ BAD_ARGV = {
     "link-rate": (lambda t, f: ["link", "plan", "--rate", "fast"], "rate"),
     "unknown-scenario": (lambda t, f: ["run", "nope"], "nope"),
     "unknown-noun": (lambda t, f: ["frobnicate"], "frobnicate"),
+    # Every benchmark refuses a bad flag or spec before it builds anything (and before asking for root).
+    "bench-build-repeat-0": (lambda t, f: ["bench", "build", "fat-tree-k4", "--repeat", "0"], "--repeat"),
+    "bench-build-no-spec": (lambda t, f: ["bench", "build", f"{t}/none.yaml"], "none.yaml"),
+    "bench-build-huge": (lambda t, f: ["bench", "build", _huge(t)], "interfaces"),
+    "bench-build-links": (lambda t, f: ["bench", "build", "--links", "netem"], "--links"),
+    "bench-failover-reps-0": (lambda t, f: ["bench", "failover", "fat-tree-k4", "--repetitions", "0"], "--repetitions"),
+    "bench-failover-interval": (lambda t, f: ["bench", "failover", "fat-tree-k4", "--interval", "5"], "--interval"),
+    "bench-failover-no-pods": (lambda t, f: ["bench", "failover", "spine-leaf"], "pods"),
+    "bench-link-cores": (lambda t, f: ["bench", "link", "--cores", "fortran"], "--cores"),
+    "bench-p4-sizes": (lambda t, f: ["bench", "p4", "--sizes", "big"], "--sizes"),
+    "bench-p4-duration": (lambda t, f: ["bench", "p4", "--duration", "-1"], "--duration"),
+    "bench-p4-binary": (lambda t, f: ["bench", "p4", "--binary", "slow"], "--binary"),
+    "bench-agg-workers": (lambda t, f: ["bench", "agg", "--workers", "1"], "--workers"),
+    "bench-agg-elems": (lambda t, f: ["bench", "agg", "--elems", "7"], "--elems"),
+    "bench-rdma-rate": (lambda t, f: ["bench", "rdma", "--rate", "fast"], "--rate"),
+    "bench-rdma-mtu": (lambda t, f: ["bench", "rdma", "--mtu", "1500"], "--mtu"),
+    "bench-rdma-size": (lambda t, f: ["bench", "rdma", "--size", "0"], "--size"),
+    "bench-unknown": (lambda t, f: ["bench", "warp"], "warp"),
 }
+
+
+def _huge(tmp) -> str:
+    path = tmp / "k64.yaml"
+    path.write_text("name: k64\nkind: fat-tree\nparams: {k: 64}\n")
+    return str(path)
 
 
 @pytest.mark.parametrize("case", BAD_ARGV)

@@ -320,6 +320,8 @@ def no_emulation(monkeypatch):
     (["collective", "run", "--trace", "/nonexistent.json"], "--trace"),
     (["collective", "schedule", "--size", "5"], "--size"),
     (["collective", "place", "--fabric", "fat-tree-k4", "--ranks", "20"], "ranks"),
+    (["run", "collective", "--link-rate", "5G"], "--link-rate"),
+    (["bench", "collective", "--sizes", "6"], "--sizes"),
 ])
 def test_bad_input_is_one_line_exit_2(no_emulation, argv, word):
     code, out, err = _cli(argv)
@@ -415,3 +417,14 @@ def test_ovs_counters():
 """
     assert report.ovs_port_drops(text, {"l0-eth1"}) == 6
     assert report.upcalls_lost(text) == 4
+
+
+def test_fan_in_sets_the_window():
+    from testbed.collective.runner import INCAST_PACKETS, JobRun, fan_in_of
+
+    hosts = tuple(f"h{i}" for i in range(8))
+    ring = JobRun("a", hosts, runs=({"collective": "allreduce", "algorithm": "ring", "bytes": 64},))
+    tree = JobRun("b", hosts, runs=({"collective": "allreduce", "algorithm": "tree", "bytes": 64},))
+    a2a = JobRun("c", hosts, runs=({"collective": "all_to_all", "bytes": 64},))
+    assert [fan_in_of(j) for j in (ring, tree, a2a)] == [1, 2, 7]
+    assert INCAST_PACKETS // fan_in_of(a2a) * 7 <= INCAST_PACKETS

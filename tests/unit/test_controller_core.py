@@ -187,3 +187,20 @@ def test_aggregated_controller_installs_prefix_routes():
     for m in msgs:
         m.serialize()
     assert c.paths_doc("h0", "h15")["equal_cost"] == 4
+
+
+def test_a_port_that_stops_being_live_with_carrier_up_is_a_link_down(core):
+    """OVS clears OFPPS_LIVE when a port's BFD session goes down while carrier stays up."""
+    a0, cr0 = _dpid(core, "a0"), _dpid(core, "cr0")
+    pa, pc = _port_of(core, "a0", "cr0"), _port_of(core, "cr0", "a0")
+    live = ofp.OFPPS_LIVE
+    assert list(core.port_status(a0, pa, "a0-eth3", "00:00:00:00:00:01", 0, live, 1.0)) == []
+    assert list(core.port_status(cr0, pc, "cr0-eth1", "00:00:00:00:00:02", 0, live, 1.0)) == []
+    pairs = list(core.port_status(a0, pa, "a0-eth3", "00:00:00:00:00:01", 0, 0, 2.0))  # carrier up, not live
+    assert pairs and core.failovers[-1].kind == "link_down"
+    assert core.paths_doc("h0", "h15")["equal_cost"] == 3
+    assert list(core.port_status(a0, pa, "a0-eth3", "00:00:00:00:00:01", 0, live, 3.0))
+    assert core.failovers[-1].kind == "link_up" and core.paths_doc("h0", "h15")["equal_cost"] == 4
+    # a switch that never reports LIVE is judged by carrier alone
+    t0 = _dpid(core, "t0")
+    assert list(core.port_status(t0, _port_of(core, "t0", "a0"), "t0-eth3", "00:00:00:00:00:03", 0, 0, 4.0)) == []

@@ -15,9 +15,9 @@ from tests.unit.test_controller_core import FakeDP
 from tests.unit.test_routing_brain import fat_tree
 
 
-def _programmed(mode="controller", aggregate=False):
+def _programmed(mode="controller", aggregate=False, ecmp="multipath"):
     G = fat_tree(4)
-    core = ControllerCore(G, mode=mode, aggregate=aggregate, started=0.0)
+    core = ControllerCore(G, mode=mode, aggregate=aggregate, started=0.0, ecmp=ecmp)
     fabric = FakeFabric(G)
     for dpid, sw in core.by_dpid.items():
         for msg in core.connect(dpid, FakeDP(dpid)):
@@ -47,9 +47,10 @@ def _cut(core, fabric, a, b, now=5.0, apply_reroute=True) -> int:
     return n
 
 
+@pytest.mark.parametrize("ecmp", ["multipath", "select"])
 @pytest.mark.parametrize("aggregate", [False, True])
-def test_every_pair_takes_exactly_the_equal_cost_shortest_paths(aggregate):
-    G, _, fabric = _programmed(aggregate=aggregate)
+def test_every_pair_takes_exactly_the_equal_cost_shortest_paths(aggregate, ecmp):
+    G, _, fabric = _programmed(aggregate=aggregate, ecmp=ecmp)
     hs = hosts(G)
     for src in _sources(G):
         for dst in hs:
@@ -60,8 +61,9 @@ def test_every_pair_takes_exactly_the_equal_cost_shortest_paths(aggregate):
             assert {mac for _, mac in got} == {G.nodes[dst]["mac"]}
 
 
-def test_cut_link_rerouted_by_the_controller_avoids_it():
-    G, core, fabric = _programmed()
+@pytest.mark.parametrize("ecmp", ["multipath", "select"])
+def test_cut_link_rerouted_by_the_controller_avoids_it(ecmp):
+    G, core, fabric = _programmed(ecmp=ecmp)
     assert _cut(core, fabric, "a0", "cr0") > 0
     hs = hosts(G)
     for src in _sources(G):
@@ -76,15 +78,16 @@ def _lost(G, fabric):
             for got in [fabric.deliveries(s, G.nodes[d]["ip"])] if any(p[-1] == "DROP" for p, _ in got)}
 
 
-def test_before_the_reroute_controller_mode_drops_and_fast_failover_repairs_locally():
+@pytest.mark.parametrize("ecmp", ["multipath", "select"])
+def test_before_the_reroute_controller_mode_drops_and_fast_failover_repairs_locally(ecmp):
     # controller mode: INDIRECT groups keep sending into the dead link until the controller acts
-    G, core, fabric = _programmed("controller")
+    G, core, fabric = _programmed("controller", ecmp=ecmp)
     _cut(core, fabric, "a0", "cr0", apply_reroute=False)
     lost_indirect = _lost(G, fabric)
     assert lost_indirect  # the outage the failover benchmark measures
     # fast-failover: with no controller message, a0 moves its share onto its other uplinks (watch ports);
     # only cr0, which has no other way down into pod 0, still drops (until the controller reroutes above it)
-    G, core, fabric = _programmed("fast-failover")
+    G, core, fabric = _programmed("fast-failover", ecmp=ecmp)
     _cut(core, fabric, "a0", "cr0", apply_reroute=False)
     lost_ff = _lost(G, fabric)
     assert len(lost_ff) < len(lost_indirect)
@@ -102,3 +105,25 @@ def test_the_fake_table_rejects_what_a_switch_would():
                  and m.command == ofp.OFPGC_ADD)
     with pytest.raises(OpenFlowError, match="added twice"):
         fabric.apply(sw, route)  # connect() replays routes without its clean-slate delete: a switch refuses
+
+
+def test_switching_the_ecmp_method_live_replaces_every_route_cleanly():
+    G, core, fabric = _programmed(ecmp="multipath")
+    for ecmp in ("select", "multipath", "select"):
+        fabric.apply_all(core.set_ecmp(ecmp))  # the fake table refuses a duplicate or dangling group
+        for src in _sources(G)[:2]:
+            for dst in hosts(G):
+                if src != dst:
+                    assert {p for p, _ in fabric.deliveries(src, G.nodes[dst]["ip"])} == _expected(G, src, dst)
+    kinds = {type(m).__name__ for _, m in core.set_ecmp("multipath")}
+    assert kinds == {"OFPGroupMod", "OFPFlowMod"}
+    with pytest.raises(KeyError, match="ecmp must be one of"):
+        core.set_ecmp("random")
+    # select mode uses no table 1 and no Nicira action: any OpenFlow 1.3 switch can run it
+    core.set_ecmp("select")
+    dpid = G.nodes["a0"]["dpid"]
+    msgs = core.connect(dpid, FakeDP(dpid))
+    assert not any(getattr(m, "table_id", 0) == 1 for m in msgs)
+    assert not any(type(a).__name__.startswith("NX") for m in msgs for i in getattr(m, "instructions", [])
+                   for a in getattr(i, "actions", []))
+    assert any(type(m).__name__ == "OFPGroupMod" and m.type == ofp.OFPGT_SELECT for m in msgs)

@@ -43,3 +43,28 @@ def test_bridge_list_parses_ovs_csv():
 
 def test_link_state_argv_matches_ip():
     assert ops.link_state_argv("a0-eth3", up=False) == ["ip", "link", "set", "dev", "a0-eth3", "down"]
+
+
+def test_host_config_requests_decode_to_what_ip_neigh_and_route_replace_send():
+    """The netlink bytes configure_host sends, decoded by pyroute2's parser (not built again)."""
+    import socket as _socket
+
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST
+    from pyroute2.netlink.rtnl import RTM_NEWNEIGH, RTM_NEWROUTE
+    from pyroute2.netlink.rtnl.ndmsg import ndmsg
+    from pyroute2.netlink.rtnl.rtmsg import rtmsg
+
+    from testbed.emu import ops
+
+    ops.host_config_requests([("10.0.0.2", "02:00:00:00:00:02")], [], 3)  # the cached copy is not changed
+    built = ops.host_config_requests([("10.0.0.2", "02:00:00:00:00:02")], ["10.1.0.0/24"], 7)
+    neigh, route = ndmsg(bytes(built[0])), rtmsg(bytes(built[1]))
+    neigh.decode()
+    route.decode()
+    flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE
+    assert neigh["header"]["type"] == RTM_NEWNEIGH and neigh["header"]["flags"] == flags
+    assert neigh["ifindex"] == 7 and neigh["state"] == 0x80 and neigh["family"] == _socket.AF_INET  # permanent
+    assert neigh.get_attr("NDA_DST") == "10.0.0.2" and neigh.get_attr("NDA_LLADDR") == "02:00:00:00:00:02"
+    assert route["header"]["type"] == RTM_NEWROUTE and route["header"]["flags"] == flags
+    assert route["dst_len"] == 24 and route.get_attr("RTA_DST") == "10.1.0.0" and route.get_attr("RTA_OIF") == 7
+    assert route["scope"] == 253 and route["table"] == 254  # on-link, main table: `route replace NET dev D`

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-import scenarios.long_haul_cnp as lh
+import scenarios.long_haul_cnp as scen
 from testbed.errors import SpecError
+from testbed.validate import longhaul_setup as lh
 
 
 @pytest.fixture(scope="module")
 def G():
     from testbed.topo.spec import build_graph, load_spec
 
-    return build_graph(load_spec(lh.SPEC))
+    return build_graph(load_spec(scen.SPEC))
 
 
 def test_roles_come_from_attributes(G):
@@ -123,7 +124,7 @@ def test_row_carries_what_validate_long_haul_reads():
     assert fast["valid"] and fast["bottleneck"]["real_rate_bps"] == 5e9
     from testbed.topo.spec import build_graph, load_spec
 
-    config = {"scale": 1000.0, "frame_bytes": lh.FRAME_BYTES, **lh.validate_fields(build_graph(load_spec(lh.SPEC)))}
+    config = {"scale": 1000.0, "frame_bytes": lh.FRAME_BYTES, **lh.validate_fields(build_graph(load_spec(scen.SPEC)))}
     rows = long_haul_rows({"config": config, "rows": [ecn, fast]}, model_duration_s=0.05)
     metrics = [r.metric for r in rows]
     assert any("ECN feedback >= bound" in m for m in metrics)
@@ -147,7 +148,7 @@ def test_bad_sizes_and_counts_are_refused_before_any_results_folder(tmp_path, ca
 
     out = tmp_path / "run"
     try:
-        rc = run_guarded(lambda: lh.main(["--quick", "--out", str(out), *flags]))
+        rc = run_guarded(lambda: scen.main(["--quick", "--out", str(out), *flags]))
     except SystemExit as exc:  # argparse refuses the flag itself
         rc = exc.code
     assert rc == 2
@@ -173,5 +174,5 @@ def test_the_qp_map_is_preloaded_for_every_pair_unless_learning(G):
 
 def test_learning_the_qp_map_is_a_flag(capsys):
     with pytest.raises(SystemExit):
-        lh.main(["--help"])
+        scen.main(["--help"])
     assert "--learn-qp" in capsys.readouterr().out

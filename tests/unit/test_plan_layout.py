@@ -6,7 +6,7 @@ import networkx as nx
 import pytest
 
 from testbed.errors import SpecError
-from testbed.plan.layout import default_mac, host_batch, interfaces, mininet_names, static_arp
+from testbed.plan.layout import default_mac, host_batch, host_config, interfaces, mininet_names, static_arp
 from testbed.plan.layout import layout as plan
 
 
@@ -114,3 +114,12 @@ def test_host_batch_neighbours_and_routes_to_other_subnets():
                                  "route replace 10.2.0.0/24 dev h1-eth1"]
     assert host_batch(p, p.host("h1"), "h1-eth1", with_arp=False) == "route replace 10.2.0.0/24 dev h1-eth1\n"
     assert host_batch(plan(_fabric()), plan(_fabric()).hosts[0], "h1-eth1", with_arp=False) == ""
+
+
+def test_host_config_is_the_data_host_batch_renders():
+    G = _fabric()
+    G.nodes["h1"].update(ip="10.1.0.1", prefixlen=24)
+    G.nodes["h2"].update(ip="10.2.0.1", prefixlen=24)
+    p = plan(G)
+    assert host_config(p, p.host("h1")) == ([("10.2.0.1", p.host("h2").mac)], ["10.2.0.0/24"])
+    assert host_config(p, p.host("h1"), with_arp=False) == ([], ["10.2.0.0/24"])

@@ -131,7 +131,7 @@ def test_rc_pingpong_client_and_server_over_loopback():
 
     def run():
         box["server"] = serve_pingpong("127.0.0.1", 0, size=5000, iters=50, rx_depth=20, roce_port=p_server,
-                                       peer_roce_port=p_client, ready=ready)
+                                       peer_roce_port=p_client, ready=ready, chk=True)
 
     t = threading.Thread(target=run, daemon=True)
     t.start()

@@ -8,7 +8,11 @@ import signal
 import subprocess
 import sys
 
-from testbed.emu.registry import del_br_argv, polite_signal, process_start, remove_objects
+import pytest
+
+from testbed.emu.ops import del_br_argv
+from testbed.emu.registry import polite_signal, process_start, remove_objects
+from testbed.errors import EmulationError
 
 # Ignores SIGTERM (as an interactive bash does); on SIGHUP notes it in the file argv[1] names, then exits.
 IGNORES_TERM = """
@@ -59,3 +63,35 @@ def test_polite_signal_and_batched_bridge_deletion():
     argv = del_br_argv(["s1", "s2", "s3"])
     assert argv[0] == "ovs-vsctl" and argv.count("del-br") == 3 and argv.count("--if-exists") == 3
     assert argv[argv.index("del-br") + 1] == "s1"
+
+
+def test_a_failing_step_does_not_stop_the_next_ones(monkeypatch):
+    """ovsdb too slow to answer must not leave the links and namespaces behind (nor raise out of teardown)."""
+    from testbed.emu import registry
+    from testbed.errors import EmulationError
+
+    def slow_ovsdb(*args):
+        raise EmulationError("ovsdb did not answer within 60 s")
+
+    later = []
+    monkeypatch.setattr(registry, "_remove_bridges", slow_ovsdb)
+    monkeypatch.setattr(registry, "_remove_links", lambda objs, dry, req, rep: later.append("links"))
+    monkeypatch.setattr(registry, "_remove_each", lambda objs, dry, rep: later.append("netns"))
+    objects = [{"kind": "bridge", "name": "s1"}, {"kind": "link", "name": "s1-eth1", "netns": None},
+               {"kind": "netns", "name": "p4t-h1"}]
+    report = remove_objects(objects)
+    assert later == ["links", "netns"]
+    assert report["failed"] == ["bridge s1: ovsdb did not answer within 60 s"]
+
+
+def test_link_batches_tag_a_group_of_this_process_and_delete_it_at_once():
+    from testbed.emu import ops
+
+    group = ops.teardown_group(4194303)
+    assert group != 0 and group == ops.LINK_GROUP_BASE + 4194303 < 2**32
+    assert ops.teardown_group(1) != ops.teardown_group(2)
+    assert ops.group_batch(["s1-eth1", "s2-eth1"], group) == (f"link set dev s1-eth1 group {group}\n"
+                                                               f"link set dev s2-eth1 group {group}\n")
+    assert ops.del_group_argv(group) == ["ip", "link", "del", "group", str(group)]
+    with pytest.raises(EmulationError):
+        ops.group_batch(["bad name\nlink del dev eth0"], group)  # nothing but an interface name reaches ip

@@ -152,6 +152,25 @@ def test_duplicate(tmp_path):
     assert v["psn"] == 102 and v["dqpn"] == QP_B
 
 
+def test_a_copy_rebuilt_with_a_new_ip_id_is_a_resend_not_a_duplicate(tmp_path):
+    """Linux rdma_rxe resent a SEND FIRST 0.3 ms after the original, no NAK between (its retry timer
+    fired as the message started; seen in the VM interop capture): a new IPv4 ID tells a packet the
+    sender built again from one a switch copied. The same copy with the original's ID stays a duplicate."""
+    w = rc_write(A, B, QP_B, 100, _data(4 * 1024))
+    for i, p in enumerate(w):
+        p[IP].id = 0x6AC0 + i
+    again = w[2].copy()
+    again[IP].id = 0x6AD0
+    again[BTH].icrc = None       # recomputed over the new ID, as the sender does
+    del again[IP].chksum
+    rep = _check(tmp_path, w[:3] + [again] + w[3:])
+    assert passed(rep), rep["violations"]
+    assert rep["qps"][0]["retransmissions"] == 1 and rep["qps"][0]["duplicates"] == 0
+    copied = w[2].copy()
+    rep = _check(tmp_path, w[:3] + [copied] + w[3:])
+    assert _violation(rep, "duplicate")["psn"] == 102
+
+
 def test_go_back_n_after_nak_is_no_duplicate(tmp_path):
     """Sender-side capture: PSN 2 is lost later on the path, B NAKs it, A resends 2..3."""
     w = rc_write(A, B, QP_B, 0, _data(4 * 1024))

@@ -50,17 +50,33 @@ def test_pod_pairs_needs_pods():
 
 def test_summarize_keys():
     runs = [{"outage_ms": v} for v in (10, 20, 30, 40)]
-    doc = bench.summarize(runs, [{"outage_ms": 2}, {"outage_ms": 4}], {"max_over_mean": 1.2})
+    ecmp = {"select": {"pods": {"max_over_mean": 1.2}, "one_pair": {"max_over_mean": 4.0}}}
+    sw = [{"outage_ms": 5, "rejoin_lost": 0}, {"outage_ms": 7, "rejoin_lost": 3}]
+    doc = bench.summarize(runs, [{"outage_ms": 2}, {"outage_ms": 4}], ecmp, sw)
     assert doc["controller_outage_ms_median"] == 25 and doc["controller_outage_ms_p95"] == pytest.approx(38.5)
-    assert doc["fast_failover_outage_ms_median"] == 3 and doc["ecmp_max_over_mean"] == 1.2
+    assert doc["fast_failover_outage_ms_median"] == 3
+    assert doc["ecmp_max_over_mean"] == {"select": {"pods": 1.2, "one_pair": 4.0}}
+    assert doc["switch_loss_outage_ms_median"] == 6 and doc["switch_loss_rejoin_lost_max"] == 3
     assert doc["repetitions"] == 2
+
+
+def test_uplink_balance_counts_only_switches_that_sent_upwards():
+    G = fat_tree(4)
+    src = [h for h in G if G.nodes[h].get("role") == "host" and G.nodes[h].get("pod") == G.nodes["a0"]["pod"]][:1]
+    tor = next(iter(G.neighbors(src[0])))
+    ups = [n for n in G.neighbors(tor) if G.nodes[n].get("tier", 0) > G.nodes[tor].get("tier", 0)]
+    doc = lambda sent: {tor: {str(G.edges[tor, n]["ports"][tor]): {"tx_bytes": b, "neighbour": n}  # noqa: E731
+                              for n, b in zip(ups, sent, strict=True)}}
+    out = bench.uplink_balance(G, src, doc([0, 0]), doc([300, 100]))
+    assert out["max_over_mean"] == pytest.approx(1.5)  # 300 / mean(300, 100)
+    assert list(out["max_over_mean_per_tier"]) == [f"{G.nodes[tor]['role']}->{G.nodes[ups[0]]['role']}"]
 
 
 def test_scenario_flow_analysis():
     ip_of = {"h0": "10.0.0.1", "h1": "10.0.0.2", "h2": "10.0.0.3"}
     send_docs = {h: {"dsts": [ip for o, ip in ip_of.items() if o != h], "interval": 0.1,
                      "send_times": [100 + 0.1 * i for i in range(10)]} for h in ip_of}
-    recv_docs = {h: {"arrivals": []} for h in ip_of}
+    recv_docs = {h: {"src": [], "seq": [], "rx_ns": []} for h in ip_of}
     for src in ip_of:
         for dst in ip_of:
             if src == dst:
@@ -68,7 +84,10 @@ def test_scenario_flow_analysis():
             for i in range(10):
                 if (src, dst) == ("h0", "h2") and 3 <= i < 6:
                     continue  # lost while the link was down
-                recv_docs[dst]["arrivals"].append([ip_of[src], i, 100 + 0.1 * i + 0.001])
+                doc = recv_docs[dst]
+                doc["src"].append(ip_of[src])
+                doc["seq"].append(i)
+                doc["rx_ns"].append(int((100 + 0.1 * i + 0.001) * 1e9))
     flows = scen.flow_table(send_docs, recv_docs, ip_of)
     assert len(flows) == 6
     out = scen.flow_outages(flows, (100.25, 100.65))
@@ -92,3 +111,14 @@ def test_scenario_path_changes_from_the_brain():
     assert scen.pick_link(G, None) == ("a0", "cr0")
     with pytest.raises(Exception, match="--link"):
         scen.pick_link(G, "h0,h9")
+
+
+def test_split_outage_keeps_wall_clock_control_plane_out_of_the_dilation():
+    # 70 ms emulated outage, of which 20 ms detection + 5 ms push ran on the wall clock
+    t = scen.split_outage(70.0, 20.0, 5.0, scale=1000, control_latency_ms=2.0)
+    assert t["control_plane_ms_wall"] == 25.0 and t["data_plane_ms_emulated"] == 45.0
+    assert t["outage_ms_real_estimate"] == pytest.approx(25.0 + 2.0 + 0.045)
+    # detection timed from the start of the cut command can exceed what the flows lost: capped
+    t = scen.split_outage(10.0, 20.0, 5.0, scale=10)
+    assert t["data_plane_ms_emulated"] == 0.0 and t["control_plane_ms_wall"] == 10.0
+    assert t["control_plane_measured_ms_wall"] == 25.0 and t["outage_ms_real_estimate"] == 10.0

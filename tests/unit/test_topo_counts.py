@@ -25,9 +25,10 @@ def test_closed_form_matches_the_built_graph(kind, params):
                                          "links": G.number_of_edges(), "nodes": G.number_of_nodes()}
 
 
-@pytest.mark.parametrize("body, hosts", [("kind: fat-tree\nparams: {k: 1024}\n", 1024 ** 3 // 4),
-                                         ("kind: big-switch\nparams: {hosts: 100000000}\n", 10 ** 8)])
-def test_topo_show_of_huge_fabrics_is_closed_form(tmp_path, capsys, monkeypatch, body, hosts):
+@pytest.mark.parametrize("body, hosts, formulas", [("kind: fat-tree\nparams: {k: 1024}\n", 1024 ** 3 // 4, True),
+                                                   ("kind: big-switch\nparams: {hosts: 100000000}\n", 10 ** 8, True),
+                                                   ("kind: torus\nparams: {dims: [50, 50]}\n", 2500, False)])
+def test_topo_show_of_huge_fabrics_is_closed_form(tmp_path, capsys, monkeypatch, body, hosts, formulas):
     import testbed.commands.topo as topo
 
     def no_graph(spec):
@@ -39,5 +40,7 @@ def test_topo_show_of_huge_fabrics_is_closed_form(tmp_path, capsys, monkeypatch,
     assert cli.main(["topo", "show", str(spec), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["analytic"] is True and doc["hosts"] == hosts and doc["nodes"] > WALK_LIMIT
-    assert "bisection" in doc["not_computed"]
+    # hops, ECMP and bisection where the kind has formulas (testbed.topo.analytic); cost never (no graph)
+    assert ("bisection" in doc["not_computed"]) is not formulas and "cost" in doc["not_computed"]
+    assert ("diameter" in doc) is formulas
     assert cli.main(["topo", "draw", str(spec), "--out", str(tmp_path / "x.png")]) == 2

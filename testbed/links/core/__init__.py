@@ -31,6 +31,8 @@ from pathlib import Path
 from testbed.links.model import LinkParams
 
 SOURCE = Path(__file__).resolve().parent / "linkcore.c"
+#: Files ``linkcore.c`` #includes (one translation unit): part of the cache key.
+PARTS = (SOURCE.with_name("pfc.c"), SOURCE.with_name("pfc_forward.c"))
 CORES = ("c", "python", "bare")
 CFLAGS = ("-O2", "-Wall", "-Wextra", "-std=gnu11")
 #: After a frame, the compiled core can keep reading without sleeping for this long (``--poll-window``),
@@ -56,7 +58,8 @@ def _cache_dir() -> Path:
 
 def binary_path() -> Path:
     """Where the binary of the current source lives (keyed by source and flags)."""
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(CFLAGS).encode()).hexdigest()[:16]
+    sources = b"".join(f.read_bytes() for f in (SOURCE, *PARTS))
+    key = hashlib.sha256(sources + " ".join(CFLAGS).encode()).hexdigest()[:16]
     return _cache_dir() / f"linkcore-{key}"
 
 
@@ -170,10 +173,11 @@ def forward_argv(binary: str | os.PathLike, intf_a: str, intf_b: str, params: Li
 def line_argv(intf_a: str, intf_b: str, params: LinkParams, stats_path: str | os.PathLike, *,
               core: str | None = None, seed: int | None = None, late_tolerance_s: float | None = None,
               stats_interval_s: float = 1.0, spin_s: float | None = None, cpu: int | None = None,
-              poll_window_s: float | None = None) -> tuple[str, list[str]]:
+              poll_window_s: float | None = None, pfc=None) -> tuple[str, list[str]]:
     """(core, argv) of the link node process: the compiled core when it is available, else the Python line.
 
-    ``cpu`` pins the compiled core to one CPU (the Python line ignores it).
+    ``cpu`` pins the compiled core to one CPU (the Python line ignores it). ``pfc`` (a
+    :class:`testbed.pfc.link.PfcPort`) runs PFC in both directions, in either core.
     """
     from testbed.links import delayline
 
@@ -182,11 +186,16 @@ def line_argv(intf_a: str, intf_b: str, params: LinkParams, stats_path: str | os
     which, _detail = selected_core(core)
     if which == "python":
         return which, delayline.build_argv(intf_a, intf_b, params, stats_path, seed=seed, late_tolerance_s=tol,
-                                           stats_interval_s=stats_interval_s, spin_s=spin)
-    return which, forward_argv(build(), intf_a, intf_b, params, stats_path, seed=seed, late_tolerance_s=tol,
-                               stats_interval_s=stats_interval_s, spin_s=spin,
-                               rt_priority=delayline.DEFAULT_RT_PRIORITY, cpu=cpu, bare=which == "bare",
-                               poll_window_s=DEFAULT_POLL_WINDOW_S if poll_window_s is None else poll_window_s)
+                                           stats_interval_s=stats_interval_s, spin_s=spin, pfc=pfc)
+    argv = forward_argv(build(), intf_a, intf_b, params, stats_path, seed=seed, late_tolerance_s=tol,
+                        stats_interval_s=stats_interval_s, spin_s=spin, rt_priority=delayline.DEFAULT_RT_PRIORITY,
+                        cpu=cpu, bare=which == "bare",
+                        poll_window_s=DEFAULT_POLL_WINDOW_S if poll_window_s is None else poll_window_s)
+    if pfc is not None:
+        if which == "bare":
+            raise ValueError("the bare forwarder has no model, so no PFC")
+        argv += pfc.linkcore_args()
+    return which, argv
 
 
 def run_trace(params: LinkParams, seed: int, trace) -> tuple[list[tuple], dict]:

@@ -10,8 +10,8 @@
  * Each direction's releases are monotonic (a wire never reorders), so a FIFO per direction is the timer
  * queue and the next wake-up is the earliest head. The wait is a ppoll() until `spin` seconds before that
  * head, then a busy-wait that keeps polling the sockets; SCHED_FIFO and CPU pinning are options.
- * PFC: a paused priority will hold its FIFO head (see the PFC_HOOK comment in release_due); per-priority
- * FIFOs then need a real heap over their heads.
+ * PFC (--pfc SPEC): the direction runs testbed/pfc/link.py's model instead, in pfc.c (per-priority FIFOs, a
+ * serialiser that decides each start, PAUSE/XON to the upstream side, received PAUSE holds a priority).
  *
  * Randomness is CPython's: MT19937 seeded by init_by_array with the seed's 32-bit words, random() from
  * two draws (a>>5, b>>6), uniform(a, b) = a + (b-a)*random(). So `linkcore trace` gives the very decisions
@@ -20,7 +20,8 @@
  * Modes:
  *   linkcore forward --a IF --b IF --stats FILE [model options] [--bare] ...   (root)
  *   linkcore trace [model options] --seed N  < "t hexframe" lines  > "fate release hexout" lines
- *   linkcore gen --a IF --pps R --seconds S --size N   (the benchmark's traffic source: paced 64 B UDP
+ *   linkcore pfctrace --pfc SPEC [model options] --seed N   (pfc.c; the reference is testbed/pfc/link.py)
+ *   linkcore gen --a IF --pps R --seconds S --size N [--tos T]   (the benchmark's traffic source: paced 64 B UDP
  *                frames by AF_PACKET sendmmsg, as iperf3 tops out near 50 kpps of small datagrams here)
  * Stats: the JSON document of testbed/links/delayline.py (same keys), rewritten atomically.
  */
@@ -35,6 +36,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,13 +325,14 @@ static params_t P = {.sample_interval = 1e-3, .max_samples = 200000, .limit = 10
 static const char *opt_a, *opt_b, *opt_stats, *opt_params_json = "{}";
 static unsigned long long opt_seed, opt_seed_ab, opt_seed_ba = 1;
 static double opt_pps = 10000, opt_seconds = 1.0;
-static int opt_size = 64;
+static int opt_size = 64, opt_tos;  /* gen: IPv4 TOS byte (DSCP << 2 | ECN) */
 static double mono(void);
 static int open_sock(const char *ifname);
 static double opt_late_tol = 250e-6, opt_stats_interval = 1.0, opt_spin = 50e-6, opt_poll = 0.0;
 static int opt_rt = 10, opt_cpu = -1, opt_bare, opt_batch = 32, opt_rcvbuf = 8 << 20, opt_sndbuf = 8 << 20;
 
 static void die(const char *what) { fprintf(stderr, "linkcore: %s\n", what); exit(2); }
+static void parse_pfc(char *spec);  /* pfc.c */
 
 static void parse_red(char *s) {
     char unit[16] = "";
@@ -361,7 +364,7 @@ static void parse_options(int argc, char **argv) {
         {"stats-interval", 1, 0, 'I'}, {"spin", 1, 0, 'P'}, {"poll-window", 1, 0, 'W'}, {"rt-priority", 1, 0, 'r'}, {"cpu", 1, 0, 'c'},
         {"bare", 0, 0, 'B'}, {"batch", 1, 0, 'n'}, {"rcvbuf", 1, 0, 'v'}, {"sndbuf", 1, 0, 'w'},
         {"sample-interval", 1, 0, 'i'}, {"max-samples", 1, 0, 'm'}, {"pps", 1, 0, 'p'}, {"seconds", 1, 0, 'd'},
-        {"size", 1, 0, 'z'}, {0, 0, 0, 0}};
+        {"size", 1, 0, 'z'}, {"pfc", 1, 0, 'F'}, {"tos", 1, 0, 'o'}, {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
@@ -394,6 +397,8 @@ static void parse_options(int argc, char **argv) {
         case 'p': opt_pps = strtod(optarg, NULL); break;
         case 'd': opt_seconds = strtod(optarg, NULL); break;
         case 'z': opt_size = atoi(optarg); break;
+        case 'F': parse_pfc(optarg); break;
+        case 'o': opt_tos = atoi(optarg) & 0xFF; break;
         default: die("bad option (see testbed/links/core/__init__.py for the command line)");
         }
     }
@@ -456,6 +461,7 @@ typedef struct {
     pend_t *p; size_t head, n, cap;
     uint64_t tx_packets, tx_errors, rx_errors, late, rx_truncated, late_hist[LATE_BUCKETS], rx_hist[LATE_BUCKETS];
     double max_late, late_sum;
+    struct pfcdir *pfc;  /* NULL unless --pfc (pfc.c) */
 } path_t;
 
 static volatile sig_atomic_t g_stop, g_dump;
@@ -521,6 +527,8 @@ static uint64_t g_kernel_drops, g_wakeups;
 static int g_realtime;
 static double g_started;
 
+#include "pfc.c"
+
 static void write_stats(int with_series, int ready) {
     if (!opt_stats) return;
     char tmp[4096];
@@ -543,6 +551,7 @@ static void write_stats(int with_series, int ready) {
     for (int d = 0; d < 2; d++) {
         path_t *p = &paths[d];
         model_t *m = &p->m;
+        pfc_sync(p);
         fprintf(f, "%s\"%s\": {", d ? ", " : "", p->name);
         for (int i = 0; i < NCOUNTERS; i++) fprintf(f, "\"%s\": %llu, ", COUNTER_NAMES[i], (unsigned long long)m->c[i]);
         fprintf(f, "\"max_queue_packets\": %llu, \"max_queue_bytes\": %llu, \"samples_skipped\": %llu, "
@@ -551,7 +560,7 @@ static void write_stats(int with_series, int ready) {
                 (unsigned long long)m->max_qp, (unsigned long long)m->max_qb, (unsigned long long)m->samples_skipped,
                 (unsigned long long)p->tx_packets, (unsigned long long)p->tx_errors,
                 (unsigned long long)p->rx_errors, (unsigned long long)p->rx_truncated, (unsigned long long)p->late, p->max_late,
-                p->late ? p->late_sum / p->late : 0.0, p->n);
+                p->late ? p->late_sum / p->late : 0.0, p->n + pfc_waiting(p));
         for (int i = 0; i < LATE_BUCKETS; i++)
             fprintf(f, "%s\"%s\": %llu", i ? ", " : "", LATE_LABELS[i], (unsigned long long)p->late_hist[i]);
         fprintf(f, "}, \"rx_latency_histogram\": {");
@@ -565,6 +574,7 @@ static void write_stats(int with_series, int ready) {
                         (unsigned long long)m->samples[i].bytes);
             fprintf(f, "]");
         }
+        pfc_stats_json(f, p, with_series);
         fprintf(f, "}");
     }
     fprintf(f, "}}\n");
@@ -588,7 +598,6 @@ static void account_late(path_t *p, double late) {
  * its own send begins, as the Python line does; the syscall itself is not the cost (measured). */
 static double release_due(path_t *p) {
     while (p->n) {
-        /* PFC_HOOK: a paused egress would stop here while its priority is paused. */
         pend_t *e = &p->p[p->head];
         double now = mono();
         if (e->release > now) return e->release;
@@ -637,6 +646,7 @@ static int receive(path_t *p, double now, double offset) {
                 p->rx_hist[b]++;
             }
         }
+        if (pfc_on_frame(p, arrival, rxbuf[i], len)) continue;
         if (opt_bare) {
             p->m.c[C_RXP]++; p->m.c[C_RXB] += len; p->m.c[C_FWP]++; p->m.c[C_FWB] += len;
             pend_push(p, arrival, rxbuf[i], len);
@@ -657,6 +667,7 @@ static int run_forward(void) {
     paths[1] = (path_t){.name = "b>a", .rx = sb, .tx = sa};
     model_init(&paths[0].m, &P, opt_seed_ab);
     model_init(&paths[1].m, &P, opt_seed_ba);
+    pfc_forward_init();
     for (int i = 0; i < opt_batch; i++) rxbuf[i] = xrealloc(NULL, MAX_FRAME);
     struct sigaction sa_stop = {.sa_handler = on_stop}, sa_dump = {.sa_handler = on_dump};
     sigaction(SIGTERM, &sa_stop, NULL);
@@ -678,8 +689,11 @@ static int run_forward(void) {
     struct pollfd fds[2] = {{.fd = sa, .events = POLLIN}, {.fd = sb, .events = POLLIN}};
     double next_stats = mono() + opt_stats_interval, last_rx = -1.0;
     while (!g_stop) {
+        double pfc0 = pfc_service(&paths[0]), pfc1 = pfc_service(&paths[1]);
         double next0 = release_due(&paths[0]), next1 = release_due(&paths[1]);
         double now = mono(), wait = IDLE_WAIT_S;
+        if (pfc0 > 0 && pfc0 - now < wait) wait = pfc0 - now;
+        if (pfc1 > 0 && pfc1 - now < wait) wait = pfc1 - now;
         if (next0 > 0 && next0 - now < wait) wait = next0 - now;
         if (next1 > 0 && next1 - now < wait) wait = next1 - now;
         if (now >= next_stats && (wait > STATS_QUIET_S || now >= next_stats + 4 * opt_stats_interval)) {
@@ -730,7 +744,7 @@ static int run_gen(void) {
     memcpy(f, "\x02\x77\x00\x00\x00\xfe\x02\x77\x00\x00\x00\x01\x08\x00", 14);
     uint8_t *ip = f + 14;
     int iplen = flen - 14;
-    ip[0] = 0x45; ip[2] = (uint8_t)(iplen >> 8); ip[3] = (uint8_t)iplen; ip[8] = 64; ip[9] = 17;
+    ip[0] = 0x45; ip[1] = (uint8_t)opt_tos; ip[2] = (uint8_t)(iplen >> 8); ip[3] = (uint8_t)iplen; ip[8] = 64; ip[9] = 17;
     memcpy(ip + 12, "\x0a\x4d\x00\x01\x0a\x4d\x00\x02", 8);
     uint32_t sum = 0;
     for (int i = 0; i < 20; i += 2) sum += (uint32_t)(ip[i] << 8) | ip[i + 1];
@@ -773,6 +787,7 @@ int main(int argc, char **argv) {
     const char *mode = argv[1];
     parse_options(argc - 1, argv + 1);
     if (strcmp(mode, "trace") == 0) return run_trace();
+    if (strcmp(mode, "pfctrace") == 0) return run_pfctrace();
     if (strcmp(mode, "forward") == 0) return run_forward();
     if (strcmp(mode, "gen") == 0) return run_gen();
     die("usage: linkcore forward|trace|gen [options]");

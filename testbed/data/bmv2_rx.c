@@ -1,0 +1,99 @@
+/* LD_PRELOAD shim for BMv2's receive path: a sized capture ring per port, and its drop counters.
+ *
+ * BMv2 (bmi) reads each port through libpcap with libpcap's default ring (2 MiB) and never reads the
+ * ring's statistics, so frames the kernel could not put into a full ring vanish without a count anywhere
+ * (the kernel counts them only in PACKET_STATISTICS of that socket, which no other process can read).
+ * Preloaded into simple_switch only:
+ *
+ *   pcap_create(dev)    remembered per handle (the port's interface name)
+ *   pcap_activate(p)    pcap_set_buffer_size(p, $TESTBED_BMV2_RX_BUFFER) first, when set
+ *   a thread            every 100 ms writes $TESTBED_BMV2_RX_STATS (when set), atomically (tmp + rename):
+ *                       {"buffer_bytes": N, "ports": {"s1-eth1": {"recv": R, "drop": D, "ifdrop": I}, ...}}
+ *                       from pcap_stats (cumulative since the port opened; drop = the ring's tp_drops)
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_PORTS 64
+
+/* libpcap's API (declared here: Debian ships its header only in libpcap-dev); resolved in simple_switch */
+typedef struct pcap pcap_t;
+struct pcap_stat { unsigned int ps_recv, ps_drop, ps_ifdrop; };
+int pcap_stats(pcap_t *, struct pcap_stat *);
+int pcap_set_buffer_size(pcap_t *, int);
+
+static struct { pcap_t *p; char dev[64]; } ports[MAX_PORTS];
+static int nports;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static long buffer_bytes;
+
+static void *writer(void *arg)
+{
+    const char *path = arg;
+    char tmp[4096];
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    for (;;) {
+        FILE *f = fopen(tmp, "w");
+        if (f) {
+            fprintf(f, "{\"buffer_bytes\": %ld, \"ports\": {", buffer_bytes);
+            pthread_mutex_lock(&lock);
+            for (int i = 0; i < nports; i++) {
+                struct pcap_stat st;
+                memset(&st, 0, sizeof st);
+                if (pcap_stats(ports[i].p, &st) != 0) continue;
+                fprintf(f, "%s\"%s\": {\"recv\": %u, \"drop\": %u, \"ifdrop\": %u}", i ? ", " : "", ports[i].dev,
+                        st.ps_recv, st.ps_drop, st.ps_ifdrop);
+            }
+            pthread_mutex_unlock(&lock);
+            fprintf(f, "}}\n");
+            if (fclose(f) == 0) rename(tmp, path);
+        }
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void start_writer(void)
+{
+    const char *path = getenv("TESTBED_BMV2_RX_STATS");
+    pthread_t t;
+    if (path && *path && pthread_create(&t, NULL, writer, strdup(path)) == 0) pthread_detach(t);
+}
+
+pcap_t *pcap_create(const char *dev, char *errbuf)
+{
+    static pcap_t *(*real)(const char *, char *);
+    if (!real) real = (pcap_t *(*)(const char *, char *))dlsym(RTLD_NEXT, "pcap_create");
+    pcap_t *p = real(dev, errbuf);
+    if (p && dev) {
+        pthread_mutex_lock(&lock);
+        if (nports < MAX_PORTS) {
+            ports[nports].p = p;
+            snprintf(ports[nports].dev, sizeof ports[nports].dev, "%s", dev);
+            nports++;
+        }
+        pthread_mutex_unlock(&lock);
+    }
+    return p;
+}
+
+int pcap_activate(pcap_t *p)
+{
+    static int (*real)(pcap_t *);
+    const char *size = getenv("TESTBED_BMV2_RX_BUFFER");
+    if (!real) real = (int (*)(pcap_t *))dlsym(RTLD_NEXT, "pcap_activate");
+    if (size && *size && atol(size) > 0) {
+        buffer_bytes = atol(size);
+        pcap_set_buffer_size(p, (int)buffer_bytes);
+    }
+    int rc = real(p);
+    pthread_once(&once, start_writer);
+    return rc;
+}

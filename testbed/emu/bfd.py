@@ -1,0 +1,86 @@
+"""BFD on a replica's inter-switch links (Open vSwitch's own BFD, RFC 5880 asynchronous mode).
+
+A link whose carrier stays up but which stops carrying packets (a dead transceiver lane, a wedged
+delay line, a filter dropping everything) is invisible to port-status; BFD sees it. OVS ties a port's
+liveness to its BFD session: fast-failover buckets skip a port whose session is down, and the port's
+``OFPPS_LIVE`` bit drops in a port-status message, which the controller treats as the link going down
+(:meth:`controllers.core.ControllerCore.port_status`)::
+
+    enable_bfd(rep, [("a0", "cr0"), ...], interval_s=0.05, mult=3, scale=plan.scale)
+        # ovs-vsctl set Interface a0-eth3 bfd:enable=true bfd:min_tx=50 bfd:min_rx=50 ... (x scale)
+
+Intervals are the real fabric's, dilated like every other timer (x scale); OVS takes whole milliseconds.
+"""
+
+from __future__ import annotations
+
+from testbed.emu import ops
+from testbed.errors import SpecError
+
+
+def bfd_settings(interval_s: float, mult: int, scale: float = 1.0) -> dict:
+    """OVS ``bfd:`` keys for a real-world ``interval_s`` x ``mult`` detection time, dilated by ``scale``.
+
+    Raises:
+        SpecError: naming the field, for an interval that rounds below 1 ms or a multiplier out of 1..255.
+    """
+    ms = round(interval_s * scale * 1e3)
+    if ms < 1:
+        raise SpecError("bfd.interval", f"{interval_s * 1e3:g} ms x scale {scale:g} is under OVS's 1 ms floor")
+    if not 1 <= mult <= 255:
+        raise SpecError("bfd.mult", f"must be 1..255, got {mult}")
+    return {"enable": "true", "min_tx": str(ms), "min_rx": str(ms), "decay_min_rx": "0", "mult": str(mult)}
+
+
+def bfd_argv(intfs, settings: dict | None) -> list[str]:
+    """One ovs-vsctl transaction setting (or, with ``settings=None``, clearing) BFD on every interface."""
+    argv = ["ovs-vsctl", "--timeout=10"]
+    for intf in intfs:
+        ops.check_ifname(intf)
+        if settings is None:
+            argv += ["--", "clear", "Interface", intf, "bfd"]
+        else:
+            argv += ["--", "set", "Interface", intf, *(f"bfd:{k}={v}" for k, v in settings.items())]
+    return argv
+
+
+def link_intfs(rep, links) -> list[str]:
+    """Both switch-side interfaces of every link ``(u, v)``."""
+    return [rep.intf_name(a, b) for u, v in links for a, b in ((u, v), (v, u))]
+
+
+def enable_bfd(rep, links, interval_s: float = 0.05, mult: int = 3, scale: float = 1.0) -> list[str]:
+    """Turn BFD on at both ends of each link; returns the interfaces."""
+    intfs = link_intfs(rep, links)
+    ops.run(bfd_argv(intfs, bfd_settings(interval_s, mult, scale)), what=f"enable BFD on {len(intfs)} ports")
+    return intfs
+
+
+def bfd_state(intf: str) -> dict:
+    """``bfd_status`` of an interface as OVS reports it ({} when BFD is off)."""
+    res = ops.run(["ovs-vsctl", "--timeout=5", "get", "Interface", intf, "bfd_status"], what=f"read BFD of {intf}")
+    text = res.stdout.strip().strip("{}")
+    out = {}
+    for part in text.split(", "):
+        key, _, value = part.partition("=")
+        if key:
+            out[key.strip()] = value.strip().strip('"')
+    return out
+
+
+def blackhole_argv(intf: str, on: bool) -> list[list[str]]:
+    """Starve what ``intf`` sends while its carrier stays up (the failure BFD exists for), or undo it.
+
+    A token bucket of 1 kbit/s as the root qdisc: a packet every ~10 s gets through, every other one is
+    dropped (tc's drop action needs gact, which this kernel may lack; TBF is always there). It replaces
+    the interface's root qdisc, so use it on unshaped links (``links=off``).
+    """
+    ops.check_ifname(intf)
+    if not on:
+        return [["tc", "qdisc", "del", "dev", intf, "root"]]
+    return [["tc", "qdisc", "replace", "dev", intf, "root", "tbf", "rate", "1kbit", "burst", "1600", "limit", "1600"]]
+
+
+def blackhole(intf: str, on: bool) -> None:
+    for argv in blackhole_argv(intf, on):
+        ops.run(argv, what=f"{'black-hole' if on else 'restore'} {intf}")

@@ -1,0 +1,145 @@
+"""What the long-haul experiment prints and plots (pure apart from drawing; no root).
+
+    print_table(rows)     one line per trial, real-world units, its verdict (INVALID trials say why)
+    summarise(rows)       per (case, km, mode): mean and 95% interval over the valid repetitions
+    print_summary(groups) that table, when a point has more than one repetition
+    plot(rows, path)      goodput, FCT p99, feedback delay and peak queue against distance, per case;
+                          with repetitions the mean and its interval as a band
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from testbed.console import console
+from testbed.validate import trial_ledger as TL
+from testbed.validate.longhaul_setup import CASES, MODES
+from testbed.validate.stats import confidence_interval
+
+METRICS = ("throughput_mbps", "fct_p99_ms", "feedback_delay_ms", "queue_peak_pkts")
+
+
+def print_table(rows) -> None:
+    from rich.table import Table
+
+    t = Table("case", "km", "mode", "goodput Mb/s", "FCT p50 ms", "FCT p99 ms", "queue peak", "queue mean",
+              "feedback ms", "drops", "retx", "switch CNPs", "CNPs rx", "sat.", "valid", title="long-haul congestion feedback (real-world units)")
+    for x in rows:
+        t.add_row(x["case"], f"{x['distance_km']:g}", x["mode"], f"{x['throughput_mbps']:.0f}",
+                  _fmt(x["fct_p50_ms"]), _fmt(x["fct_p99_ms"]), str(x["queue_peak_pkts"]),
+                  f"{x['queue_mean_pkts']:.1f}", _fmt(x["feedback_delay_ms"]), str(x["drops"]),
+                  str(x["retransmissions"]), str(x["switch_cnps"]), str(x["cnps_at_senders"]),
+                  "yes" if x["emulator_saturated"] else "", "valid" if x["valid"] else "INVALID")
+    console.print(t)
+    for x in rows:
+        if not x["valid"]:
+            console.print(f"  {x['case']} {x['distance_km']:g} km {x['mode']}: {TL.label(x['validity'])}; "
+                          + "; ".join(x["validity"]["reasons"][1:]))
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def plot(rows, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = summarise(rows)
+    cases = sorted({x["case"] for x in rows}, key=CASES.index)
+    labels = ("goodput (Mb/s)", "FCT p99 (ms)", "feedback delay (ms)", "peak queue (pkts)")
+    fig, axes = plt.subplots(len(cases), len(METRICS), figsize=(4 * len(METRICS), 3.2 * len(cases)), squeeze=False)
+    for i, case in enumerate(cases):
+        for j, (key, label) in enumerate(zip(METRICS, labels, strict=True)):
+            ax = axes[i][j]
+            for mode in MODES:
+                pts = sorted((g["distance_km"], g[key]) for g in groups
+                             if g["case"] == case and g["mode"] == mode and key in g)
+                if not pts:
+                    continue
+                xs = [p[0] for p in pts]
+                line, = ax.plot(xs, [p[1]["mean"] for p in pts], marker="o", label=mode)
+                if all(p[1]["low"] is not None for p in pts):
+                    ax.fill_between(xs, [p[1]["low"] for p in pts], [p[1]["high"] for p in pts],
+                                    color=line.get_color(), alpha=0.2)
+            ax.set_ylim(bottom=0)
+            ax.set_title(f"{case}: {label}", fontsize=9)
+            ax.set_xlabel("distance (km)")
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def summarise(rows) -> list[dict]:
+    """Per (case, distance, mode) over its *valid* trials: n and, per metric, mean, low, high (95%)."""
+    groups: dict = {}
+    for x in rows:
+        groups.setdefault((x["case"], x["distance_km"], x["mode"]), []).append(x)
+    out = []
+    for (case, km, mode), trials in sorted(groups.items(), key=lambda kv: (CASES.index(kv[0][0]), kv[0][1],
+                                                                           MODES.index(kv[0][2]))):
+        valid = [t for t in trials if t["valid"]]
+        doc = {"case": case, "distance_km": km, "mode": mode, "trials": len(trials), "valid": len(valid)}
+        for key in METRICS:
+            values = [t[key] for t in valid if t[key] is not None]
+            if values:
+                ci = confidence_interval(values)
+                doc[key] = {"mean": ci.mean, "low": ci.low, "high": ci.high, "n": ci.n}
+        out.append(doc)
+    return out
+
+
+def print_summary(groups) -> None:
+    from rich.table import Table
+
+    t = Table("case", "km", "mode", "valid/trials", *METRICS, title="mean and 95% interval over valid repetitions")
+    for g in groups:
+        cells = []
+        for key in METRICS:
+            m = g.get(key)
+            if m is None:
+                cells.append("-")
+            elif m["low"] is None:
+                cells.append(f"{m['mean']:.3g}")
+            else:
+                cells.append(f"{m['mean']:.3g} [{m['low']:.3g}, {m['high']:.3g}]")
+        t.add_row(g["case"], f"{g['distance_km']:g}", g["mode"], f"{g['valid']}/{g['trials']}", *cells)
+    console.print(t)
+
+
+#: Per-trial fields of summary.json and metrics.json.
+SUMMARY_KEYS = ("case", "distance_km", "mode", "repetition", "throughput_mbps", "fct_p50_ms", "fct_p99_ms",
+                "queue_peak_pkts", "feedback_delay_ms", "drops", "valid", "validity", "emulator_ok")
+METRICS_KEYS = ("case", "distance_km", "mode", "repetition", "valid", "validity", "emulator_ok", "health",
+                "unaccounted_losses", "accounting")
+
+
+def documents(rows, scale: float) -> tuple[dict, dict]:
+    """``(metrics.json, summary.json)`` of a run: emulator health and every trial's ledger; the rows, the
+    per-point summary and the run's verdict."""
+    emulator_ok = all(x["emulator_ok"] for x in rows)
+    saturated = any(x["emulator_saturated"] for x in rows)
+    metrics = {"emulator_ok": emulator_ok, "trials": [{k: x[k] for k in METRICS_KEYS} for x in rows]}
+    summary = {"rows": [{k: x[k] for k in SUMMARY_KEYS} | {"emulated": x["emulated"],
+                                                           "emulator_saturated": x["emulator_saturated"]}
+                        for x in rows],
+               "summary": summarise(rows), "emulator_saturated": saturated, "emulator_ok": emulator_ok,
+               "invalid_trials": sum(1 for x in rows if not x["valid"]), "scale": scale}
+    return metrics, summary
+
+
+def print_verdict(rows) -> None:
+    """The run's closing lines: how many trials are invalid, emulator health, saturation."""
+    invalid = [x for x in rows if not x["valid"]]
+    if invalid:
+        console.print(f"[yellow]{len(invalid)} of {len(rows)} trials are INVALID (column 'valid'): they are "
+                      "not results of their mode[/yellow]")
+    console.print(f"emulator_ok: {all(x['emulator_ok'] for x in rows)}")
+    if any(x["emulator_saturated"] for x in rows):
+        console.print("[yellow]the emulator saturated in some trials (column 'sat.'): do not read those "
+                      "rows as protocol behaviour[/yellow]")

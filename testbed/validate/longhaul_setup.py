@@ -1,0 +1,218 @@
+"""The long-haul experiment's set-up, as data (pure: importable without root, unit-tested).
+
+What ``scenarios/long_haul_cnp.py`` runs, per distance, case and mode::
+
+    G (spec) --with_distance(km)--> --case_graph(case)--> case_plan(mode) -> plan_replica(...)
+    roles(G)        senders (campus 0), receivers (campus 1), the DCI pair, the receivers' ToR
+    case_rates      sender-dci: the long haul at half the senders' sum (2:1);
+                    receiver-tor: the receivers' ports at half the line rate, the long haul not the bottleneck
+    bottleneck      the congestion point (switch, neighbour)
+    overrides       RoCE frames, Alibaba's per-25G RED rule, the userspace delay line, the CNP interval
+    pair_qpns / qp_map_entries / sender_config   the senders' and the switches' QP configuration
+    row / validate_fields                        one result row and the config block validate reads
+
+Real-world units everywhere except where a name says ``emulated``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from testbed.errors import SpecError
+from testbed.plan import Overrides, plan_replica
+from testbed.topo.builder import set_link
+
+DISTANCES_KM = (0, 10, 30, 50, 100)
+QUICK_DISTANCES_KM = (30,)
+MODES = ("ecn", "fast-cnp")
+CASES = ("sender-dci", "receiver-tor")
+#: soft-RDMA IB path MTU; frames are Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + payload + ICRC 4.
+IB_MTU = 1024
+FRAME_BYTES = 14 + 20 + 8 + 12 + IB_MTU + 4
+#: RED thresholds scaled with the port rate (Alibaba's production rule, DOMAIN.md): per 25G of rate.
+KMIN_BYTES_PER_25G, KMAX_BYTES_PER_25G, PMAX = 100e3, 400e3, 0.2
+#: Real-world DCQCN CNP interval; the switch rate-limits its own CNPs the same way.
+CNP_INTERVAL_S = 50e-6
+
+
+@dataclass(frozen=True)
+class Roles:
+    senders: tuple
+    receivers: tuple
+    dci: tuple          # (sender side, receiver side)
+    receiver_tor: str
+
+
+def roles(G) -> Roles:
+    """Senders = hosts of campus 0, receivers = hosts of campus 1, paired in order (from attributes)."""
+    hosts = [n for n, d in G.nodes(data=True) if d.get("role") == "host"]
+    senders = tuple(h for h in hosts if G.nodes[h].get("campus") == 0)
+    receivers = tuple(h for h in hosts if G.nodes[h].get("campus") == 1)
+    dci = {G.nodes[n]["campus"]: n for n, d in G.nodes(data=True) if d.get("role") == "dci"}
+    if not senders or len(senders) != len(receivers) or set(dci) != {0, 1}:
+        raise SpecError("params.campuses", "long_haul_cnp needs two campuses with the same number of hosts "
+                                           "and one DCI switch each")
+    tors = {nbr for r in receivers for nbr in G.neighbors(r)}
+    if len(tors) != 1:
+        raise SpecError("params.campuses", f"receivers must share one ToR, found {sorted(tors)}")
+    return Roles(senders, receivers, (dci[0], dci[1]), tors.pop())
+
+
+def with_distance(G, distance_km: float):
+    """Copy of G whose long-haul (dci-tier) link is ``distance_km`` long (5 us/km one way)."""
+    H = G.copy()
+    for u, v, d in H.edges(data=True):
+        if d.get("tier") == "dci":
+            set_link(H, u, v, distance_m=distance_km * 1e3)
+    return H
+
+
+def case_rates(G, case: str, r: Roles) -> dict:
+    """Real-world rate of each edge (frozenset) for a case: the spec's, with the case's bottleneck."""
+    rates = {frozenset((u, v)): d["rate_bps"] for u, v, d in G.edges(data=True)}
+    host_rate = max(G.edges[s, next(iter(G.neighbors(s)))]["rate_bps"] for s in r.senders)
+    if case == "sender-dci":
+        rates[frozenset(r.dci)] = host_rate * len(r.senders) / 2   # 2:1 onto the long haul
+    elif case == "receiver-tor":
+        rates[frozenset(r.dci)] = host_rate * len(r.senders) * 2   # long haul not the bottleneck
+        for h in r.receivers:
+            rates[frozenset((r.receiver_tor, h))] = host_rate / 2  # receiver ports at half the line rate
+    else:
+        raise SpecError("case", f"{case!r} is not one of: {', '.join(CASES)}")
+    return rates
+
+
+def bottleneck(case: str, r: Roles) -> tuple:
+    """(switch, neighbour) whose egress queue is the congestion point (first receiver's for the ToR)."""
+    return (r.dci[0], r.dci[1]) if case == "sender-dci" else (r.receiver_tor, r.receivers[0])
+
+
+def case_graph(G, case: str):
+    """Copy of G with the case's real-world link rates (:func:`case_rates`)."""
+    H = G.copy()
+    for edge, rate in case_rates(G, case, roles(G)).items():
+        u, v = tuple(edge)
+        set_link(H, u, v, rate_bps=rate)
+    return H
+
+
+def overrides(mode: str = "ecn") -> Overrides:
+    """The run's choices on top of the spec: RoCE frames, Alibaba's RED rule, the userspace delay line."""
+    return Overrides(link_backend="userspace", frame_bytes=FRAME_BYTES, ecn_mode=mode,
+                     red_per_25g=(KMIN_BYTES_PER_25G, KMAX_BYTES_PER_25G, PMAX), cnp_interval_s=CNP_INTERVAL_S)
+
+
+def case_plan(G, case: str, mode: str, capabilities=None):
+    """The replica plan of one case and mode: BMv2 queue rates/depths, RED and fast-CNP per port."""
+    from testbed.plan import ASSUMED
+
+    return plan_replica(case_graph(G, case), capabilities or ASSUMED, overrides(mode))
+
+
+def row(case: str, distance_km: float, mode: str, scale: float, t: dict, repetition: int = 0) -> dict:
+    """One result row: real-world units, the emulated figures beside them, and the trial's verdict
+    (the fields ``testbed validate --long-haul`` reads, docs/validation.md)."""
+    def real_ms(x):
+        return None if x is None else round(x / scale * 1e3, 4)
+
+    return {"case": case, "distance_km": distance_km, "mode": mode, "repetition": repetition,
+            "valid": t["validity"]["valid"], "validity": t["validity"], "health": t["health"],
+            "emulator_ok": t["emulator_ok"], "unaccounted_losses": t["unaccounted_losses"],
+            "accounting": t["accounting"], "bottleneck": t["bottleneck"], "cnps_rx": t["cnps_rx"],
+            "throughput_mbps": round(t["goodput_bps"] * scale / 1e6, 1),
+            "fct_p50_ms": real_ms(t["fct_p50_s"]), "fct_p99_ms": real_ms(t["fct_p99_s"]),
+            "queue_peak_pkts": t["queue_peak"], "queue_mean_pkts": t["queue_mean"],
+            "feedback_delay_ms": real_ms(t["feedback_delay_s"]), "drops": t["drops"],
+            "marks": t["marks"], "switch_cnps": t["switch_cnps"], "cnps_at_senders": t["cnps_rx"],
+            "retransmissions": t["retransmissions"], "emulator_saturated": bool(t["saturation"]),
+            "saturation": t["saturation"],
+            "emulated": {"throughput_mbps": round(t["goodput_bps"] / 1e6, 3), "fct_p50_ms": _ms(t["fct_p50_s"]),
+                         "fct_p99_ms": _ms(t["fct_p99_s"]), "feedback_delay_ms": _ms(t["feedback_delay_s"])}}
+
+
+def validate_fields(G) -> dict:
+    """Config fields ``testbed validate --long-haul`` reads: the senders' real line rate, how many share the
+    bottleneck, one campus' cabling (host + campus-DCI link) and the backends."""
+    r = roles(G)
+    s = r.senders[0]
+    tor = next(iter(G.neighbors(s)))
+    up = next(n for n in G.neighbors(tor) if G.nodes[n].get("role") == "dci")
+    return {"line_rate_bps": G.edges[s, tor]["rate_bps"], "flows": len(r.senders),
+            "local_fibre_m": G.edges[s, tor].get("distance_m", 0.0) + G.edges[tor, up].get("distance_m", 0.0),
+            "backends": ["bmv2", "userspace", "soft-rdma"]}
+
+
+def _ms(x):
+    return None if x is None else round(x * 1e3, 2)
+
+
+def pair_qpns(i: int) -> tuple[int, int]:
+    """(sender's, receiver's) QP number of sender-receiver pair ``i``: fixed, so the QP maps can be preloaded."""
+    return 0x100 + i, 0x200 + i
+
+
+def qp_map_entries(plan, r: Roles) -> list:
+    """The control plane's QP map: (sender ip, receiver ip, receiver QP) -> sender QP for every pair."""
+    from testbed.p4rt import entries as E
+
+    return [E.qp_map_entry(plan.endpoint(s).ip, plan.endpoint(d).ip, pair_qpns(i)[1], pair_qpns(i)[0])
+            for i, (s, d) in enumerate(zip(r.senders, r.receivers, strict=True))]
+
+
+def sender_config(plan, sender, receiver, args, qpns=None) -> dict:
+    """The send document of one sender (:mod:`testbed.rdma.endpoint`): the plan's emulated DCQCN and timeout,
+    and (preloaded QP maps) the pair's QP numbers."""
+    ep = plan.endpoint(sender)
+    doc = {"host": plan.endpoint(receiver).ip, "test": "write_lat", "size": args.size, "iters": args.iters,
+           "mtu": IB_MTU, "window": args.window, "timeout_s": ep.emulated_qp_timeout_s, "dcqcn": ep.emulated_dcqcn}
+    if qpns is not None:
+        doc["qpns"] = list(qpns)
+    return doc
+
+
+
+def parse_list(text: str, field: str, cast, allowed=None) -> list:
+    """A comma-separated CLI list; a bad item is a :class:`SpecError` naming ``field``."""
+    try:
+        items = [cast(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecError(field, f"expected a comma-separated list, got {text!r}") from None
+    if not items:
+        raise SpecError(field, "must not be empty")
+    if allowed is not None:
+        bad = [x for x in items if x not in allowed]
+        if bad:
+            raise SpecError(field, f"{bad[0]!r} is not one of: {', '.join(allowed)}")
+    return items
+
+
+def feedback_delay(clock_epoch_us: float, first_signal_us: int, cnp_times: list) -> float | None:
+    """Seconds from the congestion point's first signal (switch clock + its wall-clock epoch) to the first
+    CNP captured at a sender after it; None when either is missing."""
+    if not first_signal_us or not cnp_times:
+        return None
+    signal = (clock_epoch_us + first_signal_us) * 1e-6
+    later = [t - signal for t in cnp_times if t >= signal]
+    return min(later) if later else None
+
+
+def bottleneck_doc(plan, switch, neighbour) -> dict:
+    """The congestion point's configuration, emulated and real (the fields validate's gain rows read)."""
+    port_no = plan.graph.edges[switch, neighbour]["ports"][switch]
+    port = plan.switch(switch).port(port_no)
+    return {"switch": switch, "port": port_no, "rate_pps": port.emulated_rate_pps,
+            "kmin_pkts": port.ecn.kmin_pkts, "kmax_pkts": port.ecn.kmax_pkts,
+            "real_rate_bps": plan.graph.edges[switch, neighbour]["rate_bps"],
+            "kmin_bytes": port.ecn.kmin_pkts * FRAME_BYTES, "kmax_bytes": port.ecn.kmax_pkts * FRAME_BYTES,
+            "pmax": port.ecn.pmax}
+
+
+def run_config(G, spec, args, distances, modes, cases) -> dict:
+    """The run's ``config`` block (config.json): what was asked and the fields ``testbed validate`` reads."""
+    return {"spec": str(spec), "distances_km": distances, "modes": modes, "cases": cases,
+            "message_bytes": args.size, "messages_per_sender": args.iters, "window_pkts": args.window,
+            "repetitions": args.repetitions, "scale": G.graph["scale"], "ib_mtu": IB_MTU,
+            "frame_bytes": FRAME_BYTES, "cnp_interval_s": CNP_INTERVAL_S,
+            "red_per_25g": {"kmin_bytes": KMIN_BYTES_PER_25G, "kmax_bytes": KMAX_BYTES_PER_25G, "pmax": PMAX},
+            "qp_map": "learned from ACKs" if args.learn_qp else "preloaded by the control plane",
+            **validate_fields(G)}

@@ -1,0 +1,120 @@
+"""Everything a trial's frame ledger needs from a running replica, read before and after it (root glue).
+
+    watch = TrialWatch(rep, clients, link_nodes, hosts).start()
+    ... the trial's traffic ...
+    watch.stop()
+    evidence = watch.evidence(fabric_stats.drops(clients, plan))
+        -> {"hops", "ring_drops", "link_stats", "udp_rcvbuf_errors", "switch_socket_drops"}
+    watch.own_cpu()   -> CPU seconds of the run's own processes (switches, receivers, ended senders)
+
+Readings: every interface's counters in every namespace of the run (:mod:`testbed.validate.ifcounters`), each
+BMv2 switch's capture-ring counters (:mod:`testbed.p4rt.rx`), each link node's stats asked for fresh at both
+ends (so they cover exactly the trial: :func:`testbed.links.accounting.stats_delta`), the hosts' UDP
+receive-buffer overflows and the switches' packet-socket drops (:class:`testbed.emu.health.LossWatch`).
+The arithmetic is pure (:func:`testbed.links.hops.hop_ledger`, :mod:`testbed.validate.trial_ledger`).
+"""
+
+from __future__ import annotations
+
+from testbed.emu.health import LossWatch
+from testbed.links import accounting, hops
+from testbed.p4rt.rx import ring_drops
+from testbed.validate import ifcounters
+
+#: Link-node counters of frames it consumed itself (its model's drops, its failed sends, its socket's).
+_LINK_CONSUMED = ("drop_tail", "drop_red", "drop_loss", "drop_pfc", "tx_errors", "rx_truncated")
+
+
+class TrialWatch:
+    """Before/after readings around one trial.
+
+    Args:
+        rep: the running :class:`testbed.emu.replica.Replica`.
+        clients: {switch graph node: SwitchClient} of its BMv2 switches.
+        link_nodes: {name: DelayLineNode} of its userspace links.
+        hosts: graph nodes of the hosts whose UDP buffers count.
+    """
+
+    def __init__(self, rep, clients: dict, link_nodes: dict, hosts, processes: dict | None = None):
+        self.rep, self.clients, self.link_nodes = rep, clients, dict(link_nodes)
+        pids = [rep.switch(sw).process.proc.pid for sw in clients]
+        self.losses = LossWatch(rep, hosts, pids)
+        self.pids = {f"switch {rep.switch(sw).name}": rep.switch(sw).process.proc.pid for sw in clients}
+        self.pids.update(processes or {})
+        self._cpu0: dict = {}
+        self._cpu: dict = {}
+        self._before: dict = {}
+        self._after: dict = {}
+        self._lost: dict = {}
+
+    def _read(self) -> dict:
+        return {"links": {n.name: n.fresh_stats() for n in self.link_nodes.values()},
+                "intf": ifcounters.snapshot(self.rep),
+                "rings": {self.rep.switch(sw).name: self.rep.switch(sw).process.rx_stats() for sw in self.clients}}
+
+    def _cpu_now(self) -> dict:
+        import resource
+        import time
+
+        import psutil
+
+        out = {"_wall": time.monotonic(), "_children": sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2])}
+        for name, pid in self.pids.items():
+            try:
+                t = psutil.Process(pid).cpu_times()
+                out[name] = t.user + t.system + t.children_user + t.children_system
+            except psutil.Error:
+                pass
+        return out
+
+    def start(self) -> "TrialWatch":
+        self._before = self._read()
+        self.losses.start()
+        self._cpu0 = self._cpu_now()
+        return self
+
+    def stop(self) -> "TrialWatch":
+        cpu1 = self._cpu_now()
+        wall = cpu1["_wall"] - self._cpu0["_wall"]
+        self._cpu = {name: {"cpu_s": round(t - self._cpu0[name], 3), "wall_s": round(wall, 3)}
+                     for name, t in cpu1.items() if name in self._cpu0 and not name.startswith("_")}
+        # processes that ran and ended inside the trial (the senders, tcpdump): this process' waited children
+        self._cpu["ended children"] = {"cpu_s": round(cpu1["_children"] - self._cpu0["_children"], 3),
+                                       "wall_s": round(wall, 3)}
+        self._after = self._read()
+        self._lost = self.losses.stop()
+        return self
+
+    def own_cpu(self) -> dict:
+        """{process: {cpu_s, wall_s}} of the run's own processes over the trial (link nodes: their stats)."""
+        return dict(self._cpu)
+
+    def link_stats(self) -> dict:
+        """{link node: its stats over the trial only}."""
+        return {name: accounting.stats_delta(self._before["links"].get(name), doc)
+                for name, doc in self._after["links"].items() if doc}
+
+    def evidence(self, dropped: dict) -> dict:
+        """The ledger's inputs; ``dropped`` is :func:`testbed.p4rt.fabric_stats.drops` read after the trial."""
+        name = {sw: self.rep.switch(sw).name for sw in self.clients}
+        links = self.link_stats()
+        counted = {name[sw]: n for sw, n in dropped["consumed_by_switch"].items()}
+        generated = {name[sw]: n for sw, n in dropped["generated_by_switch"].items()}
+        queued = {}
+        for node, doc in links.items():
+            dirs = doc.get("directions", {}).values()
+            counted[node] = sum(d.get(k, 0) for d in dirs for k in _LINK_CONSUMED) + doc.get("rx_kernel_drops", 0)
+            before = self._before["links"].get(node) or {}
+            queued[node] = (sum(d.get("in_flight", 0) for d in dirs)
+                            - sum(d.get("in_flight", 0) for d in before.get("directions", {}).values()))
+        elements, wires = ifcounters.topology(self.rep)
+        ledger = hops.hop_ledger(elements, wires, hops.delta(self._before["intf"], self._after["intf"]),
+                                 counted, generated, queued)
+        rings = {}
+        for sw, after in self._after["rings"].items():
+            d = ring_drops(self._before["rings"].get(sw), after)
+            if d is None:
+                rings = None
+                break
+            rings[sw] = sum(d.values())
+        return {"hops": ledger, "ring_drops": rings, "link_stats": links, **self._lost}

@@ -1,0 +1,124 @@
+"""4:1 incast through link cores with PFC (issue 16): lossless on the RoCE priority, lossy still drops, and
+without PFC the same incast drops on both.
+
+Fixture: :mod:`testbed.pfc.fanin` (four sender namespaces, each behind a link core = its NIC, a tc fan-in
+switch, one bottleneck link core into the receiver). Each sender offers 45 % of the line rate on priority 3
+(DSCP 26) and 45 % on priority 0, so the bottleneck is offered 3.6x its rate, 1.8x on each priority alone. The PAUSE
+frames the bottleneck sends are captured at the switch port and decoded by tshark (an independent dissector).
+A trial on an unhealthy emulator (socket drops, late frames, a PFC reaction slower than the headroom covers)
+is rerun once; if still unhealthy the test fails saying so, it does not skip.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from testbed.emu.registry import RunRegistry
+from testbed.links.accounting import link_node_ledger
+from testbed.links.wire import name_prefix
+from testbed.pfc.config import PfcConfig, WatchdogParams
+from testbed.pfc.fanin import FanIn, IncastParams, run_trial
+
+pytestmark = [pytest.mark.root]
+
+RATE = 20e6
+ROCE_TOS, LOSSY_TOS = 26 << 2 | 2, 0
+#: xoff 30 KB; headroom fixed at 200 KB for the four ingress ports the bottleneck's buffer stands for (the
+#: formula gives 4 x 10.3 KB at the real 20G, which covers < 1 ms of emulator reaction at these rates).
+PFC = PfcConfig(priorities=(3,), xoff_bytes=30e3, xon_bytes=30e3 - 2 * 1538, headroom_bytes=200e3)
+FLOWS = [(i, tos, 0.45 * RATE / 8000) for i in range(4) for tos in (ROCE_TOS, LOSSY_TOS)]
+SECONDS = 1.5
+#: A stuck receiver refreshing PAUSE for 2 s (emulated); the bottleneck's watchdog detects after 0.5 ms real
+#: (0.5 s emulated) of continuous pause with frames queued and restores 0.5 s after the last PAUSE.
+STORM_S = 2.0
+WATCHDOG_PFC = PfcConfig(priorities=(3,), xoff_bytes=PFC.xoff_bytes, xon_bytes=PFC.xon_bytes,
+                         headroom_bytes=PFC.headroom_bytes,
+                         watchdog=WatchdogParams(detect_s=0.5e-3, restore_s=0.5e-3, action="drop"))
+
+
+def _trial(fan, tmp_path, pfc_on: bool, capture: bool = False, pfc: PfcConfig = PFC, storm_s=None) -> dict:
+    params = IncastParams(senders=4, rate_bps=RATE, pfc=pfc, pfc_on=pfc_on)
+    for attempt in range(2):
+        res = run_trial(fan, params, FLOWS, SECONDS, seed=7 + attempt, storm_s=storm_s,
+                        capture=tmp_path / f"pfc-{pfc_on}-{attempt}.pcap" if capture else None)
+        res["pcap"] = tmp_path / f"pfc-{pfc_on}-{attempt}.pcap"
+        if res["valid"]:
+            return res
+    raise AssertionError(f"emulator unhealthy twice (PFC {'on' if pfc_on else 'off'}): {res['checks']}, "
+                         f"reaction {res['reaction']}, late {res['emulator_late']} of {res['frames']}")
+
+
+@pytest.fixture(scope="module")
+def trials(tmp_path_factory):
+    assert shutil.which("tshark"), "tshark is missing: make setup installs it (a setup failure, not a skip)"
+    tmp = tmp_path_factory.mktemp("pfc-incast")
+    with RunRegistry("pfc-incast-test") as run:
+        fan = FanIn(run, name_prefix("p"), tmp, 4)
+        fan.build()
+        yield {"on": _trial(fan, tmp, True, capture=True), "off": _trial(fan, tmp, False),
+               "storm": _trial(fan, tmp, True, pfc=WATCHDOG_PFC, storm_s=STORM_S)}
+
+
+def test_pfc_on_roce_priority_is_lossless_and_lossy_drops(trials):
+    led = trials["on"]["ledger"]["priorities"]
+    roce, lossy = led["3"], led["0"]
+    assert roce["lossless"] and roce["sent"] > 5000
+    assert roce["dropped"] == 0 and roce["delivered"] == roce["sent"], roce["drops"]
+    assert lossy["drops"].get("bottleneck_drop_tail", 0) > 0          # priority 0 is not protected
+    assert lossy["unaccounted"] == 0 and roce["unaccounted"] == 0
+    for name, doc in trials["on"]["stats"].items():                   # the run-wide ledger reads the same stats
+        node = link_node_ledger(doc)
+        assert node["unaccounted"] == 0 and node["in_flight"] == 0, (name, node)
+        assert node["modelled"]["pfc"] == 0
+    lr = trials["on"]["pfc"]["LR"]["a>b"]
+    assert lr["ingress"]["3"]["pause_sent"] > 0 and lr["ingress"]["3"]["xon_sent"] > 0
+    assert lr["ingress"]["3"]["max_bytes"] >= PFC.xoff_bytes          # xoff was crossed, the headroom held
+    assert lr["ingress"]["3"]["max_bytes"] <= PFC.xoff_bytes + PFC.headroom_bytes
+    for n in ("L0", "L1", "L2", "L3"):                                # every sender was held, then resumed
+        eg = trials["on"]["pfc"][n]["a>b"]["egress"]["3"]
+        assert eg["pause_received"] > 0 and eg["paused_s"] > 0.1 * SECONDS
+
+
+def test_pfc_off_same_incast_drops_on_both_priorities(trials):
+    led = trials["off"]["ledger"]["priorities"]
+    assert not led["3"]["lossless"]
+    assert led["3"]["drops"].get("bottleneck_drop_tail", 0) > 0.2 * led["3"]["sent"]
+    assert led["0"]["drops"].get("bottleneck_drop_tail", 0) > 0
+    assert all(r["unaccounted"] == 0 for r in led.values())
+    assert trials["off"]["pfc"]["LR"]["a>b"]["pfc_tx_frames"] == 0    # nothing paused
+
+
+def test_tshark_decodes_the_captured_pauses_as_pfc(trials):
+    on = trials["on"]
+    pcap = on["pcap"]
+    fields = ["eth.dst", "macc.opcode", "macc.cbfc.enbv", "macc.cbfc.pause_time.c3"]
+    done = subprocess.run(["tshark", "-r", str(pcap), "-T", "json", *[a for f in fields for a in ("-e", f)]],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    layers = [p["_source"]["layers"] for p in json.loads(done.stdout or "[]")]
+    sent = on["pfc"]["LR"]["a>b"]["pfc_tx_frames"]
+    assert len(layers) == sent                                       # every PAUSE/XON sent was on the wire
+    assert {x["eth.dst"][0] for x in layers} == {"01:80:c2:00:00:01"}
+    assert {int(x["macc.opcode"][0], 0) for x in layers} == {0x0101}
+    assert {int(x["macc.cbfc.enbv"][0], 0) for x in layers} == {0x08}
+    times = [int(x["macc.cbfc.pause_time.c3"][0]) for x in layers]
+    assert times.count(0xFFFF) == on["pfc"]["LR"]["a>b"]["ingress"]["3"]["pause_sent"]
+    assert times.count(0) == on["pfc"]["LR"]["a>b"]["ingress"]["3"]["xon_sent"]
+
+
+def test_watchdog_breaks_a_stuck_receivers_storm_and_restores(trials):
+    storm = trials["storm"]
+    lr = storm["pfc"]["LR"]["a>b"]
+    wd = lr["watchdog"]["3"]
+    assert lr["egress"]["3"]["pause_received"] >= 4                     # the stuck receiver's refreshes
+    assert wd["storms"] >= 1 and wd["restorations"] == wd["storms"] and not wd["in_storm"]
+    # declared 0.5 s into the pause, ended 0.5 s after the last PAUSE: about the storm's length
+    assert 0.5 * STORM_S <= wd["storm_s"] <= STORM_S + 1.0
+    roce = storm["ledger"]["priorities"]["3"]
+    assert roce["drops"].get("bottleneck_drop_pfc_watchdog", 0) > 0      # dropped while in storm, counted
+    assert roce["drops"].get("bottleneck_drop_pfc_headroom", 0) == 0
+    assert roce["unaccounted"] == 0 and roce["delivered"] > 0           # and delivered again after it

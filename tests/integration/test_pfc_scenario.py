@@ -1,0 +1,35 @@
+"""``testbed run pfc_incast --quick``: the scenario runs end to end and its figures make sense.
+
+The same claims as test_pfc_incast.py, read from the scenario's own summary: a row from an unhealthy
+emulator must say so (``valid: false`` and why), which the assertions below accept only with a reason.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+def test_pfc_incast_quick(tmp_path, capsys):
+    from scenarios import pfc_incast
+
+    assert pfc_incast.main(["--quick", "--json", "--out", str(tmp_path), "--seconds", "1", "--storm", "2"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    rows = {(r["pfc"], r["storm_s"] is not None, r["watchdog"]): r for r in summary["rows"]}
+    assert len(rows) == 4 and all(r["unaccounted"] == 0 for r in rows.values())
+    for r in rows.values():
+        assert r["valid"] or r["invalid_because"], r
+    on, off = rows[(True, False, None)], rows[(False, False, None)]
+    stuck, broken = rows[(True, True, None)], rows[(True, True, "drop")]
+    assert on["roce_dropped"] == 0 and on["lossy_dropped"] > 0 and on["pause_sent"] > 0
+    assert off["roce_dropped"] > 0 and off["pause_sent"] == 0
+    # a stuck receiver: without the watchdog the bottleneck is held for the whole storm and nothing is lost;
+    # with it, one storm is declared and its frames are dropped as pfc_watchdog
+    assert stuck["storms"] == 0 and stuck["roce_dropped"] == 0 and stuck["bottleneck_paused_s"] >= 0.9 * 2.0
+    assert broken["storms"] >= 1 and broken["watchdog_drops"] > 0
+    assert (tmp_path / "pfc_incast.png").stat().st_size > 10_000
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert len(metrics["trials"]) == 4 and (tmp_path / "pfc-4-True.pcap").stat().st_size > 24
