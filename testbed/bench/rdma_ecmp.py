@@ -25,7 +25,9 @@ SPEC = Path(__file__).resolve().parents[2] / "scenarios" / "specs" / "fat-tree-k
 def ecmp_qps(qps: int = 4, size: str = "64KiB", iters: int = 40, out_dir: Path | None = None) -> dict:
     from controllers.launch import start_controller
     from testbed.bench.failover import pod_pairs
+    from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
+    from testbed.plan import Overrides, plan_replica
     from testbed.topo.spec import build_graph, load_spec
 
     G = build_graph(load_spec(SPEC))
@@ -36,8 +38,8 @@ def ecmp_qps(qps: int = 4, size: str = "64KiB", iters: int = 40, out_dir: Path |
     cli = [sys.executable, "-m", "testbed.cli"]
     with RunRegistry("bench-rdma-ecmp") as run:
         ctl = start_controller(run, G, out, mode="controller", lldp_interval=0)
-        with Replica(G, controller=ctl.address, run=run, static_arp=False, out_dir=out,
-                     name="bench-rdma-ecmp") as rep:
+        plan = plan_replica(G, plan_capabilities(), Overrides(links="off", static_arp=False))
+        with Replica(plan, controller=ctl.address, run=run, out_dir=out, name="bench-rdma-ecmp") as rep:
             ctl.wait_ready()
             rep.host(src).cmd(f"ping -c2 -W1 {rep.ip(dst)}")
             rep.host(dst).cmd(f"ping -c2 -W1 {rep.ip(src)}")
