@@ -25,7 +25,7 @@ def crash_argv(name: str) -> list[str]:
 
 def crash_switch(rep, name: str) -> None:
     """Delete OVS bridge ``name`` of replica ``rep`` (its tables and controller connection go with it)."""
-    if ops.bridge_uuid(name) is None:
+    if ops.bridge_uuids().get(name) is None:
         raise EmulationError(f"switch {name} is not a running OVS bridge; nothing to crash")
     ops.run(crash_argv(name), what=f"crash switch {name}")
 
@@ -35,7 +35,7 @@ def restart_switch(rep, name: str) -> None:
     sw = rep.switch(name)
     sw.batch = False  # the replica started it in a batch; one more ovs-vsctl transaction now
     sw.start(rep.net.controllers)
-    uuid = ops.bridge_uuid(name)
+    uuid = ops.bridge_uuids().get(name)
     if uuid is None:
         raise EmulationError(f"switch {name} did not come back (ovs-vsctl add-br failed); see ovs-vswitchd.log")
     for obj in rep.run.objects:

@@ -30,17 +30,25 @@ def _run(out, capsys):
     return summary, full
 
 
+ATTEMPTS = 3
+
+
 def _problems(full) -> list[str]:
     return [f"{mode}: {'; '.join(r['validity']['reasons'])}" for mode, r in full.items() if not r["valid"]]
 
 
 def test_fast_cnp_feedback_beats_ecn_across_30km(tmp_path, capsys):
-    summary, full = _run(tmp_path / "1", capsys)
-    first = _problems(full)
-    if first:  # an overloaded machine: once more, then the verdict stands
-        summary, full = _run(tmp_path / "2", capsys)
-    out = tmp_path / ("2" if first else "1")
-    assert not _problems(full), f"quick mode not healthy twice: first {first}; then {_problems(full)}"
+    # An invalid run (the emulator late or losing frames: said in its verdict) is discarded, never asserted
+    # on; up to ATTEMPTS runs, then the verdict stands. CI at load ~1 saw 1.4-4 % late link-node frames in
+    # runs that passed alone, so one retry was not enough to tell an overloaded machine from a broken result.
+    seen = []
+    for attempt in range(1, ATTEMPTS + 1):
+        out = tmp_path / str(attempt)
+        summary, full = _run(out, capsys)
+        seen.append(_problems(full))
+        if not seen[-1]:
+            break
+    assert not seen[-1], f"quick mode not healthy in {ATTEMPTS} runs: {seen}"
     assert {r["mode"] for r in summary["rows"]} == {"ecn", "fast-cnp"}
     ecn, fast = full["ecn"], full["fast-cnp"]
     # every frame attributed; none lost inside the emulator; every document carries the verdict
