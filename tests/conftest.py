@@ -56,3 +56,49 @@ def pytest_runtest_setup(item):
             if os.environ.get("TESTBED_STRICT"):
                 pytest.fail(f"{reason} [TESTBED_STRICT: this machine must have it]", pytrace=False)
             pytest.skip(reason)
+
+
+def _cpu_busy_over(window_s: float = 0.5) -> float:
+    """Fraction of all CPUs busy (user+system+irq+softirq+steal) over ``window_s``, from /proc/stat."""
+    import time
+
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + v[4]
+        return sum(v) - idle, sum(v)
+
+    b0, t0 = snap()
+    time.sleep(window_s)  # the measurement window itself, not a wait for something to happen
+    b1, t1 = snap()
+    return (b1 - b0) / max(1, t1 - t0)
+
+
+@pytest.fixture
+def quiet_cpu():
+    """Wait (at most 60 s) until the CPUs are mostly idle before a timing-sensitive trial.
+
+    Why: a test that tears down many namespaces leaves the kernel's network-namespace cleanup running in
+    workqueues for a while; a timing trial started then saw 2-5 % late link-node frames in CI, though the same
+    test passed alone. The wait is bounded and never skips; the trial's own health verdict still decides.
+    """
+    from testbed.poll import poll
+
+    def wait():
+        try:
+            poll(lambda: _cpu_busy_over() < 0.25, timeout=60, interval=0.0, what="CPUs mostly idle")
+        except TimeoutError:  # still busy after 60 s: run anyway, the trial reports its own health
+            pass
+
+    wait()
+    return wait
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run ``timing_first`` tests before every other test of the session.
+
+    Why: in CI the long-haul headline test saw 2-5 % late link-node frames after ten minutes of other tests
+    building and tearing down replicas, yet passed alone on the same idle machine; a run that starts before
+    that churn measures the emulator, not the leftovers. (Order is otherwise unchanged.)
+    """
+    items.sort(key=lambda item: item.get_closest_marker("timing_first") is None)

@@ -16,14 +16,14 @@ from testbed.routing.failover import link_event
 from testbed.topo import addressing
 from testbed.topo import generators as gen
 
-pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs]
+pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs, pytest.mark.timing_first]
 
 
 def _link_up(ctl, link) -> bool:
     return any({lk["a"], lk["b"]} == set(link) and lk["up"] for lk in ctl.get("/topology")["links"])
 
 
-def test_bfd_sees_a_black_holed_link_with_carrier_up(tmp_path):
+def test_bfd_sees_a_black_holed_link_with_carrier_up(tmp_path, quiet_cpu):
     from controllers.launch import start_controller
     from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry

@@ -81,7 +81,7 @@ def test_cross_campus_pings_all_pairs_and_links_carry_scaled_rates(tmp_path):
         assert remote == pytest.approx(10e6, rel=0.10)
 
 
-def test_fat_tree_k4_spec_instantiates_with_the_controller(tmp_path):
+def test_fat_tree_k4_spec_instantiates_with_the_controller(tmp_path, quiet_cpu):
     from controllers.launch import start_controller
     from testbed.emu import RunRegistry
 
