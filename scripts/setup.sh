@@ -96,8 +96,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$VENV/bin/python" -c "impo
 fi
 "$VENV/bin/python" -c "import testbed, mininet.net, os_ken" || die "$VENV cannot import testbed, mininet and os_ken"
 # Real Ryu 4.34 in its own environment, for the host's app-under-Ryu test (pins: scripts/ryu-env.sh,
-# docs/sdn.md); a VM image leaves it out: no guest test runs Ryu
-if [ -z "$image" ]; then
+# docs/sdn.md). A VM image build and a VM guest (its source tree is mounted read-only) leave it out: no guest
+# test runs Ryu.
+if [ -n "$image" ] || [ ! -w . ]; then
+  say ".venv-ryu left out (VM image or read-only source tree; only the host's Ryu test needs it)"
+else
   sh scripts/ryu-env.sh || die "cannot build .venv-ryu (Ryu 4.34) with scripts/ryu-env.sh"
 fi
 say "done: $VENV/bin/testbed doctor tells what this machine can emulate"
