@@ -99,3 +99,19 @@ class Channel:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def read_exact(sock, n: int, what: str, timeout: float = 30.0, peer: str = "peer") -> bytes:
+    """Exactly ``n`` bytes from a TCP side channel (rdma-core's fixed-size exchanges: ibv_rc_pingpong's and
+    perftest's), or an RdmaError naming ``what`` was missing and from whom."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise RdmaError(f"{peer} closed the connection before sending {what} ({len(data)}/{n} B)")
+            data += chunk
+    except socket.timeout as exc:
+        raise RdmaError(f"no {what} from the {peer} within {timeout:g} s") from exc
+    return data

@@ -52,7 +52,7 @@ from testbed.rdma.interop import (
     parse_perftest,
 )
 from testbed.rdma.listen import open_listener
-from testbed.rdma.oob import DEFAULT_PORT
+from testbed.rdma.oob import DEFAULT_PORT, read_exact
 from testbed.rdma.qp import QpConfig, Remote
 from testbed.rdma.verbs import (
     LOCAL_WRITE,
@@ -77,32 +77,19 @@ OUT_READS = 16
 _REPORT = struct.Struct("!QQ")
 
 
-def _recv_exact(sock: socket.socket, n: int, what: str, timeout: float) -> bytes:
-    sock.settimeout(timeout)
-    data = b""
-    try:
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise RdmaError(f"perftest peer closed the connection before sending {what} ({len(data)}/{n} B)")
-            data += chunk
-    except socket.timeout as exc:
-        raise RdmaError(f"perftest peer sent no {what} within {timeout:g} s") from exc
-    return data
-
-
 def _answer(sock: socket.socket, size: int, mine: bytes, what: str, timeout: float) -> bytes:
     """The server's half of ``ctx_xchg_data``: read the client's field, then write ours."""
-    theirs = _recv_exact(sock, size, what, timeout)
+    theirs = read_exact(sock, size, what, timeout, peer="perftest peer")
     sock.sendall(mine)
     return theirs
 
 
 def _read_record(sock: socket.socket, timeout: float) -> PerftestDest:
     """One connection record; its size (108 B with a GID, 59 B without) is told by its 53rd byte."""
-    head = _recv_exact(sock, PERFTEST_KEY_SIZE, "a connection record", timeout)
+    head = read_exact(sock, PERFTEST_KEY_SIZE, "a connection record", timeout, peer="perftest peer")
     if head[52:53] == b":":
-        head += _recv_exact(sock, PERFTEST_KEY_SIZE_GID - PERFTEST_KEY_SIZE, "a connection record", timeout)
+        head += read_exact(sock, PERFTEST_KEY_SIZE_GID - PERFTEST_KEY_SIZE, "a connection record", timeout,
+                           peer="perftest peer")
     return parse_perftest(head)
 
 
@@ -252,7 +239,7 @@ def _serve(conn, dev: Device, verb: str, size: int, nqps: int, cfg: QpConfig, cy
             n = struct.calcsize(fmt)
             their[name] = struct.unpack(fmt, _answer(conn, n, bytes(n), "its bandwidth report", step))[0]
     _barrier(conn, mine[0], step)   # ctx_close_connection
-    done = _recv_exact(conn, 5, '"done"', step)
+    done = read_exact(conn, 5, '"done"', step, peer="perftest peer")
     try:
         conn.sendall(b"done\0")   # the client may already have closed: it never reads this
     except OSError:

@@ -16,7 +16,6 @@ with it byte for byte.
 from __future__ import annotations
 
 import random
-import socket
 import time
 
 from testbed.console import console
@@ -30,7 +29,7 @@ from testbed.rdma.interop import (
     parse_pingpong,
 )
 from testbed.rdma.listen import open_listener
-from testbed.rdma.oob import DEFAULT_PORT, Channel
+from testbed.rdma.oob import DEFAULT_PORT, Channel, read_exact
 from testbed.rdma.qp import QpConfig, Remote
 from testbed.rdma.verbs import CompletionQueue, RdmaError, WcOpcode, WcStatus
 from testbed.roce.opcodes import ROCE_UDP_PORT
@@ -49,20 +48,6 @@ def client_buffer(size: int, chk: bool) -> bytearray:
     return buf
 
 
-def _read_exact(sock: socket.socket, n: int, what: str, timeout: float = 30.0) -> bytes:
-    sock.settimeout(timeout)
-    data = b""
-    try:
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise RdmaError(f"peer closed the connection before sending {what} ({len(data)}/{n} B)")
-            data += chunk
-    except socket.timeout as exc:
-        raise RdmaError(f"no {what} from the peer within {timeout:g} s") from exc
-    return data
-
-
 def serve_pingpong(bind: str | None = None, port: int = DEFAULT_PORT, size: int = 4096, iters: int = 1000,
                    rx_depth: int = 500, config: QpConfig | None = None, roce_port: int = ROCE_UDP_PORT,
                    peer_roce_port: int = ROCE_UDP_PORT, ready=None, timeout: float = 120.0,
@@ -76,12 +61,12 @@ def serve_pingpong(bind: str | None = None, port: int = DEFAULT_PORT, size: int 
         console.print(f"rc_pingpong server listening on {bind}:{lsock.getsockname()[1]} ({why})")
         conn, _peer = lsock.accept()
     with conn:
-        peer = parse_pingpong(_read_exact(conn, PINGPONG_MSG_SIZE, "its address"))
+        peer = parse_pingpong(read_exact(conn, PINGPONG_MSG_SIZE, "its address"))
         local_ip = conn.getsockname()[0]
         with Device(local_ip, roce_port) as dev:
             qp, my = _qp(dev, config, peer, peer_roce_port)
             conn.sendall(format_pingpong(my))
-            _read_exact(conn, len(PINGPONG_DONE), '"done"')
+            read_exact(conn, len(PINGPONG_DONE), '"done"')
             return _run(dev, qp, my, peer, size, iters, rx_depth, None, timeout, bytes(client_buffer(size, chk)))
 
 
@@ -100,7 +85,7 @@ def pingpong_client(host: str, port: int = DEFAULT_PORT, size: int = 4096, iters
             qp = dev.create_qp(pd, cq, config or QpConfig())
             my = PingpongDest(0, qp.qpn, psn, gid_of_ip(dev.ip))
             sock.sendall(format_pingpong(my))
-            peer = parse_pingpong(_read_exact(sock, PINGPONG_MSG_SIZE, "its address"))
+            peer = parse_pingpong(read_exact(sock, PINGPONG_MSG_SIZE, "its address"))
             sock.sendall(PINGPONG_DONE)
             dev.connect(qp, Remote(peer.qpn, peer.psn, peer.ip, peer_roce_port), psn)
             return _run(dev, qp, my, peer, size, iters, rx_depth, client_buffer(size, chk), timeout)
