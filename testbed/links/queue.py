@@ -28,6 +28,25 @@ COUNTERS = ("rx_packets", "rx_bytes", "forwarded_packets", "forwarded_bytes", "d
             "ce_marked", "ecn_marks_already_ce")
 
 
+class LossDraw:
+    """One direction's loss decisions (Bernoulli, or Gilbert-Elliott with its good/bad state), drawn from the
+    direction's rng in the order linkcore.c draws them; shared by the plain and the PFC queue models."""
+
+    def __init__(self, loss, rng: random.Random):
+        self.loss, self.rng, self.bad = loss, rng, False
+
+    def __call__(self) -> bool:
+        loss, rnd = self.loss, self.rng.random
+        if loss.kind == "random":
+            return rnd() < loss.rate
+        if self.bad:
+            if rnd() < loss.r:
+                self.bad = False
+        elif rnd() < loss.p:
+            self.bad = True
+        return rnd() < (loss.loss_bad if self.bad else loss.loss_good)
+
+
 class Direction:
     """Egress queue + wire of one direction.
 
@@ -50,7 +69,7 @@ class Direction:
         self.red = params.red
         self.red_in_bytes = self.red is not None and self.red.unit == BYTES
         self.loss = params.loss if params.loss is not None and params.loss.active else None
-        self._ge_bad = False
+        self._lost = LossDraw(self.loss, self.rng)
         self.busy_until = 0.0
         self.last_release = 0.0
         self._queue: deque = deque()  # (depart_time, length) of frames not yet fully serialised
@@ -133,18 +152,6 @@ class Direction:
         c["forwarded_packets"] += 1
         c["forwarded_bytes"] += length
         return release, frame
-
-    def _lost(self) -> bool:
-        loss = self.loss
-        rnd = self.rng.random
-        if loss.kind == "random":
-            return rnd() < loss.rate
-        if self._ge_bad:
-            if rnd() < loss.r:
-                self._ge_bad = False
-        elif rnd() < loss.p:
-            self._ge_bad = True
-        return rnd() < (loss.loss_bad if self._ge_bad else loss.loss_good)
 
     def _sample(self, now: float, packets: int, nbytes: int) -> None:
         self._next_sample = now + self._sample_interval

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from testbed.dilation import Dilation
 from testbed.links import ecn
 from testbed.links.model import BYTES, LinkParams
+from testbed.links.queue import LossDraw
 from testbed.pfc.config import PRIORITIES, PfcConfig
 from testbed.pfc.state import DROP, PfcEgress, PfcIngress
 from testbed.pfc.watchdog import PfcWatchdog
@@ -72,7 +73,7 @@ class PfcDirection:
         self.red = params.red
         self.red_in_bytes = self.red is not None and self.red.unit == BYTES
         self.loss = params.loss if params.loss is not None and params.loss.active else None
-        self._ge_bad = False
+        self._lost = LossDraw(self.loss, self.rng)
         self.ingress = PfcIngress(pfc, real_rate_bps, headroom_bytes, dilation)
         self.egress = PfcEgress(pfc, real_rate_bps, dilation)
         self.busy_until = 0.0
@@ -260,18 +261,6 @@ class PfcDirection:
             c["forwarded_packets"] += 1
             c["forwarded_bytes"] += length
             self.released.append((release, frame))
-
-    def _lost(self) -> bool:
-        loss = self.loss
-        rnd = self.rng.random
-        if loss.kind == "random":
-            return rnd() < loss.rate
-        if self._ge_bad:
-            if rnd() < loss.r:
-                self._ge_bad = False
-        elif rnd() < loss.p:
-            self._ge_bad = True
-        return rnd() < (loss.loss_bad if self._ge_bad else loss.loss_good)
 
     def _sample(self, now: float, packets: int, nbytes: int) -> None:
         self._next_sample = now + self._sample_interval
