@@ -156,14 +156,19 @@ def _ring_steps(n: int, rank: int, count: int, chunks: int, phases: str) -> list
     rank r holds the full sum of segment (r + 1). The all-gather step s sends (r + 1 - s) and copies
     (r - s) in, so each reduced segment travels round the ring once more.
     """
-    segs = segments(count, n)
-    succ, pred = (rank + 1) % n, (rank - 1) % n
-    ops: list[Op] = []
     plan = []
     if "rs" in phases:
         plan += [((rank - s) % n, (rank - s - 1) % n, True) for s in range(n - 1)]
     if "ag" in phases:
         plan += [((rank + 1 - s) % n, (rank - s) % n, False) for s in range(n - 1)]
+    return _ring_ops(n, rank, segments(count, n), chunks, plan)
+
+
+def _ring_ops(n: int, rank: int, segs, chunks: int, plan) -> list[Op]:
+    """``rank``'s ops for ring steps ``plan`` = [(segment sent to succ, segment received from pred, reduce?)],
+    each segment cut into ``chunks`` pieces and sends interleaved with receives so chunks pipeline."""
+    succ, pred = (rank + 1) % n, (rank - 1) % n
+    ops: list[Op] = []
     for send_seg, recv_seg, reduce in plan:
         sp = _pieces(*segs[send_seg], chunks)
         rp = _pieces(*segs[recv_seg], chunks)
@@ -187,19 +192,8 @@ def ring_reduce_scatter(n: int, count: int, chunks: int = 1) -> Schedule:
     # shifted by one against the allreduce's reduce-scatter: rank r sends segment (r - s - 1), receives
     # (r - s - 2), so the last step (s = n - 2) completes segment r at rank r.
     segs = segments(count, n)
-    ranks = []
-    for r in range(n):
-        succ, pred = (r + 1) % n, (r - 1) % n
-        ops = []
-        for s in range(n - 1):
-            sp = _pieces(*segs[(r - s - 1) % n], chunks)
-            rp = _pieces(*segs[(r - s - 2) % n], chunks)
-            for k in range(max(len(sp), len(rp))):
-                if k < len(sp):
-                    ops.append(Op("send", succ, "data", *sp[k]))
-                if k < len(rp):
-                    ops.append(Op("recv", pred, "data", *rp[k], reduce=True))
-        ranks.append(ops)
+    ranks = [_ring_ops(n, r, segs, chunks, [((r - s - 1) % n, (r - s - 2) % n, True) for s in range(n - 1)])
+             for r in range(n)]
     return _finish("reduce_scatter", "ring", ranks, [{"data": count}] * n, count)
 
 
@@ -207,19 +201,8 @@ def ring_all_gather(n: int, count: int, chunks: int = 1) -> Schedule:
     """Ring all-gather: rank r starts with segment r of ``data`` and ends with all of them."""
     _check(n, count, chunks)
     segs = segments(count, n)
-    ranks = []
-    for r in range(n):
-        succ, pred = (r + 1) % n, (r - 1) % n
-        ops = []
-        for s in range(n - 1):
-            sp = _pieces(*segs[(r - s) % n], chunks)
-            rp = _pieces(*segs[(r - s - 1) % n], chunks)
-            for k in range(max(len(sp), len(rp))):
-                if k < len(sp):
-                    ops.append(Op("send", succ, "data", *sp[k]))
-                if k < len(rp):
-                    ops.append(Op("recv", pred, "data", *rp[k]))
-        ranks.append(ops)
+    ranks = [_ring_ops(n, r, segs, chunks, [((r - s) % n, (r - s - 1) % n, False) for s in range(n - 1)])
+             for r in range(n)]
     return _finish("all_gather", "ring", ranks, [{"data": count}] * n, count)
 
 
