@@ -134,15 +134,19 @@ def summarize(controller: list[dict], fast: list[dict], ecmp: dict, switch: list
 
 # ------------------------------------------------------------------------------------------ root glue
 class Stream:
-    """One probe stream (receiver + sender processes in host namespaces)."""
+    """One probe stream (receiver + sender processes in host namespaces).
+
+    The receiver stops after ``idle`` seconds of silence, so ``idle`` must outlast any outage the stream
+    is there to measure: a receiver that quit during an outage counts the rest of the stream as lost.
+    """
 
     def __init__(self, rep, src, dst, port: int, sport: int, interval: float, duration: float, workdir: Path,
-                 tag: str):
+                 tag: str, idle: float = 3.0):
         self.recv_file = workdir / f"{tag}-recv.json"
         self.send_file = workdir / f"{tag}-send.json"
         kw = {"cwd": str(REPO), "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
         self.recv = rep.popen(dst, PROBE + ["recv", "--port", str(port), "--timeout", str(duration + 3),
-                                            "--idle", "0.5", "--out", str(self.recv_file)], **kw)
+                                            "--idle", str(idle), "--out", str(self.recv_file)], **kw)
         self.send = rep.popen(src, PROBE + ["send", "--dst", rep.ip(dst), "--port", str(port), "--sport",
                                             str(sport), "--interval", str(interval), "--duration", str(duration),
                                             "--size", "200", "--out", str(self.send_file)], **kw)

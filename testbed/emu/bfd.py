@@ -56,29 +56,61 @@ def enable_bfd(rep, links, interval_s: float = 0.05, mult: int = 3, scale: float
     return intfs
 
 
-def bfd_state(intf: str) -> dict:
-    """``bfd_status`` of an interface as OVS reports it ({} when BFD is off)."""
-    res = ops.run(["ovs-vsctl", "--timeout=5", "get", "Interface", intf, "bfd_status"], what=f"read BFD of {intf}")
-    text = res.stdout.strip().strip("{}")
-    out = {}
-    for part in text.split(", "):
-        key, _, value = part.partition("=")
-        if key:
-            out[key.strip()] = value.strip().strip('"')
+def parse_bfd_show(text: str) -> dict:
+    """``ovs-appctl bfd/show`` of one interface as a dict: ``state``, ``remote_state`` and the negotiated
+    ``tx_ms`` / ``rx_ms`` / ``detect_mult`` (numbers; absent when OVS did not print them)."""
+    keys = {"Local Session State": "state", "Remote Session State": "remote_state", "TX Interval": "tx_ms",
+            "RX Interval": "rx_ms", "Detect Multiplier": "detect_mult"}
+    out: dict = {}
+    for line in text.splitlines():
+        label, sep, value = line.strip().partition(":")
+        name = keys.get(label.strip())
+        if not sep or name is None or name in out:
+            continue
+        value = value.strip()
+        if name.endswith("state"):
+            out[name] = value
+        else:
+            digits = "".join(c for c in value if c.isdigit())
+            if digits:
+                out[name] = int(digits)
     return out
 
 
-def blackhole_argv(intf: str, on: bool) -> list[list[str]]:
-    """Starve what ``intf`` sends while its carrier stays up (the failure BFD exists for), or undo it.
+def bfd_timers(intf: str) -> dict:
+    """The session of ``intf`` as OVS runs it now (see :func:`parse_bfd_show`)."""
+    ops.check_ifname(intf)
+    res = ops.run(["ovs-appctl", "-t", "ovs-vswitchd", "bfd/show", intf], what=f"read BFD timers of {intf}")
+    return parse_bfd_show(res.stdout)
 
-    A token bucket of 1 kbit/s as the root qdisc: a packet every ~10 s gets through, every other one is
-    dropped (tc's drop action needs gact, which this kernel may lack; TBF is always there). It replaces
-    the interface's root qdisc, so use it on unshaped links (``links=off``).
+
+def bfd_ready(intfs, interval_s: float, scale: float = 1.0) -> bool:
+    """Every session is up *and* runs at the configured interval.
+
+    A session comes up on the slow start-up rate (RFC 5880 6.8.3: at least 1 s between packets until it
+    is up) and only then negotiates the fast one with a poll sequence; until that ends, detection takes
+    mult x 1 s. A failure injected between "up" and the end of the poll sequence is detected seconds late.
+    """
+    want = round(interval_s * scale * 1e3)
+    for intf in intfs:
+        t = bfd_timers(intf)
+        if t.get("state") != "up" or t.get("tx_ms") != want or t.get("rx_ms") != want:
+            return False
+    return True
+
+
+def blackhole_argv(intf: str, on: bool) -> list[list[str]]:
+    """Drop everything ``intf`` sends while its carrier stays up (the failure BFD exists for), or undo it.
+
+    The kernel's ``blackhole`` qdisc as the root: every packet is dropped at enqueue and counted in its
+    ``dropped`` statistic; nothing is held back. (A token bucket of 1 kbit/s, used before, queued packets
+    and let them out seconds later, BFD control packets among them, so detection took 0.5-2.7 s instead
+    of 3 x 50 ms.) It replaces the interface's root qdisc, so use it on unshaped links (``links=off``).
     """
     ops.check_ifname(intf)
     if not on:
         return [["tc", "qdisc", "del", "dev", intf, "root"]]
-    return [["tc", "qdisc", "replace", "dev", intf, "root", "tbf", "rate", "1kbit", "burst", "1600", "limit", "1600"]]
+    return [["tc", "qdisc", "replace", "dev", intf, "root", "blackhole"]]
 
 
 def blackhole(intf: str, on: bool) -> None:

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from testbed.bench.failover import Stream, cut_candidate, flow_links
-from testbed.emu.bfd import bfd_argv, bfd_state, blackhole, enable_bfd
+from testbed.emu.bfd import bfd_argv, bfd_ready, blackhole, enable_bfd
 from testbed.emu.ops import run
 from testbed.links.probe import outage
 from testbed.poll import poll, sleep_until
@@ -45,10 +45,10 @@ def test_bfd_sees_a_black_holed_link_with_carrier_up(tmp_path, quiet_cpu):
             cut = cut_candidate(G, flow_links(G, c0, c1, 5000), ctl.get("/routes"), f"{rep.ip(dst)}/32")
             assert cut is not None
             # 50 ms x 3 (scale 1 here). A session starts down, so the port is not LIVE until it is up:
-            # wait for the sessions and for the controller to have the link up again.
+            # wait for the sessions at their fast rate and for the controller to have the link up again.
             intfs = enable_bfd(rep, [cut], interval_s=0.05, mult=3)
-            poll(lambda: all(bfd_state(i).get("state") == "up" for i in intfs) and _link_up(ctl, cut),
-                 timeout=15, what="BFD sessions up and the link up in the controller")
+            poll(lambda: bfd_ready(intfs, 0.05) and _link_up(ctl, cut),
+                 timeout=15, what="BFD sessions up at 50 ms and the link up in the controller")
             t_block = time.time()
             blackhole(rep.intf_name(*cut), True)  # carrier stays up: no port-status for a cable cut
             try:
@@ -61,6 +61,8 @@ def test_bfd_sees_a_black_holed_link_with_carrier_up(tmp_path, quiet_cpu):
             poll(lambda: link_event(ctl, "link_up", cut, t_fix - 0.01), timeout=15, what="BFD up, the link back")
             raw = stream.result()
             run(bfd_argv(intfs, None), what="turn BFD off")
-    assert ev["cause"] == "port-status" and (ev["time"] - t_block) < 1.0
+    # Detection is 3 x 50 ms once the sessions run at 50 ms (measured 110-155 ms on an idle machine);
+    # the flow then loses that plus the push (~170 packets at 1 ms). Without BFD it would lose all 1000.
+    assert ev["cause"] == "port-status" and (ev["time"] - t_block) < 0.5, ev["time"] - t_block
     lost = outage(raw["send_times"], raw["seq"], 0.001, window=(t_block, t_block + 1.0))
-    assert lost.lost_in_window < 600, lost  # without BFD the whole second would be lost on this flow
+    assert lost.lost_in_window < 400, lost
