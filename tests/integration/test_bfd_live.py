@@ -8,7 +8,8 @@ import time
 import pytest
 
 from testbed.bench.failover import cut_candidate
-from testbed.emu.bfd import bfd_argv, bfd_ready, blackhole, enable_bfd
+from testbed.emu.bfd import bfd_argv, bfd_ready, enable_bfd
+from testbed.emu.faults import apply, blackhole_argv
 from testbed.emu.ops import run
 from testbed.links.probe import outage
 from testbed.poll import poll, sleep_until
@@ -34,13 +35,13 @@ def test_bfd_sees_a_black_holed_link_with_carrier_up(tmp_path, quiet_cpu):
         poll(lambda: bfd_ready(intfs, 0.05) and _link_up(ctl, cut),
              timeout=15, what="BFD sessions up at 50 ms and the link up in the controller")
         t_block = time.time()
-        blackhole(rep.intf_name(*cut), True)  # carrier stays up: no port-status for a cable cut
+        apply(blackhole_argv(rep.intf_name(*cut), True), "black-hole the link")  # carrier stays up
         try:
             ev = poll(lambda: link_event(ctl, "link_down", cut, t_block - 0.01), timeout=5, interval=0.02,
                       what="BFD to take the link down")
             sleep_until(t_block + 1.0)
         finally:
-            blackhole(rep.intf_name(*cut), False)
+            apply(blackhole_argv(rep.intf_name(*cut), False), "restore the link")
         t_fix = time.time()
         poll(lambda: link_event(ctl, "link_up", cut, t_fix - 0.01), timeout=15, what="BFD up, the link back")
         raw = stream.result()
