@@ -82,7 +82,8 @@ def _ab(stats_path) -> dict:
     return doc["directions"]["a>b"] if doc else {}
 
 
-def test_frames_held_by_a_pause_are_not_late(wire):
+def _held_trial(wire) -> dict:
+    """Five priority-3 frames held by a PAUSE for >= 0.2 s, then an XON; the core's final stats."""
     proc, stats, log = _start(wire)
     try:
         _send(wire, "b", [encode(PauseFrame(((3, 0xFFFF),)), MAC_B)])
@@ -97,11 +98,22 @@ def test_frames_held_by_a_pause_are_not_late(wire):
         poll(lambda: _ab(stats).get("tx_packets") == 5, timeout=10, what="the frames released after the XON")
     finally:
         final = stop_delayline(proc, stats, log)
-    ab = final["directions"]["a>b"]
-    eg = ab["pfc"]["egress"]["3"]
-    assert eg["pause_received"] == 1 and eg["xon_received"] == 1 and eg["paused_s"] >= 0.2
-    assert ab["tx_packets"] == 5 and ab["in_flight"] == 0
-    assert ab["emulator_late"] == 0, ab["lateness_histogram"]          # held on purpose: not late
+    return final
+
+
+def test_frames_held_by_a_pause_are_not_late(wire):
+    for _attempt in range(2):
+        final = _held_trial(wire)
+        ab = final["directions"]["a>b"]
+        eg = ab["pfc"]["egress"]["3"]
+        assert eg["pause_received"] == 1 and eg["xon_received"] == 1 and eg["paused_s"] >= 0.2
+        assert ab["tx_packets"] == 5 and ab["in_flight"] == 0
+        # counted from arrival, every frame would be >= 0.2 s late; a late frame here can only be the VM
+        # not running the core at its release (ms, docs/pfc.md "Lateness"): then the trial is rerun once
+        assert ab["max_lateness_s"] < 0.1, ab["lateness_histogram"]
+        if ab["emulator_late"] == 0:
+            break
+    assert ab["emulator_late"] == 0, (ab["max_lateness_s"], ab["lateness_histogram"])   # held on purpose: not late
     assert final["emulator_late"] == 0
 
 
