@@ -43,6 +43,11 @@ from testbed.pfc.headroom import headroom
 from testbed.pfc.link import PRIO_COUNTERS, PfcPort, linkcore_args
 from testbed.poll import poll
 
+#: The compiled cores' wake-up: one sleep to WAKE_S before each deadline, then a spin (the default 1 ms early
+#: + 100 us hops woke each vCPU ~10 times per deadline, and on this VM the host steals time from vCPUs that
+#: wake often: interleaved, 3.2-28 % late with this against 14-41 % without, docs/pfc.md "Lateness").
+WAKE_S = 150e-6
+
 #: The senders' NIC side: host memory holds what a pause keeps back (never their own xoff).
 NIC_LIMIT_BYTES = 50e6
 NIC_XOFF_BYTES = 40e6
@@ -146,13 +151,16 @@ class FanIn:
                 port = PfcPort(nic_pfc, params.real_rate_bps, NIC_LIMIT_BYTES - NIC_XOFF_BYTES, params.scale)
             if params.pfc_on:
                 which, argv = core.line_argv(a, b, link, stats, core=core_name, seed=seed + i, stats_interval_s=0.25,
-                                             pfc=port)
+                                             spin_s=WAKE_S if core_name == "c" else None, pfc=port)
             else:  # the same per-priority data path, no lossless priority (the compiled core only)
-                which, argv = core.line_argv(a, b, link, stats, core="c", seed=seed + i, stats_interval_s=0.25)
+                which, argv = core.line_argv(a, b, link, stats, core="c", seed=seed + i, stats_interval_s=0.25,
+                                             spin_s=WAKE_S)
                 argv += linkcore_args(port.config, port.real_rate_bps, port.headroom_bytes, port.scale,
                                       lossless=False)
             if which != (core_name if params.pfc_on else "c"):
                 raise EmulationError(f"link core {name}: wanted the {core_name} core, got {which}")
+            if which == "c":
+                argv += ["--wake-early", repr(WAKE_S)]
             proc = self.run.spawn(argv, log=log, env={**os.environ, "PYTHONPATH": _repo_path()})
             self.procs[name], self.stats_paths[name] = proc, stats
             wait_ready(proc, stats, log, what=f"link core {name} ({a}<->{b})")
