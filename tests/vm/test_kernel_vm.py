@@ -19,6 +19,7 @@ from testbed.emu.vm import VMGroup
 def vm(vm_image, vm_out):
     with VMGroup(vm_image, vm_out, names=("vm0",)) as g:
         (vm_out / "timings.json").write_text(json.dumps({"boot_s": round(g.boot_seconds, 1), "accel": g.accel}))
+        g.install_link_core("vm0")   # the userspace link node's default core, for the side-by-side test
         yield g["vm0"]
 
 
