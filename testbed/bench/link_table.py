@@ -36,7 +36,7 @@ def rows(report: dict) -> tuple[list[str], list[list[str]]]:
         for c in doc.get("gap_cases", ()):
             put(f"gaps at {c['rate_mbps']:g} Mbit/s (ideal {c['ideal_gap_us']:g} us){suffix}", core,
                 f"median {_f(c['median_gap_us'], 4)} us, p50/p99 err {_f(c['p50_error_pct'])}/"
-                f"{_f(c['p99_error_pct'])} %")
+                f"{_f(c['p99_error_pct'])} %, rate {_f(c.get('rate_pct'))} %")
         if "loss" in doc:
             c = doc["loss"]
             put(f"random loss {c['configured_pct']:g} %", core,

@@ -122,6 +122,14 @@ def ledger(qdiscs: dict[str, dict], random_loss: bool = True) -> dict:
             "backlog": root.get("qlen", 0)}
 
 
+def egress_ledger(popen, dev: str, random_loss: bool = False) -> dict:
+    """:func:`ledger` of interface ``dev``'s egress, read with ``popen`` (a node's, so in its namespace)."""
+    proc = popen(["tc", "-s", "-j", "qdisc", "show", "dev", dev], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                 text=True)
+    out, _ = proc.communicate(timeout=30)
+    return ledger({q["kind"]: q for q in json.loads(out or "[]")}, random_loss)
+
+
 def open_kernel_wire(run: RunRegistry, workdir: Path, params: LinkParams | None = None, tag: str = "") -> KernelWire:
     """Build host A -- kernel link -- host B inside ``run``; put ``params`` on it when given."""
     wire = KernelWire(run, name_prefix(tag), workdir)
