@@ -67,7 +67,7 @@ def cases(quick: bool, slow_cpu: bool = False) -> dict:
     TCG guest sustains (bottlenecks of 2-10 Mbit/s, probes at a few hundred per second)."""
     if slow_cpu:
         return {"delays_s": (0.001, 0.050) if quick else (0.001, 0.010, 0.050), "delay_rate_bps": 10e6,
-                "rates_bps": (2e6, 10e6) if quick else (2e6, 5e6, 10e6), "probes": 300 if quick else 1000,
+                "rates_bps": (2e6, 5e6) if quick else (2e6, 5e6, 10e6), "probes": 300 if quick else 1000,
                 "probe_pps": 200, "gap_seconds": 2.0 if quick else 4.0, "red_rate_bps": 4e6,
                 "red_probes": 2000 if quick else 2500, "loss_probes": 3000 if quick else 10_000, "loss_pps": 500,
                 "pps_seconds": 1.0, "pps_steps": (), "loaded_delays_s": (0.001,),
