@@ -17,9 +17,11 @@ and captures, one after the other in this guest; each must meet the tolerance it
   (netem's drops, the link node's ``drop_loss``);
 * RED marking of ECT probes above a bottleneck: CE marks, every one counted by the backend, every lost
   probe a counted queue drop, and the marked fraction per queue-depth bin within 0.2 of the configured
-  curve ``p`` for the userspace line, and for the kernel within 0.25 of ``2p / (1 + p)``: Linux RED spaces
-  its marks uniformly (Floyd and Jacobson's ``count``), which marks that fraction at probability ``p``;
-  the margin is its EWMA-averaged queue lagging the instantaneous one near ``kmax``.
+  curve ``p`` for the userspace line; for the kernel, below ``kmax``, within 0.25 of ``2p / (1 + p)``
+  (Linux RED spaces its marks uniformly, Floyd and Jacobson's ``count``, which marks that fraction at
+  probability ``p``), and everything marked in the deepest bin: Linux RED marks on an EWMA of the queue,
+  which smooths the curve's step at ``kmax`` over the bins around it (0.47 marked at 50-54 packets where
+  the instantaneous curve says 0.9, with the guest's bursty probe sender).
 
 TCG on a shared host adds delay (late timers) and jitter: so the tolerances are on the medians and the
 least delayed probe, not on tails (docs/link-fidelity.md lists the p99s).
@@ -84,7 +86,9 @@ def test_red_marks_on_the_curve_and_every_mark_counted(report, backend):
     assert c["marked"] == c["ce"], c                     # the backend's CE count = CE seen at the receiver
     assert c["lost"] == c["dropped"], c                  # every lost probe a counted tail/RED drop
     if backend == "netem":
-        errors = [abs(b["observed"] - 2 * b["expected"] / (1 + b["expected"])) for b in c["bins"]]
-        assert max(errors) <= 0.25, c["bins"]
+        below = [b for b in c["bins"] if b["depth_to"] < c["kmax"]]
+        errors = [abs(b["observed"] - 2 * b["expected"] / (1 + b["expected"])) for b in below]
+        assert len(below) >= 3 and max(errors) <= 0.25, c["bins"]
+        assert c["bins"][-1]["observed"] >= 0.95, c["bins"]   # at the queue's limit every ECT frame is marked
     else:
         assert max(b["abs_error"] for b in c["bins"]) <= 0.2, c["bins"]
