@@ -29,6 +29,7 @@ from controllers import ofrules
 from controllers.compat import ofproto_v1_3 as ofp
 from controllers.compat import ofproto_v1_3_parser as parser
 from testbed.routing.brain import RouteDiff, RoutingBrain, route_dict
+from testbed.routing.gray import GrayPolicy, GrayWatch
 from testbed.routing.verify import walk
 from testbed.topo.graph import HOST, hosts, neighbour_on_port, switches
 
@@ -47,19 +48,20 @@ class Failover:
     time: float
     kind: str   # link_down | link_up | switch_down | switch_up
     link: tuple  # (a, b) of a link; (switch,) of a switch event
-    cause: str  # port-status | port-desc | datapath-disconnect | datapath-connect
+    cause: str  # port-status | port-desc | datapath-disconnect | datapath-connect | gray-loss | gray-release
     switch: str
     port: int
     compute_ms: float = 0.0
     pushed: float = 0.0
     messages: int = 0
     destinations: int = 0
+    detail: dict = field(default_factory=dict)  # e.g. the loss a gray-failure decision saw
 
     def as_dict(self) -> dict:
         return {"time": self.time, "kind": self.kind, "link": list(self.link), "cause": self.cause,
                 "switch": self.switch, "port": self.port, "compute_ms": round(self.compute_ms, 3),
                 "pushed": self.pushed, "messages": self.messages,
-                "destinations_recomputed": self.destinations}
+                "destinations_recomputed": self.destinations, **({"detail": self.detail} if self.detail else {})}
 
 
 @dataclass
@@ -71,6 +73,8 @@ class ControllerCore:
         mode: ``controller`` (recompute on port events) or ``fast-failover`` (groups repair locally too).
         aggregate: one route per first-tier switch's block of hosts where the address plan allows.
         ecmp: ``multipath`` (NX multipath, OVS) or ``select`` (OpenFlow 1.3 SELECT groups); see ofrules.
+        gray: gray-failure detection from port counters (:mod:`testbed.routing.gray`); None: off. The
+            shim polls the counters; :meth:`gray_check` judges them.
     """
 
     G: nx.Graph
@@ -78,6 +82,7 @@ class ControllerCore:
     started: float = 0.0
     aggregate: bool = False
     ecmp: str = "multipath"
+    gray: GrayPolicy | None = None
     brain: RoutingBrain = field(init=False)
     dps: dict = field(default_factory=dict)          # switch -> datapath
     ports: dict = field(default_factory=dict)        # (switch, port_no) -> PortInfo
@@ -97,6 +102,7 @@ class ControllerCore:
             raise ValueError(f"mode must be one of {ofrules.MODES}, got {self.mode!r}")
         ofrules.check_ecmp(self.ecmp)
         self.brain = RoutingBrain(self.G, aggregate=self.aggregate)
+        self.gray_watch = GrayWatch(self.gray) if self.gray is not None else None
         self.brain.compute_all(self.started)
         self.by_dpid = {int(self.G.nodes[s]["dpid"]): s for s in switches(self.G)}
         self.macs = {h: self.G.nodes[h].get("mac") for h in hosts(self.G)}
@@ -207,6 +213,8 @@ class ControllerCore:
         return bool(info and info.down)
 
     def _link_should_be_down(self, sw, nbr) -> bool:
+        if self.gray_watch is not None and self.gray_watch.is_held(frozenset((sw, nbr))):
+            return True
         if self._port_down(sw, self.G.edges[sw, nbr]["ports"][sw]):
             return True
         return nbr in self.by_dpid.values() and self._port_down(nbr, self.G.edges[sw, nbr]["ports"][nbr])
@@ -387,6 +395,42 @@ class ControllerCore:
                 "time": now, "rx_packets": st.rx_packets, "tx_packets": st.tx_packets,
                 "rx_bytes": st.rx_bytes, "tx_bytes": st.tx_bytes, "rx_dropped": st.rx_dropped,
                 "tx_dropped": st.tx_dropped}
+
+    def gray_check(self, now: float) -> list:
+        """Judge the latest counters of every switch-to-switch link (:class:`GrayWatch`); a link that
+        turns gray goes down in the brain (cause ``gray-loss``), one whose hold-down ended comes back
+        (``gray-release``) unless its ports say otherwise. Returns ``(switch, message)`` pairs."""
+        if self.gray_watch is None:
+            return []
+        for a, b, d in self.G.edges(data=True):
+            if a not in self.dps or b not in self.dps:
+                continue
+            for x, y in ((a, b), (b, a)):
+                tx, rx = self.counters.get((x, d["ports"][x])), self.counters.get((y, d["ports"][y]))
+                if tx and rx:
+                    self.gray_watch.observe(frozenset((a, b)), (x, y), tx["tx_packets"], rx["rx_packets"],
+                                            max(tx["time"], rx["time"]))
+        out: list = []
+        for kind, link, detail in self.gray_watch.decide(now):
+            a, b = sorted(link)
+            if kind == "down" and self.brain.is_link_up(a, b):
+                x, y = detail["direction"]
+                out += self._gray_change(x, y, now, down=True, cause="gray-loss", detail=detail)
+            elif kind == "up" and not self.brain.is_link_up(a, b) and not self._link_should_be_down(a, b):
+                out += self._gray_change(a, b, now, down=False, cause="gray-release", detail=detail)
+        return out
+
+    def _gray_change(self, sw, nbr, now, down: bool, cause: str, detail: dict) -> list:
+        old = dict(self.brain.routes)
+        t0 = time.perf_counter()
+        diff = self.brain.link_down(sw, nbr, now) if down else self.brain.link_up(sw, nbr, now)
+        self.failovers.append(Failover(time=now, kind="link_down" if down else "link_up", link=(sw, nbr),
+                                       cause=cause, switch=sw, port=self.G.edges[sw, nbr]["ports"][sw],
+                                       compute_ms=(time.perf_counter() - t0) * 1e3,
+                                       destinations=self.brain.events[-1].destinations if diff else 0,
+                                       detail=detail))
+        return list(ofrules.diff_msgs(self._dp, diff, self.mode, self.macs, old, self.basis, first=(sw, nbr),
+                                      ecmp=self.ecmp))
 
     # ------------------------------------------------------------------ status documents
     def health_doc(self, now: float) -> dict:

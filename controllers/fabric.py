@@ -46,6 +46,7 @@ from controllers.compat import (
 )
 from controllers.core import ControllerCore
 from controllers.graphio import load_graph
+from testbed.routing.gray import GrayPolicy
 
 LOG = logging.getLogger("controllers.fabric")
 
@@ -61,9 +62,11 @@ class FabricApp(BaseApp):
         settings = _settings()
         compat.wake_sender_on_eof()  # a closed connection must reach DEAD_DISPATCHER (switch loss)
         self.lock = threading.RLock()
+        gray = settings.get("gray_interval", 0.0)
         self.core = ControllerCore(settings["graph"], mode=settings.get("mode", "controller"),
                                    started=time.time(), aggregate=settings.get("aggregate", False),
-                                   ecmp=settings.get("ecmp", "multipath"))
+                                   ecmp=settings.get("ecmp", "multipath"),
+                                   gray=GrayPolicy(window_s=3 * gray) if gray > 0 else None)
         self.pending_stats: set = set()
         self.stats_done = threading.Condition(self.lock)
         self.api = StatusAPI(self, SETTINGS.get("api_port", 0))
@@ -75,6 +78,9 @@ class FabricApp(BaseApp):
         interval = SETTINGS.get("lldp_interval", 10.0)
         if interval > 0:
             threading.Thread(target=self._lldp_loop, args=(interval,), daemon=True, name="lldp").start()
+        gray = SETTINGS.get("gray_interval", 0.0)
+        if gray > 0:
+            threading.Thread(target=self._gray_loop, args=(gray,), daemon=True, name="gray").start()
         return thread
 
     def stop(self):
@@ -85,6 +91,16 @@ class FabricApp(BaseApp):
     def _lldp_loop(self, interval: float) -> None:
         while not self._stop.wait(interval):
             self._guard("lldp", lambda: self.send(self.core.lldp_all()))
+
+    def _gray_loop(self, interval: float) -> None:
+        """Poll every switch's port counters each ``interval`` and let the core judge them (gray failure)."""
+        while not self._stop.wait(interval):
+            self.refresh_counters(timeout=interval)
+            self._guard("gray", self._gray_once)
+
+    def _gray_once(self) -> None:
+        now = time.time()
+        self._push_event(lambda: self.core.gray_check(now), now)
 
     # ------------------------------------------------------------------ helpers
     def send(self, pairs, batch: int = 32) -> int:
@@ -321,6 +337,8 @@ def arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ecmp", choices=ofrules.ECMP_METHODS, default="multipath",
                         help="multipath: NX multipath on IPs + L4 ports (OVS); select: OpenFlow 1.3 SELECT groups")
     parser.add_argument("--lldp-interval", type=float, default=10.0, help="seconds between LLDP rounds (0: off)")
+    parser.add_argument("--gray-interval", type=float, default=0.0,
+                        help="seconds between port-counter polls for gray-failure detection (0: off)")
     parser.add_argument("--aggregate", action="store_true",
                         help="one route per ToR's block of hosts where the address plan allows (fewer flows)")
     parser.add_argument("--verbose", action="store_true")
@@ -329,7 +347,8 @@ def arg_parser() -> argparse.ArgumentParser:
 
 def settings_from(args: argparse.Namespace) -> dict:
     return {"graph": load_graph(args.graph), "mode": args.mode, "api_port": args.api_port,
-            "lldp_interval": args.lldp_interval, "aggregate": args.aggregate, "ecmp": args.ecmp}
+            "lldp_interval": args.lldp_interval, "aggregate": args.aggregate, "ecmp": args.ecmp,
+            "gray_interval": args.gray_interval}
 
 
 def _settings() -> dict:

@@ -159,15 +159,16 @@ def ryu_python() -> Path:
 
 
 def controller_argv(graph_file: Path, of_port: int, api_port: int, mode: str, lldp_interval: float,
-                    aggregate: bool = False, ecmp: str = "multipath") -> list:
+                    aggregate: bool = False, ecmp: str = "multipath", gray_interval: float = 0.0) -> list:
     return [sys.executable, "-m", "controllers.fabric", *app_args(graph_file, of_port, api_port, mode,
-                                                                  lldp_interval, aggregate, ecmp)]
+                                                                  lldp_interval, aggregate, ecmp, gray_interval)]
 
 
 def app_args(graph_file: Path, of_port: int, api_port: int, mode: str, lldp_interval: float,
-             aggregate: bool = False, ecmp: str = "multipath") -> list:
+             aggregate: bool = False, ecmp: str = "multipath", gray_interval: float = 0.0) -> list:
     return ["--graph", str(graph_file), "--of-port", str(of_port), "--api-port", str(api_port), "--mode", mode,
-            "--lldp-interval", str(lldp_interval), "--ecmp", ecmp] + (["--aggregate"] if aggregate else [])
+            "--lldp-interval", str(lldp_interval), "--ecmp", ecmp, "--gray-interval", str(gray_interval)] + \
+        (["--aggregate"] if aggregate else [])
 
 
 def ryu_argv(of_port: int) -> list:
@@ -178,7 +179,7 @@ def ryu_argv(of_port: int) -> list:
 
 def start_controller(run, G: nx.Graph, out_dir, mode: str = "controller", lldp_interval: float = 10.0,
                      wait: bool = True, aggregate: bool = False, framework: str = "os-ken",
-                     ecmp: str = "multipath") -> ControllerHandle:
+                     ecmp: str = "multipath", gray_interval: float = 0.0) -> ControllerHandle:
     """Start ``python -m controllers.fabric`` for graph ``G``.
 
     Args:
@@ -190,6 +191,7 @@ def start_controller(run, G: nx.Graph, out_dir, mode: str = "controller", lldp_i
         wait: poll until the API answers.
         aggregate: per-ToR prefix routes where the address plan allows (see RoutingBrain).
         ecmp: ``multipath`` (NX multipath) or ``select`` (OpenFlow 1.3 SELECT groups).
+        gray_interval: seconds between port-counter polls for gray-failure detection (0: off).
         framework: ``os-ken`` (this environment) or ``ryu`` (real Ryu 4.34 under ryu-manager, from the
             environment ``scripts/ryu-env.sh`` builds).
 
@@ -206,13 +208,13 @@ def start_controller(run, G: nx.Graph, out_dir, mode: str = "controller", lldp_i
     api_port = free_port(API_PORT_BASE, taken={of_port})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     if framework == "os-ken":
-        argv = controller_argv(graph_file, of_port, api_port, mode, lldp_interval, aggregate, ecmp)
+        argv = controller_argv(graph_file, of_port, api_port, mode, lldp_interval, aggregate, ecmp, gray_interval)
     elif framework == "ryu":
         if not ryu_python().exists():
             raise EmulationError(f"no Ryu environment at {ryu_python()}; build it with scripts/ryu-env.sh")
         argv = ryu_argv(of_port)
         env["TESTBED_FABRIC_ARGS"] = shlex.join(app_args(graph_file, of_port, api_port, mode, lldp_interval,
-                                                         aggregate, ecmp))
+                                                         aggregate, ecmp, gray_interval))
     else:
         raise EmulationError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     if run is not None:

@@ -41,6 +41,7 @@ if __name__ == "__main__" and __package__ is None:
 
 from testbed.console import console, require_root  # noqa: E402
 from testbed.errors import EmulationError, SpecError  # noqa: E402
+from testbed.links.probe import wait_finished  # noqa: E402
 from testbed.poll import poll, sleep_until  # noqa: E402
 from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # noqa: E402
 
@@ -173,14 +174,7 @@ def run_mode(mode: str, res: Results, args) -> dict:
                 for n in G.graph["ocs"]:
                     rep.switch(n).play([(args.wtr_ms / 1e3, {1: 2})], t0=t_repair)
             for p, what in ((send, "sender"), (recv, "receiver")):
-                try:
-                    p.wait(timeout=args.duration + 30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    raise EmulationError(f"{what} did not finish") from None
-                if p.returncode != 0:
-                    raise EmulationError(f"{what} failed ({p.returncode}): "
-                                         f"{p.stderr.read().decode(errors='replace')[-300:]}")
+                wait_finished(p, what, args.duration + 30)
             ocs_events = {str(n): rep.switch(n).events for n in nodes}
             monitor_errors = [rep.switch(n).monitor_error for n in nodes if rep.switch(n).monitor_error]
             health = ctl.get("/health") if ctl else None

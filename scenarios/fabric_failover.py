@@ -49,7 +49,8 @@ if __name__ == "__main__" and __package__ is None:
 
 from testbed.console import console, require_root  # noqa: E402
 from testbed.emu.ops import set_link_state  # noqa: E402
-from testbed.errors import EmulationError, SpecError  # noqa: E402
+from testbed.errors import SpecError  # noqa: E402
+from testbed.links.probe import wait_finished  # noqa: E402
 from testbed.poll import poll, sleep_until  # noqa: E402
 from testbed.routing.failover import (  # noqa: E402
     BIN_S,
@@ -123,14 +124,7 @@ def run(G, res: Results, args) -> dict:
                          what=f"the controller to see {link[0]}-{link[1]} up")
             for procs, what in ((sends, "sender"), (recvs, "receiver")):
                 for h, p in procs.items():
-                    try:
-                        p.wait(timeout=args.duration + 30)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                        raise EmulationError(f"{what} on {h} did not finish") from None
-                    if p.returncode != 0:
-                        err = p.stderr.read().decode(errors="replace")[-300:]
-                        raise EmulationError(f"{what} on {h} failed ({p.returncode}): {err}")
+                    wait_finished(p, f"{what} on {h}", args.duration + 30)
             after = controller_paths(ctl, hs)
             events = ctl.get("/events")
             health = ctl.get("/health")

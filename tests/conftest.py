@@ -75,6 +75,22 @@ def _cpu_busy_over(window_s: float = 0.5) -> float:
 
 
 @pytest.fixture
+def run_cli(capsys):
+    """``run_cli(argv) -> (exit code, stdout, stderr)`` of the ``testbed`` CLI, run in this process."""
+    from testbed import cli
+
+    def run(argv):
+        capsys.readouterr()
+        try:
+            code = cli.main(argv)
+        except SystemExit as exc:
+            code = exc.code
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run
+
+
+@pytest.fixture
 def quiet_cpu():
     """Wait (at most 60 s) until the CPUs are mostly idle before a timing-sensitive trial.
 

@@ -27,6 +27,7 @@ import numpy as np
 from testbed.agg.tensors import digest, make_tensor
 from testbed.errors import SpecError
 from testbed.poll import poll
+from testbed.sockio import ShortRead, recv_exact
 
 RING_PORT = 47000
 ADD, COPY = "add", "copy"
@@ -47,17 +48,6 @@ def schedule(n: int, rank: int) -> list[tuple[int, int, str]]:
     return steps
 
 
-def _recv_exact(sock: socket.socket, nbytes: int) -> bytes:
-    buf = bytearray(nbytes)
-    view, got = memoryview(buf), 0
-    while got < nbytes:
-        k = sock.recv_into(view[got:], nbytes - got)
-        if k == 0:
-            raise ConnectionError("ring predecessor closed the connection")
-        got += k
-    return bytes(buf)
-
-
 def allreduce(x: np.ndarray, rank: int, n: int, succ: socket.socket, pred: socket.socket) -> np.ndarray:
     """Ring allreduce of ``x`` over connected sockets; int32 sums wrap like the switch's."""
     out = x.copy()
@@ -68,7 +58,10 @@ def allreduce(x: np.ndarray, rank: int, n: int, succ: socket.socket, pred: socke
         payload = out[s0:s1].tobytes()
         sender = threading.Thread(target=succ.sendall, args=(payload,))
         sender.start()
-        incoming = np.frombuffer(_recv_exact(pred, (r1 - r0) * out.itemsize), dtype=out.dtype)
+        try:
+            incoming = np.frombuffer(recv_exact(pred, (r1 - r0) * out.itemsize), dtype=out.dtype)
+        except ShortRead as exc:
+            raise ConnectionError(f"ring predecessor closed the connection ({exc})") from None
         sender.join()
         if op == ADD:
             out[r0:r1] += incoming

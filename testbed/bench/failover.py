@@ -42,7 +42,7 @@ from testbed.console import console, print_json, require_root
 from testbed.console import out as stdout
 from testbed.emu.ops import set_link_state
 from testbed.errors import EmulationError, UsageError
-from testbed.links.probe import outage
+from testbed.links.probe import outage, wait_finished
 from testbed.poll import poll, sleep_until
 from testbed.routing.failover import link_event, loadavg
 from testbed.topo.graph import HOST, hosts
@@ -153,15 +153,8 @@ class Stream:
         self.interval = interval
 
     def result(self, window=None) -> dict:
-        for proc, what in ((self.send, "sender"), (self.recv, "receiver")):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                raise EmulationError(f"udp probe {what} did not finish") from None
-            if proc.returncode != 0:
-                err = proc.stderr.read().decode(errors="replace")[-300:] if proc.stderr else ""
-                raise EmulationError(f"udp probe {what} failed ({proc.returncode}): {err}")
+        for proc, what in ((self.send, "udp probe sender"), (self.recv, "udp probe receiver")):
+            wait_finished(proc, what, 30)
         sent = json.loads(self.send_file.read_text())
         got = json.loads(self.recv_file.read_text())
         return {"send_times": sent["send_times"], "seq": got["seq"], "interval": self.interval,

@@ -97,22 +97,3 @@ def bfd_ready(intfs, interval_s: float, scale: float = 1.0) -> bool:
         if t.get("state") != "up" or t.get("tx_ms") != want or t.get("rx_ms") != want:
             return False
     return True
-
-
-def blackhole_argv(intf: str, on: bool) -> list[list[str]]:
-    """Drop everything ``intf`` sends while its carrier stays up (the failure BFD exists for), or undo it.
-
-    The kernel's ``blackhole`` qdisc as the root: every packet is dropped at enqueue and counted in its
-    ``dropped`` statistic; nothing is held back. (A token bucket of 1 kbit/s, used before, queued packets
-    and let them out seconds later, BFD control packets among them, so detection took 0.5-2.7 s instead
-    of 3 x 50 ms.) It replaces the interface's root qdisc, so use it on unshaped links (``links=off``).
-    """
-    ops.check_ifname(intf)
-    if not on:
-        return [["tc", "qdisc", "del", "dev", intf, "root"]]
-    return [["tc", "qdisc", "replace", "dev", intf, "root", "blackhole"]]
-
-
-def blackhole(intf: str, on: bool) -> None:
-    for argv in blackhole_argv(intf, on):
-        ops.run(argv, what=f"{'black-hole' if on else 'restore'} {intf}")

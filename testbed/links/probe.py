@@ -26,11 +26,13 @@ import argparse
 import json
 import socket
 import struct
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.errors import EmulationError
 from testbed.poll import sleep_until
 
 HEADER = struct.Struct("!QQ")
@@ -196,6 +198,19 @@ class Outage:
         return {"sent": self.sent, "received": self.received, "lost": self.lost,
                 "lost_in_window": self.lost_in_window, "longest_gap": self.longest_gap,
                 "interval_s": self.interval, "outage_ms": self.outage_ms}
+
+
+def wait_finished(proc, what: str, timeout: float) -> None:
+    """Wait for a probe process (sender or receiver, started with ``stderr=PIPE``); kill it after
+    ``timeout`` s. Raises EmulationError naming ``what`` when it hung or failed, with its last words."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise EmulationError(f"{what} did not finish within {timeout:g} s") from None
+    if proc.returncode != 0:
+        err = proc.stderr.read().decode(errors="replace")[-300:] if proc.stderr else ""
+        raise EmulationError(f"{what} failed ({proc.returncode}): {err}")
 
 
 def outage(send_times: list[float], received, interval: float, window: tuple[float, float] | None = None) -> Outage:

@@ -6,11 +6,16 @@ optionally shaped with HTB, every object recorded in a :class:`~testbed.emu.regi
 
 from __future__ import annotations
 
+import signal
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from testbed.emu import ops
 from testbed.emu.registry import RunRegistry
+from testbed.errors import EmulationError
 from testbed.links import tc
+from testbed.poll import poll
 
 
 @dataclass(frozen=True)
@@ -43,3 +48,30 @@ def make_path(run: RunRegistry, prefix: str, rate_bps: float | None = None, mtu:
             for argv in tc.htb_cmds(intf, rate_bps, netns=ns):
                 ops.run(argv, what=f"shape {intf} to {rate_bps:g} b/s")
     return path
+
+
+@contextmanager
+def roce_capture(run: RunRegistry, path: VethPath, pcap: Path, snaplen: int = 0):
+    """tcpdump of RoCEv2 (UDP 4791) on the ``b`` end of ``path`` while the block runs.
+
+    Starts only once tcpdump says it is listening, and stops only once the file has stopped growing
+    (three equal sizes 0.1 s apart): tcpdump drops what it has not written yet when interrupted, and a
+    capture cut short would show the validator losses that never happened on the wire.
+    """
+    log = pcap.with_suffix(".tcpdump.log")
+    dump = run.spawn(["tcpdump", "-i", path.intf_b, "-n", "-U", "--immediate-mode", "-B", "65536",
+                      "-s", str(snaplen), "-w", str(pcap), "udp", "port", "4791"], netns=path.ns_b, log=log)
+    poll(lambda: "listening" in log.read_text() or dump.poll() is not None, 20, what="tcpdump to start")
+    if dump.poll() is not None:
+        raise EmulationError(f"tcpdump on {path.intf_b} exited: {log.read_text().strip()[-300:]}")
+    try:
+        yield pcap
+        sizes: list[int] = []
+
+        def settled() -> bool:
+            sizes.append(pcap.stat().st_size)
+            return len(sizes) >= 3 and sizes[-1] == sizes[-2] == sizes[-3]
+        poll(settled, 30, 0.1, what=f"{pcap.name} to stop growing")
+    finally:
+        dump.send_signal(signal.SIGINT)
+        dump.wait(20)

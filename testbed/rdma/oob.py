@@ -17,6 +17,7 @@ import socket
 
 from testbed.poll import poll
 from testbed.rdma.verbs import RdmaError
+from testbed.sockio import ShortRead, recv_exact
 
 #: perftest's default TCP port for the exchange.
 DEFAULT_PORT = 18515
@@ -105,13 +106,9 @@ def read_exact(sock, n: int, what: str, timeout: float = 30.0, peer: str = "peer
     """Exactly ``n`` bytes from a TCP side channel (rdma-core's fixed-size exchanges: ibv_rc_pingpong's and
     perftest's), or an RdmaError naming ``what`` was missing and from whom."""
     sock.settimeout(timeout)
-    data = b""
     try:
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise RdmaError(f"{peer} closed the connection before sending {what} ({len(data)}/{n} B)")
-            data += chunk
+        return recv_exact(sock, n)
+    except ShortRead as exc:
+        raise RdmaError(f"{peer} closed the connection before sending {what} ({exc.got}/{n} B)") from None
     except socket.timeout as exc:
         raise RdmaError(f"no {what} from the {peer} within {timeout:g} s") from exc
-    return data

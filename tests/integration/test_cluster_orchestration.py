@@ -10,13 +10,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
-import threading
 import time
-from pathlib import Path
 
-import paramiko
 import pytest
 
 from testbed.cluster.coordinator import Cluster, WorkerLost
@@ -24,58 +20,12 @@ from testbed.cluster.ssh import SshOptions
 from testbed.plan import Overrides
 from testbed.poll import poll
 from testbed.topo.spec import resolve_spec
-from testbed.topo.workers import WorkerSpec
-from tests.unit.sshd_stub import SshdStub
-
-REPO = Path(__file__).resolve().parents[2]
-USER = "tester"
+from tests.unit.sshd_stub import REPO, USER, Listener, SshdStub, known_hosts, new_client_key, worker
 
 
 @pytest.fixture(scope="module")
 def client_key(tmp_path_factory):
-    key = paramiko.ECDSAKey.generate()
-    path = tmp_path_factory.mktemp("keys") / "id_ecdsa"
-    key.write_private_key_file(str(path))
-    return key, path
-
-
-class Listener:
-    """Stands in for the controller: records the lines that reach it through the forwards."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        self.lines: list[str] = []
-        self.lock = threading.Lock()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
-
-    def _read(self, conn):
-        with conn:
-            data = b""
-            while chunk := conn.recv(4096):
-                data += chunk
-        with self.lock:
-            self.lines += data.decode().splitlines()
-
-
-def worker(sshd, underlay) -> WorkerSpec:
-    return WorkerSpec(USER, "127.0.0.1", sshd.port, underlay, python=sys.executable, checkout=str(REPO))
-
-
-def known_hosts(tmp_path, *servers) -> Path:
-    path = tmp_path / "known_hosts"
-    path.write_text("".join(s.known_hosts_line() for s in servers))
-    return path
+    return new_client_key(tmp_path_factory.mktemp("keys"))
 
 
 # -- the whole orchestration, dry ------------------------------------------------------------------------------

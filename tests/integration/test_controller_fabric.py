@@ -11,31 +11,20 @@ import time
 
 import pytest
 
-from testbed.bench.failover import Stream, cut_candidate, flow_links
+from testbed.bench.failover import cut_candidate, flow_links
 from testbed.emu.ops import set_link_state
 from testbed.poll import poll, sleep_until
 from testbed.routing.failover import link_event
-from testbed.topo import addressing
-from testbed.topo import generators as gen
+from tests.integration.ovsfabric import ovs_fat_tree, stream_to_core
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs]
 
 
 @pytest.fixture(scope="module")
 def fabric(tmp_path_factory):
-    from controllers.launch import start_controller
-    from testbed.doctor import plan_capabilities
-    from testbed.emu import Replica, RunRegistry
-    from testbed.plan import Overrides, plan_replica
-
     out = tmp_path_factory.mktemp("ctlfab")
-    G = addressing.assign(gen.fat_tree(4))
-    with RunRegistry("test-controller-fabric") as run:
-        ctl = start_controller(run, G, out, lldp_interval=2)
-        plan = plan_replica(G, plan_capabilities(), Overrides(links="off", static_arp=False))
-        with Replica(plan, controller=ctl.address, run=run, out_dir=out, name="test-controller-fabric") as rep:
-            ctl.wait_ready()
-            yield G, ctl, rep, out
+    with ovs_fat_tree(out, "test-controller-fabric", lldp_interval=2) as (G, ctl, rep):
+        yield G, ctl, rep, out
 
 
 def test_all_pairs_ping_without_flooding(fabric):
@@ -53,15 +42,8 @@ def test_all_pairs_ping_without_flooding(fabric):
 def test_core_link_cut_moves_traffic_and_keeps_pairs_connected(fabric):
     G, ctl, rep, out = fabric
     src, dst = "h0", "h15"
-    rep.host(src).cmd(f"ping -c1 -W1 {rep.ip(dst)}")
-    stream = Stream(rep, src, dst, 5101, 43210, 0.001, 4.0, out, "itest")
-    c0 = poll(lambda: ctl.get("/ports", fresh=1), timeout=5, what="port counters")
-    # Counters climb hop by hop: wait until the stream shows on an agg -> core link, not merely on the
-    # first hop (t -> a), or the cut candidate would be the ToR's uplink.
-    c1 = poll(lambda: (c := ctl.get("/ports", fresh=1)) and any(
-        G.nodes[v]["role"] == "core" for _, v in flow_links(G, c0, c, 5000)) and c, timeout=5,
-              what="the stream to show up on an agg -> core link in port counters")
-    cut = cut_candidate(G, flow_links(G, c0, c1, 5000), ctl.get("/routes"), f"{rep.ip(dst)}/32")
+    stream, links = stream_to_core(G, ctl, rep, src, dst, 5101, 43210, 0.001, 4.0, out, "itest")
+    cut = cut_candidate(G, links, ctl.get("/routes"), f"{rep.ip(dst)}/32")
     assert cut is not None and G.nodes[cut[1]]["role"] == "core"
     intf = rep.intf_name(cut[0], cut[1])
     t_cut = time.time()
@@ -127,13 +109,8 @@ def test_fast_failover_repairs_locally_while_the_controller_is_frozen(fabric):
     assert ctl.post("/mode", m="fast-failover")["mode"] == "fast-failover"
     try:
         src, dst = "h1", "h14"
-        rep.host(src).cmd(f"ping -c1 -W1 {rep.ip(dst)}")
-        stream = Stream(rep, src, dst, 5102, 43311, 0.001, 4.0, out, "ff")
-        c0 = poll(lambda: ctl.get("/ports", fresh=1), timeout=5, what="port counters")
-        c1 = poll(lambda: (c := ctl.get("/ports", fresh=1)) and any(
-            G.nodes[v]["role"] == "core" for _, v in flow_links(G, c0, c, 5000)) and c, timeout=5,
-                  what="the stream on an agg -> core link")
-        cut = cut_candidate(G, flow_links(G, c0, c1, 5000), ctl.get("/routes"), f"{rep.ip(dst)}/32")
+        stream, links = stream_to_core(G, ctl, rep, src, dst, 5102, 43311, 0.001, 4.0, out, "ff")
+        cut = cut_candidate(G, links, ctl.get("/routes"), f"{rep.ip(dst)}/32")
         assert cut is not None
         intf = rep.intf_name(cut[0], cut[1])
         os.kill(ctl.proc.pid, signal.SIGSTOP)  # the controller cannot react now

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 
@@ -18,7 +17,7 @@ from scapy.utils import wrpcap
 
 from testbed.emu.registry import RunRegistry
 from testbed.poll import poll
-from testbed.rdma.netns import make_path
+from testbed.rdma.netns import make_path, roce_capture
 from testbed.roce.check import check_capture, passed
 from testbed.roce.craft import fuzzed
 
@@ -35,31 +34,14 @@ def _client(path, *args, timeout=240):
     return json.loads(res.stdout)
 
 
-def _settled(path):
-    """Wait until the capture file stops growing (three equal sizes in a row)."""
-    sizes = []
-
-    def still():
-        sizes.append(path.stat().st_size)
-        return len(sizes) >= 3 and sizes[-1] == sizes[-2] == sizes[-3]
-
-    poll(still, 30, 0.1, what=f"{path.name} to stop growing")
-
-
 def test_64mb_write_with_loss_is_byte_exact_and_capture_validates(tmp_path):
     pcap = tmp_path / "rx.pcap"
     with RunRegistry("rdma-it-loss", exclusive=False) as run:
         path = make_path(run, "rdt1")
         run.spawn(CLI + ["rdma", "server", "--once", "--bind", "0.0.0.0"], netns=path.ns_b, log=tmp_path / "server.log")
-        dump = run.spawn(["tcpdump", "-i", path.intf_b, "-n", "-U", "--immediate-mode", "-B", "65536", "-s", "0",
-                          "-w", str(pcap),
-                          "udp", "port", "4791"], netns=path.ns_b, log=tmp_path / "tcpdump.log")
-        poll(lambda: "listening" in (tmp_path / "tcpdump.log").read_text(), 20, what="tcpdump to start")
-        r = _client(path, "--size", "64MiB", "--iters", "1", "--loss", "1%", "--window", "32",
-                    "--timeout", "20ms", "--verify")
-        _settled(pcap)  # tcpdump drops what it has not read yet when interrupted
-        dump.send_signal(signal.SIGINT)
-        dump.wait(20)
+        with roce_capture(run, path, pcap):
+            r = _client(path, "--size", "64MiB", "--iters", "1", "--loss", "1%", "--window", "32",
+                        "--timeout", "20ms", "--verify")
     assert r["verified"] is True and r["iterations"] == 1 and r["bytes"] == 64 << 20
     assert r["retransmissions"] > 0 and r["dropped_tx"] > 0
     report = check_capture(pcap)

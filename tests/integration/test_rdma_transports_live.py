@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 
@@ -21,7 +20,7 @@ from scapy.utils import rdpcap
 
 from testbed.emu.registry import RunRegistry
 from testbed.poll import poll
-from testbed.rdma.netns import make_path
+from testbed.rdma.netns import make_path, roce_capture
 from testbed.rdma.wire import qp_source_port
 from testbed.roce.check import check_capture, failures
 
@@ -32,16 +31,6 @@ RUNS = [("write-bw", "RC", "20KB", 2), ("read-bw", "RC", "20KB", 1), ("atomic-bw
         ("write-bw", "UC", "5KB", 1), ("send-bw", "UC", "3KB", 1), ("send-bw", "UD", "1KB", 2)]
 
 
-def _settled(path):
-    sizes = []
-
-    def still():
-        sizes.append(path.stat().st_size)
-        return len(sizes) >= 3 and sizes[-1] == sizes[-2] == sizes[-3]
-
-    poll(still, 30, 0.1, what=f"{path.name} to stop growing")
-
-
 def test_every_transport_verifies_and_its_capture_is_clean(tmp_path):
     pcap = tmp_path / "all.pcap"
     server_log = tmp_path / "server.log"
@@ -49,20 +38,15 @@ def test_every_transport_verifies_and_its_capture_is_clean(tmp_path):
     with RunRegistry("rdma-it-transports", exclusive=False) as run:
         path = make_path(run, "rdt3", subnet="10.77.3")
         run.spawn(CLI + ["rdma", "server"], netns=path.ns_b, log=server_log)
-        dump = run.spawn(["tcpdump", "-i", path.intf_b, "-n", "-U", "--immediate-mode", "-B", "65536", "-s", "0",
-                          "-w", str(pcap), "udp", "port", "4791"], netns=path.ns_b, log=tmp_path / "tcpdump.log")
-        poll(lambda: "listening" in (tmp_path / "tcpdump.log").read_text(), 20, what="tcpdump to start")
-        poll(lambda: "listening on" in server_log.read_text(), 30, what="the RDMA server to listen")
-        for test, conn, size, qps in RUNS:
-            argv = ["ip", "netns", "exec", path.ns_a] + CLI + [
-                "rdma", test, path.ip_b, "--connection", conn, "--size", size, "--iters", "20", "--qps", str(qps),
-                "--verify", "--json", "--wait", "20s"]
-            res = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-            assert res.returncode == 0, (test, conn, res.stderr[-1500:])
-            results.append(json.loads(res.stdout))
-        _settled(pcap)
-        dump.send_signal(signal.SIGINT)
-        dump.wait(20)
+        with roce_capture(run, path, pcap):
+            poll(lambda: "listening on" in server_log.read_text(), 30, what="the RDMA server to listen")
+            for test, conn, size, qps in RUNS:
+                argv = ["ip", "netns", "exec", path.ns_a] + CLI + [
+                    "rdma", test, path.ip_b, "--connection", conn, "--size", size, "--iters", "20", "--qps", str(qps),
+                    "--verify", "--json", "--wait", "20s"]
+                res = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+                assert res.returncode == 0, (test, conn, res.stderr[-1500:])
+                results.append(json.loads(res.stdout))
     assert "listening on 0.0.0.0:18515 (all addresses" in server_log.read_text()
     for (test, conn, _size, qps), r in zip(RUNS, results, strict=True):
         assert r["verified"] is True and r["iterations"] == 20 and r["qps"] == qps, (test, conn)
@@ -91,18 +75,13 @@ def test_rc_pingpong_protocol_between_namespaces(tmp_path):
     log = tmp_path / "pp-server.log"
     with RunRegistry("rdma-it-pingpong", exclusive=False) as run:
         path = make_path(run, "rdt4", subnet="10.77.4")
-        dump = run.spawn(["tcpdump", "-i", path.intf_b, "-n", "-U", "--immediate-mode", "-s", "0", "-w", str(pcap),
-                          "udp", "port", "4791"], netns=path.ns_b, log=tmp_path / "tcpdump.log")
-        poll(lambda: "listening" in (tmp_path / "tcpdump.log").read_text(), 20, what="tcpdump to start")
-        server = run.spawn(CLI + ["rdma", "rc-pingpong", "-n", "300", "--chk", "--json"], netns=path.ns_b, log=log)
-        poll(lambda: "listening on 0.0.0.0:18515" in log.read_text(), 30, what="the rc-pingpong server")
-        res = subprocess.run(["ip", "netns", "exec", path.ns_a] + CLI + ["rdma", "rc-pingpong", path.ip_b, "-n", "300",
-                                                                         "--chk", "--json"],
-                             capture_output=True, text=True, timeout=120)
-        server.wait(60)
-        _settled(pcap)
-        dump.send_signal(signal.SIGINT)
-        dump.wait(20)
+        with roce_capture(run, path, pcap):
+            server = run.spawn(CLI + ["rdma", "rc-pingpong", "-n", "300", "--chk", "--json"], netns=path.ns_b, log=log)
+            poll(lambda: "listening on 0.0.0.0:18515" in log.read_text(), 30, what="the rc-pingpong server")
+            res = subprocess.run(["ip", "netns", "exec", path.ns_a] + CLI + ["rdma", "rc-pingpong", path.ip_b, "-n", "300",
+                                                                             "--chk", "--json"],
+                                 capture_output=True, text=True, timeout=120)
+            server.wait(60)
     assert res.returncode == 0, res.stderr[-1500:]
     r = json.loads(res.stdout)
     served = json.loads(log.read_text()[log.read_text().index("{"):])

@@ -8,13 +8,12 @@ import time
 
 import pytest
 
-from testbed.bench.failover import Stream, flow_links
+from testbed.bench.failover import flow_links
 from testbed.emu.switchlife import crash_switch, restart_switch
 from testbed.links.probe import outage
 from testbed.poll import poll, sleep_until
 from testbed.routing.failover import switch_event
-from testbed.topo import addressing
-from testbed.topo import generators as gen
+from tests.integration.ovsfabric import ovs_fat_tree, stream_to_core
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs]
 
@@ -23,31 +22,16 @@ INTERVAL = 0.001
 
 @pytest.fixture(scope="module")
 def fabric(tmp_path_factory):
-    from controllers.launch import start_controller
-    from testbed.doctor import plan_capabilities
-    from testbed.emu import Replica, RunRegistry
-    from testbed.plan import Overrides, plan_replica
-
     out = tmp_path_factory.mktemp("swloss")
-    G = addressing.assign(gen.fat_tree(4))
-    with RunRegistry("test-switch-loss") as run:
-        ctl = start_controller(run, G, out, lldp_interval=0)
-        plan = plan_replica(G, plan_capabilities(), Overrides(links="off", static_arp=False))
-        with Replica(plan, controller=ctl.address, run=run, out_dir=out, name="test-switch-loss") as rep:
-            ctl.wait_ready()
-            yield G, ctl, rep, out
+    with ovs_fat_tree(out, "test-switch-loss") as (G, ctl, rep):
+        yield G, ctl, rep, out
 
 
 def test_core_switch_crash_is_routed_around_and_rejoins(fabric):
     G, ctl, rep, out = fabric
     src, dst = "h0", "h15"
-    rep.host(src).cmd(f"ping -c1 -W1 {rep.ip(dst)}")
-    stream = Stream(rep, src, dst, 5301, 43310, INTERVAL, 8.0, out, "swloss")
-    c0 = poll(lambda: ctl.get("/ports", fresh=1), timeout=5, what="port counters")
-    c1 = poll(lambda: (c := ctl.get("/ports", fresh=1)) and any(
-        G.nodes[v]["role"] == "core" for _, v in flow_links(G, c0, c, 5000)) and c, timeout=5,
-              what="the stream to show up on an agg -> core link")
-    core = next(v for _, v in flow_links(G, c0, c1, 5000) if G.nodes[v]["role"] == "core")
+    stream, links = stream_to_core(G, ctl, rep, src, dst, 5301, 43310, INTERVAL, 8.0, out, "swloss")
+    core = next(v for _, v in links if G.nodes[v]["role"] == "core")
     t_kill = time.time()
     crash_switch(rep, core)
     ev = poll(lambda: switch_event(ctl, "switch_down", core, t_kill - 0.01), timeout=10,

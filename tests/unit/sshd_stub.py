@@ -14,9 +14,16 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import paramiko
+
+from testbed.topo.workers import WorkerSpec
+
+REPO = Path(__file__).resolve().parents[2]
+USER = "tester"
 
 
 class _Iface(paramiko.ServerInterface):
@@ -205,3 +212,54 @@ class SshdStub:
 
     def worker_procs(self) -> list[subprocess.Popen]:
         return [p for cmd, p in self.procs if "testbed.cluster.worker run" in cmd]
+
+
+# -- what the orchestrator's tests put around the server ----------------------------------------------------
+def new_client_key(directory: Path):
+    """A fresh ECDSA client key, and the file it is written to (what ``--identity`` names)."""
+    key = paramiko.ECDSAKey.generate()
+    path = directory / "id_ecdsa"
+    key.write_private_key_file(str(path))
+    return key, path
+
+
+def worker(sshd: SshdStub, underlay: str) -> WorkerSpec:
+    """A worker reached through ``sshd``, running this checkout with this interpreter."""
+    return WorkerSpec(USER, "127.0.0.1", sshd.port, underlay, python=sys.executable, checkout=str(REPO))
+
+
+def known_hosts(directory: Path, *servers: SshdStub) -> Path:
+    """A known_hosts file that knows exactly ``servers``."""
+    path = directory / "known_hosts"
+    path.write_text("".join(s.known_hosts_line() for s in servers))
+    return path
+
+
+class Listener:
+    """Stands in for the controller: records the lines that reach it through the forwards (one reader
+    thread per connection, so several workers can be connected at once)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.lines: list[str] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def _read(self, conn):
+        with conn:
+            data = b""
+            while chunk := conn.recv(4096):
+                data += chunk
+        with self.lock:
+            self.lines += data.decode().splitlines()

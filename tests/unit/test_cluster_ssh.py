@@ -6,9 +6,6 @@ orchestration over the same server is in tests/integration/test_cluster_orchestr
 from __future__ import annotations
 
 import socket
-import sys
-import threading
-from pathlib import Path
 
 import paramiko
 import pytest
@@ -18,52 +15,12 @@ from testbed.cluster.ssh import SshError, SshOptions, connect
 from testbed.errors import SpecError
 from testbed.topo.spec import resolve_spec
 from testbed.topo.workers import WorkerSpec
-from tests.unit.sshd_stub import SshdStub
-
-REPO = Path(__file__).resolve().parents[2]
-USER = "tester"
+from tests.unit.sshd_stub import USER, Listener, SshdStub, known_hosts, new_client_key, worker
 
 
 @pytest.fixture(scope="module")
 def client_key(tmp_path_factory):
-    key = paramiko.ECDSAKey.generate()
-    path = tmp_path_factory.mktemp("keys") / "id_ecdsa"
-    key.write_private_key_file(str(path))
-    return key, path
-
-
-class Listener:
-    """Stands in for the controller: records the lines that reach it through the forwards."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        self.lines: list[str] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                data = b""
-                while chunk := conn.recv(4096):
-                    data += chunk
-                self.lines += data.decode().splitlines()
-
-
-def worker(sshd, underlay) -> WorkerSpec:
-    return WorkerSpec(USER, "127.0.0.1", sshd.port, underlay, python=sys.executable, checkout=str(REPO))
-
-
-def known_hosts(tmp_path, *servers) -> Path:
-    path = tmp_path / "known_hosts"
-    path.write_text("".join(s.known_hosts_line() for s in servers))
-    return path
+    return new_client_key(tmp_path_factory.mktemp("keys"))
 
 
 # -- host keys and authentication -------------------------------------------------------------------------

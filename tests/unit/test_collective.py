@@ -4,9 +4,6 @@ nccl-tests' bandwidth formulas; placement; the trace format; the result rows fro
 
 from __future__ import annotations
 
-import io
-from contextlib import redirect_stderr, redirect_stdout
-
 import numpy as np
 import pytest
 
@@ -284,16 +281,6 @@ def test_trace_with_messages_in_opposite_orders_is_refused():
 
 
 # -- the CLI ---------------------------------------------------------------------------------------
-def _cli(argv):
-    from testbed import cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = cli.main(argv)
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
@@ -323,30 +310,30 @@ def no_emulation(monkeypatch):
     (["run", "collective", "--link-rate", "5G"], "--link-rate"),
     (["bench", "collective", "--sizes", "6"], "--sizes"),
 ])
-def test_bad_input_is_one_line_exit_2(no_emulation, argv, word):
-    code, out, err = _cli(argv)
+def test_bad_input_is_one_line_exit_2(no_emulation, argv, word, run_cli):
+    code, out, err = run_cli(argv)
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and word in err and "Traceback" not in err
 
 
-def test_schedule_command_verifies_in_memory():
+def test_schedule_command_verifies_in_memory(run_cli):
     import json
 
-    code, out, _ = _cli(["collective", "schedule", "--collective", "allreduce", "--ranks", "4", "--size", "64KiB",
+    code, out, _ = run_cli(["collective", "schedule", "--collective", "allreduce", "--ranks", "4", "--size", "64KiB",
                          "--json"])
     doc = json.loads(out)
     assert code == 0 and doc["wrong"] == 0 and doc["sent_over_size"] == [1.5] * 4 and doc["bus_factor"] == 1.5
 
 
-def test_trace_command(tmp_path):
+def test_trace_command(tmp_path, run_cli):
     import json
 
     f = tmp_path / "t.json"
     f.write_text(json.dumps(_trace()))
-    code, out, _ = _cli(["collective", "trace", str(f), "--json"])
+    code, out, _ = run_cli(["collective", "trace", str(f), "--json"])
     assert code == 0 and json.loads(out)["ok"]
     f.write_text("{not json")
-    code, _, err = _cli(["collective", "trace", str(f)])
+    code, _, err = run_cli(["collective", "trace", str(f)])
     assert code == 2 and "--trace" in err
 
 

@@ -204,3 +204,57 @@ def test_a_port_that_stops_being_live_with_carrier_up_is_a_link_down(core):
     # a switch that never reports LIVE is judged by carrier alone
     t0 = _dpid(core, "t0")
     assert list(core.port_status(t0, _port_of(core, "t0", "a0"), "t0-eth3", "00:00:00:00:00:03", 0, 0, 4.0)) == []
+
+
+# -- gray failure from counters ----------------------------------------------------------------------------
+class _Stat:
+    def __init__(self, port_no, tx, rx):
+        self.port_no, self.tx_packets, self.rx_packets = port_no, tx, rx
+        self.tx_bytes = self.rx_bytes = self.tx_dropped = self.rx_dropped = 0
+
+
+def _feed(c, t, sent, lost):
+    """Counters of every switch port at time ``t``: ``sent`` packets each way on every link so far, and
+    a0 -> cr0 lost ``lost`` of its ``sent``."""
+    per_switch: dict = {}
+    for a, b, d in c.G.edges(data=True):
+        for x, y in ((a, b), (b, a)):
+            if x not in c.dps:
+                continue
+            rx = sent - (lost if (y, x) == ("a0", "cr0") else 0)
+            per_switch.setdefault(x, []).append(_Stat(d["ports"][x], sent, rx))
+    for sw, body in per_switch.items():
+        c.port_stats(_dpid(c, sw), body, t)
+    return list(c.gray_check(t))
+
+
+def test_a_lossy_link_is_routed_around_then_given_back_after_the_hold():
+    from testbed.routing.gray import GrayPolicy
+
+    G = fat_tree(4)
+    c = ControllerCore(G, started=100.0, gray=GrayPolicy(window_s=0.3, hold_s=1.0))
+    for dpid in c.by_dpid:
+        c.connect(dpid, FakeDP(dpid))
+    t, sent, lost, msgs = 100.0, 0, 0, []
+    while t < 101.0 and not msgs:
+        t, sent, lost = t + 0.1, sent + 100, lost + 10    # 1000 pps, 10 % lost a0 -> cr0
+        msgs = _feed(c, t, sent, lost)
+    ev = c.failovers[-1]
+    assert msgs and (ev.kind, ev.cause, ev.link) == ("link_down", "gray-loss", ("a0", "cr0"))
+    assert 0.08 < ev.detail["loss"] < 0.12 and t - 100.0 <= 0.6
+    assert not c.brain.is_link_up("a0", "cr0") and c.paths_doc("h0", "h15")["equal_cost"] == 3
+    # a port-status saying the port is fine does not bring a gray link back early
+    assert list(c.port_status(_dpid(c, "a0"), _port_of(c, "a0", "cr0"), "a0-eth3", "00:00:00:00:00:01", 0,
+                              ofp.OFPPS_LIVE, t + 0.05)) == []
+    assert not c.brain.is_link_up("a0", "cr0")
+    # routed around: the link carries nothing now; after the hold it is given back
+    while t < 102.5 and c.failovers[-1].kind != "link_up":
+        t += 0.1
+        _feed(c, t, sent, lost)
+    assert (c.failovers[-1].kind, c.failovers[-1].cause) == ("link_up", "gray-release")
+    assert c.brain.is_link_up("a0", "cr0") and c.paths_doc("h0", "h15")["equal_cost"] == 4
+
+
+def test_gray_detection_is_off_unless_asked(core):
+    assert _feed(core, 101.0, 1000, 500) == [] and _feed(core, 101.5, 2000, 1000) == []
+    assert core.failovers == []

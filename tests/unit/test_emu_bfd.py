@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.emu.bfd import bfd_argv, bfd_settings, blackhole_argv, parse_bfd_show
+from testbed.emu.bfd import bfd_argv, bfd_settings, parse_bfd_show
+from testbed.emu.faults import blackhole_argv
 from testbed.errors import SpecError
 
 
@@ -63,3 +64,4 @@ def test_bfd_show_gives_the_negotiated_rate_not_the_configured_one():
 def test_black_hole_drops_instead_of_queueing():
     assert blackhole_argv("a1-eth4", True) == [["tc", "qdisc", "replace", "dev", "a1-eth4", "root", "blackhole"]]
     assert blackhole_argv("a1-eth4", False) == [["tc", "qdisc", "del", "dev", "a1-eth4", "root"]]
+

@@ -86,3 +86,19 @@ def test_cli_count_stream_and_summary(tmp_path):
     s = probe.summarise(json.loads(out.read_text()), sent=20)
     assert s["lost"] == 0 and len(s["gaps_s"]) == 19 and s["ce"] == 0
     assert set(json.loads(out.read_text())["ecn"]) == {2}  # ECT(0) as sent (IP_RECVTOS)
+
+
+def test_a_failed_or_hung_probe_is_one_error_naming_it():
+    from testbed.errors import EmulationError
+    from testbed.links.probe import wait_finished
+
+    bad = subprocess.Popen([sys.executable, "-c", "import sys; sys.stderr.write('no route'); sys.exit(3)"],
+                           stderr=subprocess.PIPE)
+    with pytest.raises(EmulationError, match=r"sender on h1 failed \(3\): no route"):
+        wait_finished(bad, "sender on h1", 10)
+    hung = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stderr=subprocess.PIPE)
+    with pytest.raises(EmulationError, match=r"receiver did not finish within 0.2 s"):
+        wait_finished(hung, "receiver", 0.2)
+    assert hung.wait(5) != 0  # killed, not left running
+    ok = subprocess.Popen([sys.executable, "-c", "pass"], stderr=subprocess.PIPE)
+    wait_finished(ok, "sender", 10)

@@ -3,87 +3,23 @@
 from __future__ import annotations
 
 import random
-from collections import deque
 
 import pytest
-from scapy.layers.inet import IP, UDP
 
-from testbed.rdma import wire
 from testbed.rdma.dcqcn import DcqcnParams
-from testbed.rdma.qp import QpConfig, QpState, QueuePair, Remote
-from testbed.rdma.verbs import CompletionQueue, ProtectionDomain, RdmaError, WcOpcode, WcStatus
+from testbed.rdma.qp import QpConfig, QpState
+from testbed.rdma.verbs import RdmaError, WcOpcode, WcStatus
 from testbed.roce.layers import BTH, RETH, icrc_valid
-
-A_IP, B_IP = "10.0.0.1", "10.0.0.2"
-
-
-class Net:
-    """Two QPs joined by a FIFO per direction; ``drop(direction, index, datagram)`` decides losses,
-    ``mark(direction, index, datagram)`` sets CE."""
-
-    def __init__(self, cfg_a=None, cfg_b=None, drop=None, mark=None, psn_a=5, psn_b=(1 << 24) - 3):
-        self.now = 0.0
-        self.q = {"ab": deque(), "ba": deque()}
-        self.count = {"ab": 0, "ba": 0}
-        self.sent = {"ab": [], "ba": []}
-        self.drop = drop or (lambda d, i, b: False)
-        self.mark = mark or (lambda d, i, b: False)
-        self.pd_a, self.pd_b = ProtectionDomain(1), ProtectionDomain(2)
-        self.cq_a, self.cq_b = CompletionQueue(), CompletionQueue()
-        self.a = QueuePair(0x11, self.pd_a, self.cq_a, cfg_a or QpConfig(), self._out("ab"))
-        self.b = QueuePair(0x22, self.pd_b, self.cq_b, cfg_b or QpConfig(), self._out("ba"))
-        self.a.connect(Remote(0x22, psn_b, B_IP, 4791), wire.Path(A_IP, 4791, B_IP, 4791), psn_a, 0.0)
-        self.b.connect(Remote(0x11, psn_a, A_IP, 4791), wire.Path(B_IP, 4791, A_IP, 4791), psn_b, 0.0)
-
-    def _out(self, direction):
-        def out(parts, ect):
-            data = b"".join(bytes(p) for p in parts)
-            i = self.count[direction]
-            self.count[direction] += 1
-            self.sent[direction].append(data)
-            if not self.drop(direction, i, data):
-                self.q[direction].append((data, self.mark(direction, i, data)))
-            return True
-        return out
-
-    def step(self):
-        did = self.a.pump(self.now) + self.b.pump(self.now)
-        for direction, dst in (("ab", self.b), ("ba", self.a)):
-            while self.q[direction]:
-                data, ce = self.q[direction].popleft()
-                assert dst.path.rx_icrc_ok(memoryview(data), len(data), 4791)
-                dst.on_datagram(memoryview(data), len(data), ce, self.now)
-                did += 1
-        if not did:
-            self.now += 1e-3
-        self.a.on_timer(self.now)
-        self.b.on_timer(self.now)
-
-    def run(self, cond, steps=200000):
-        for _ in range(steps):
-            if cond():
-                return
-            self.step()
-        raise AssertionError("did not finish")
-
-
-def _wait_wc(net, cq, n=1):
-    got = []
-    net.run(lambda: got.extend(cq.poll()) or len(got) >= n)
-    return got
-
-
-def _payload(n, seed=0):
-    return bytearray(random.Random(seed).randbytes(n))
+from tests.unit.qpnet import Net, payload
 
 
 @pytest.mark.parametrize("size", [0, 1, 1023, 1024, 1025, 100_003])
 def test_write_places_bytes_exactly(size):
     net = Net()
-    src, dst = _payload(size), bytearray(size + 64)
+    src, dst = payload(size), bytearray(size + 64)
     ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
     net.a.post_write(7, ma, 0, size, mb.addr + 32, mb.rkey)
-    (wc,) = _wait_wc(net, net.cq_a)
+    (wc,) = net.wait(net.cq_a)
     assert wc.status is WcStatus.SUCCESS and wc.wr_id == 7 and wc.opcode is WcOpcode.RDMA_WRITE
     assert dst[32:32 + size] == src and dst[:32] == bytes(32) and dst[32 + size:] == bytes(32)
     assert net.a.stats.retransmissions == 0
@@ -91,24 +27,24 @@ def test_write_places_bytes_exactly(size):
 
 def test_psn_wraps_inside_a_message():
     net = Net(psn_a=(1 << 24) - 2)
-    src, dst = _payload(8000), bytearray(8000)
+    src, dst = payload(8000), bytearray(8000)
     ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
     net.a.post_write(1, ma, 0, 8000, mb.addr, mb.rkey)
-    assert _wait_wc(net, net.cq_a)[0].status is WcStatus.SUCCESS and dst == src
+    assert net.wait(net.cq_a)[0].status is WcStatus.SUCCESS and dst == src
 
 
 def test_datagrams_are_valid_roce_for_scapy():
     """The engine's bytes, wrapped in the IP/UDP headers the kernel would add, dissect and verify."""
     net = Net()
-    src, dst = _payload(3000), bytearray(3000)
+    src, dst = payload(3000), bytearray(3000)
     ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
     net.a.post_write(1, ma, 0, 3000, mb.addr, mb.rkey)
-    _wait_wc(net, net.cq_a)
-    first = net.sent["ab"][0]
-    pkt = IP(bytes(IP(src=A_IP, dst=B_IP, flags="DF", id=0, tos=2) / UDP(sport=4791, dport=4791) / first))
+    net.wait(net.cq_a)
+    first = net.sent["ab"][0][1]
+    pkt = net.ip("ab", first, tos=2)
     assert pkt[BTH].opcode == 0x06 and pkt[RETH].dmalen == 3000 and pkt[RETH].rkey == mb.rkey
     assert icrc_valid(pkt)
-    last = IP(bytes(IP(src=A_IP, dst=B_IP, flags="DF", id=0) / UDP(sport=4791, dport=4791) / net.sent["ab"][2]))
+    last = net.ip("ab", net.sent["ab"][2][1])
     assert last[BTH].opcode == 0x08 and last[BTH].ackreq == 1 and last[BTH].padcount == 0 and icrc_valid(last)
 
 
@@ -122,10 +58,10 @@ def test_single_loss_nak_and_go_back_n():
         return False
 
     net = Net(cfg_b=QpConfig(reorder=0), drop=drop)  # strict IB responder: NAK at the first gap
-    src, dst = _payload(10 * 1024), bytearray(10 * 1024)
+    src, dst = payload(10 * 1024), bytearray(10 * 1024)
     ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
     net.a.post_write(1, ma, 0, len(src), mb.addr, mb.rkey)
-    assert _wait_wc(net, net.cq_a)[0].status is WcStatus.SUCCESS and dst == src
+    assert net.wait(net.cq_a)[0].status is WcStatus.SUCCESS and dst == src
     assert net.b.stats.naks_tx == 1 and net.a.stats.naks_rx == 1  # one NAK per sequence error
     assert net.a.stats.retransmissions >= 7 and net.a.stats.timeouts == 0  # went back to PSN 3 of 0..9
 
@@ -142,19 +78,19 @@ def test_reordered_packets_are_held_not_naked():
         return False
 
     net = Net(drop=drop)
-    src, dst = _payload(8 * 1024), bytearray(8 * 1024)
+    src, dst = payload(8 * 1024), bytearray(8 * 1024)
     ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
     net.a.post_write(1, ma, 0, len(src), mb.addr, mb.rkey)
-    assert _wait_wc(net, net.cq_a)[0].status is WcStatus.SUCCESS and dst == src
+    assert net.wait(net.cq_a)[0].status is WcStatus.SUCCESS and dst == src
     assert net.b.stats.out_of_order_rx == 1 and net.b.stats.naks_tx == 0 and net.a.stats.retransmissions == 0
 
 
 def test_gap_beyond_the_reorder_tolerance_is_naked():
     net = Net(cfg_b=QpConfig(reorder=4), drop=lambda d, i, data: d == "ab" and i == 1)
-    src, dst = _payload(12 * 1024), bytearray(12 * 1024)
+    src, dst = payload(12 * 1024), bytearray(12 * 1024)
     ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
     net.a.post_write(1, ma, 0, len(src), mb.addr, mb.rkey)
-    assert _wait_wc(net, net.cq_a)[0].status is WcStatus.SUCCESS and dst == src
+    assert net.wait(net.cq_a)[0].status is WcStatus.SUCCESS and dst == src
     assert net.b.stats.naks_tx == 1 and net.a.stats.timeouts == 0
 
 
@@ -162,22 +98,22 @@ def test_random_loss_both_directions_is_repaired():
     rng = random.Random(4)
     net = Net(cfg_a=QpConfig(window=32), drop=lambda d, i, data: rng.random() < 0.05)
     size = 300_000
-    src, dst = _payload(size, 9), bytearray(size)
+    src, dst = payload(size, 9), bytearray(size)
     ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
     for k in range(3):
         net.a.post_write(k, ma, k * 100_000, 100_000, mb.addr + k * 100_000, mb.rkey)
-    wcs = _wait_wc(net, net.cq_a, 3)
+    wcs = net.wait(net.cq_a, 3)
     assert [w.wr_id for w in wcs] == [0, 1, 2] and all(w.status is WcStatus.SUCCESS for w in wcs)
     assert dst == src and net.a.stats.retransmissions > 0
 
 
 def test_timeout_retry_limit_moves_qp_to_error():
     net = Net(cfg_a=QpConfig(retry_limit=3, timeout=0.01), drop=lambda d, i, data: d == "ab")
-    src, dst = _payload(5000), bytearray(5000)
+    src, dst = payload(5000), bytearray(5000)
     ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
     net.a.post_write(1, ma, 0, 5000, mb.addr, mb.rkey)
     net.a.post_write(2, ma, 0, 10, mb.addr, mb.rkey)
-    wcs = _wait_wc(net, net.cq_a, 2)
+    wcs = net.wait(net.cq_a, 2)
     assert [w.status for w in wcs] == [WcStatus.RETRY_EXC_ERR, WcStatus.WR_FLUSH_ERR]
     assert net.a.state is QpState.ERROR and net.a.stats.timeouts == 4
     with pytest.raises(RdmaError, match="error state.*retries"):
@@ -186,16 +122,16 @@ def test_timeout_retry_limit_moves_qp_to_error():
 
 def test_bad_rkey_and_out_of_bounds_are_remote_access_errors():
     net = Net()
-    src, dst = _payload(100), bytearray(100)
+    src, dst = payload(100), bytearray(100)
     ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
     net.a.post_write(1, ma, 0, 100, mb.addr + 1, mb.rkey)  # one byte past the end
-    assert _wait_wc(net, net.cq_a)[0].status is WcStatus.REM_ACCESS_ERR
+    assert net.wait(net.cq_a)[0].status is WcStatus.REM_ACCESS_ERR
     assert dst == bytes(100) and net.a.state is QpState.ERROR
 
 
 def test_send_recv_with_immediate_and_rnr_retry():
     net = Net(cfg_a=QpConfig(rnr_delay=0.002))
-    src = _payload(2500)
+    src = payload(2500)
     ma = net.pd_a.reg_mr(src)
     rbuf = bytearray(4096)
     mr_r = net.pd_b.reg_mr(rbuf)
@@ -204,7 +140,7 @@ def test_send_recv_with_immediate_and_rnr_retry():
         net.step()
     assert net.a.stats.naks_rx >= 1 and net.cq_b.poll() == []
     net.b.post_recv(77, mr_r)
-    send_wc = _wait_wc(net, net.cq_a)[0]
+    send_wc = net.wait(net.cq_a)[0]
     recv_wc = net.cq_b.poll()[0]
     assert send_wc.status is WcStatus.SUCCESS and send_wc.opcode is WcOpcode.SEND
     assert (recv_wc.wr_id, recv_wc.byte_len, recv_wc.imm, recv_wc.opcode) == (77, 2500, 0xC0FFEE, WcOpcode.RECV)
@@ -213,11 +149,11 @@ def test_send_recv_with_immediate_and_rnr_retry():
 
 def test_write_with_immediate_consumes_a_receive():
     net = Net()
-    src, dst = _payload(5000), bytearray(5000)
+    src, dst = payload(5000), bytearray(5000)
     ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
     net.b.post_recv(5, net.pd_b.reg_mr(bytearray(1)))
     net.a.post_write(1, ma, 0, 5000, mb.addr, mb.rkey, imm=1234)
-    _wait_wc(net, net.cq_a)
+    net.wait(net.cq_a)
     wc = net.cq_b.poll()[0]
     assert wc.opcode is WcOpcode.RECV_RDMA_WITH_IMM and wc.imm == 1234 and wc.byte_len == 5000 and dst == src
 
@@ -227,10 +163,10 @@ def test_ce_marks_trigger_cnps_and_rate_cuts():
     net = Net(cfg_a=QpConfig(dcqcn=params), cfg_b=QpConfig(dcqcn=params),
               mark=lambda d, i, data: d == "ab")
     size = 200_000
-    src, dst = _payload(size), bytearray(size)
+    src, dst = payload(size), bytearray(size)
     ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
     net.a.post_write(1, ma, 0, size, mb.addr, mb.rkey)
-    assert _wait_wc(net, net.cq_a)[0].status is WcStatus.SUCCESS and dst == src
+    assert net.wait(net.cq_a)[0].status is WcStatus.SUCCESS and dst == src
     assert net.b.stats.ce_rx > net.b.stats.cnps_tx >= 1  # at most one CNP per interval
     assert net.a.stats.cnps_rx == net.b.stats.cnps_tx and net.a.rp.rate < params.line_rate
     assert net.a.rp.cnps == net.a.stats.cnps_rx

@@ -5,118 +5,24 @@ from __future__ import annotations
 
 import random
 import struct
-from collections import deque
 
 import pytest
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
-from scapy.packet import Raw
-from scapy.utils import wrpcap
 
 from testbed.rdma import wire
-from testbed.rdma.qp import GRH_LEN, QpConfig, QpState, QueuePair, Remote, UdDest
+from testbed.rdma.qp import GRH_LEN, QpConfig, QpState, UdDest
 from testbed.rdma.verbs import (
     LOCAL_WRITE,
     REMOTE_ATOMIC,
     REMOTE_READ,
     REMOTE_WRITE,
-    CompletionQueue,
-    ProtectionDomain,
     RdmaError,
     WcOpcode,
     WcStatus,
 )
-from testbed.roce.check import check_capture, passed
+from testbed.roce.check import passed
+from tests.unit.qpnet import B_IP, PORT, QPN_A, QPN_B, Net, payload
 
-A_IP, B_IP = "10.0.0.1", "10.0.0.2"
-QPN_A, QPN_B = 0x11, 0x22
-PORT = 4791
 ALL = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC
-
-
-class Net:
-    """Two QPs of one transport joined by a FIFO per direction; ``drop(direction, index, datagram)``."""
-
-    def __init__(self, transport="rc", cfg_a=None, cfg_b=None, drop=None, psn_a=5, psn_b=(1 << 24) - 3,
-                 qkey_b=0x1234):
-        self.now = 0.0
-        self.seq = 0
-        self.wire = []  # what a capture after the (sender-side) losses sees, in order
-        self.q = {"ab": deque(), "ba": deque()}
-        self.count = {"ab": 0, "ba": 0}
-        self.sent = {"ab": [], "ba": []}
-        self.drop = drop or (lambda d, i, b: False)
-        self.pd_a, self.pd_b = ProtectionDomain(1), ProtectionDomain(2)
-        self.cq_a, self.cq_b = CompletionQueue(), CompletionQueue()
-        self.sport = {"ab": wire.qp_source_port(QPN_A), "ba": wire.qp_source_port(QPN_B)}
-        self.a = QueuePair(QPN_A, self.pd_a, self.cq_a, cfg_a or QpConfig(), self._out("ab"), transport=transport)
-        self.b = QueuePair(QPN_B, self.pd_b, self.cq_b, cfg_b or QpConfig(), self._out("ba"), transport=transport,
-                           qkey=qkey_b)
-        if transport == "ud":
-            self.a.ready_ud(A_IP, self.sport["ab"], PORT, psn_a, 0.0)
-            self.b.ready_ud(B_IP, self.sport["ba"], PORT, psn_b, 0.0)
-        else:
-            self.a.connect(Remote(QPN_B, psn_b, B_IP, PORT), wire.Path(A_IP, self.sport["ab"], B_IP, PORT, PORT),
-                           psn_a, 0.0)
-            self.b.connect(Remote(QPN_A, psn_a, A_IP, PORT), wire.Path(B_IP, self.sport["ba"], A_IP, PORT, PORT),
-                           psn_b, 0.0)
-
-    def _out(self, direction):
-        def out(parts, ect, dest=None):
-            data = b"".join(bytes(p) for p in parts)
-            i = self.count[direction]
-            self.count[direction] += 1
-            self.seq += 1
-            self.sent[direction].append((self.now + self.seq * 1e-7, data))
-            if not self.drop(direction, i, data):
-                self.q[direction].append(data)
-                self.wire.append((direction, self.now + self.seq * 1e-7, data))
-            return True
-        return out
-
-    def step(self):
-        did = self.a.pump(self.now) + self.b.pump(self.now)
-        for direction, dst, src_ip in (("ab", self.b, A_IP), ("ba", self.a, B_IP)):
-            while self.q[direction]:
-                data = self.q[direction].popleft()
-                path = dst.ud_path(src_ip, self.sport[direction]) if dst.transport == "ud" else dst.path
-                assert path.rx_icrc_ok(memoryview(data), len(data), self.sport[direction])
-                dst.on_datagram(memoryview(data), len(data), False, self.now)
-                did += 1
-        if not did:
-            self.now += 1e-3
-        self.a.on_timer(self.now)
-        self.b.on_timer(self.now)
-
-    def run(self, cond, steps=200000):
-        for _ in range(steps):
-            if cond():
-                return
-            self.step()
-        raise AssertionError("did not finish")
-
-    def wait(self, cq, n=1):
-        got = []
-        self.run(lambda: got.extend(cq.poll()) or len(got) >= n)
-        return got
-
-    def pcap(self, path):
-        """Both directions as the wire carries them after the losses (IPv4 DF, ID 0, ECT(0), per-QP
-        source port), like tcpdump on a link behind loss injected at the senders."""
-        frames = []
-        ends = {"ab": (A_IP, B_IP), "ba": (B_IP, A_IP)}
-        for direction, t, data in self.wire:
-            src, dst = ends[direction]
-            f = Ether() / IP(src=src, dst=dst, tos=2, flags="DF", id=0) / \
-                UDP(sport=self.sport[direction], dport=PORT) / Raw(data)
-            f.time = 1000 + t
-            frames.append(f)
-        wrpcap(str(path), frames)
-        return check_capture(path)
-
-
-def _payload(n, seed=0):
-    return bytearray(random.Random(seed).randbytes(n))
 
 
 def _opcodes(net, direction):
@@ -131,7 +37,7 @@ def _psns(net, direction):
 @pytest.mark.parametrize("size", [0, 1, 1024, 5000, 100_003])
 def test_read_is_byte_exact_and_reserves_psns(size, tmp_path):
     net = Net()
-    remote, local = _payload(size, 3), bytearray(size + 16)
+    remote, local = payload(size, 3), bytearray(size + 16)
     mb = net.pd_b.reg_mr(remote, ALL)
     ma = net.pd_a.reg_mr(local)
     net.a.post_read(4, ma, 8, size, mb.addr, mb.rkey)
@@ -159,7 +65,7 @@ def test_read_is_byte_exact_and_reserves_psns(size, tmp_path):
 
 def test_lost_read_response_is_re_requested():
     net = Net(drop=lambda d, i, data: d == "ba" and i == 3)
-    remote, local = _payload(20_000, 5), bytearray(20_000)
+    remote, local = payload(20_000, 5), bytearray(20_000)
     mb, ma = net.pd_b.reg_mr(remote, ALL), net.pd_a.reg_mr(local)
     net.a.post_read(1, ma, 0, 20_000, mb.addr, mb.rkey)
     assert net.wait(net.cq_a)[0].status is WcStatus.SUCCESS and local == remote
@@ -180,7 +86,7 @@ def test_read_without_remote_read_access():
 def test_write_read_write_complete_in_order_with_loss(tmp_path):
     rng = random.Random(2)
     net = Net(cfg_a=QpConfig(window=32, timeout=0.01), drop=lambda d, i, data: rng.random() < 0.05)
-    src = _payload(30_000, 1)
+    src = payload(30_000, 1)
     remote = bytearray(30_000)
     back = bytearray(30_000)
     ma, mb, mback = net.pd_a.reg_mr(src), net.pd_b.reg_mr(remote, ALL), net.pd_a.reg_mr(back)
@@ -245,7 +151,7 @@ def test_atomic_alignment_is_checked():
 # -- UC ---------------------------------------------------------------------------------------------
 def test_uc_write_and_send_without_acks(tmp_path):
     net = Net("uc")
-    src, dst = _payload(5000, 8), bytearray(5000)
+    src, dst = payload(5000, 8), bytearray(5000)
     ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
     rbuf = bytearray(4096)
     net.b.post_recv(9, net.pd_b.reg_mr(rbuf))
@@ -262,7 +168,7 @@ def test_uc_write_and_send_without_acks(tmp_path):
 
 def test_uc_loss_drops_the_message_not_the_next():
     net = Net("uc", drop=lambda d, i, data: d == "ab" and i == 1)  # the middle of message 1
-    src = _payload(6000, 4)
+    src = payload(6000, 4)
     d1, d2 = bytearray(3000), bytearray(3000)
     ma, m1, m2 = net.pd_a.reg_mr(src), net.pd_b.reg_mr(d1), net.pd_b.reg_mr(d2)
     net.a.post_write(1, ma, 0, 3000, m1.addr, m1.rkey)
@@ -276,7 +182,7 @@ def test_uc_loss_drops_the_message_not_the_next():
 # -- UD ---------------------------------------------------------------------------------------------
 def test_ud_send_with_deth_qkey_and_grh_room(tmp_path):
     net = Net("ud")
-    src = _payload(1000, 6)
+    src = payload(1000, 6)
     ma = net.pd_a.reg_mr(src)
     rbuf = bytearray(3 * 2048)
     mr = net.pd_b.reg_mr(rbuf)

@@ -65,33 +65,20 @@ def test_kinds_without_formulas_say_so():
     assert analytic.metrics(spec) is None
 
 
-def _cli(argv):
-    import io
-    from contextlib import redirect_stderr, redirect_stdout
-
-    from testbed import cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = cli.main(argv)
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
 
 
-def test_topo_show_and_plan_give_the_figures_of_a_fabric_too_big_to_build(tmp_path):
+def test_topo_show_and_plan_give_the_figures_of_a_fabric_too_big_to_build(tmp_path, run_cli):
     import json
 
     path = tmp_path / "k1024.yaml"
     path.write_text("name: k1024\nkind: fat-tree\nparams: {k: 1024}\n")
-    code, out, err = _cli(["topo", "show", str(path), "--json"])
+    code, out, err = run_cli(["topo", "show", str(path), "--json"])
     doc = json.loads(out)
     assert code == 0 and doc["analytic"] and doc["diameter"] == 6 and doc["ecmp"]["max"] == 262144
     assert "bisection" not in doc["not_computed"] and "cost" in doc["not_computed"]
-    code, out, err = _cli(["plan", str(path)])
+    code, out, err = run_cli(["plan", str(path)])
     assert code == 2 and "diameter / avg hops" in out and "6 / 5.998" in out
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "interfaces" in lines[0] and "Traceback" not in err
-    code, out, err = _cli(["plan", str(path), "--json"])
+    code, out, err = run_cli(["plan", str(path), "--json"])
     assert code == 2 and json.loads(out)["buildable"] is False
