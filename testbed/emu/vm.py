@@ -238,20 +238,15 @@ class VMGroup:
         """Host side of ``/mnt/share``, seen by every VM of the group."""
         return self.tmp / "share"
 
-    def install_link_core(self, name: str) -> str:
-        """Give VM ``name`` this host's compiled link core (the userspace link node's default core).
-
-        The image has no C compiler (it would add ~150 MB to a root held in guest RAM); the host builds
-        ``linkcore`` from the same checkout (same source hash, so the guest looks for the same file name)
-        against the same Debian 12 glibc, and the guest copies it into its cache (``$TESTBED_P4_CACHE``).
-        Returns the guest path. Raises :class:`~testbed.links.core.CoreBuildError` when the host cannot build it.
-        """
-        from testbed.links.core import build
-
-        binary = build()
-        shutil.copy2(binary, self.share / binary.name)
-        target = f"${{TESTBED_P4_CACHE:?}}/{binary.name}"
-        self.vms[name].run(f"install -D -m 0755 {GUEST_SHARE}/{binary.name} {target}", timeout=60)
+    def install_file(self, name: str, path: Path, guest_dir: str) -> str:
+        """Copy host file ``path`` into VM ``name``'s ``guest_dir`` (a shell word: ``$VAR/...`` expands in
+        the guest), executable; returns the guest path. E.g. the host-built link core: the image has no C
+        compiler (~150 MB more in a root held in guest RAM) and the guest looks for the same file name in
+        its ``$TESTBED_P4_CACHE`` (same checkout, same Debian 12 glibc)."""
+        path = Path(path)
+        shutil.copy2(path, self.share / path.name)
+        target = f"{guest_dir}/{path.name}"
+        self.vms[name].run(f"install -D -m 0755 {GUEST_SHARE}/{path.name} {target}", timeout=60)
         return target
 
     def ifname(self, vm: str, peer: str) -> str:

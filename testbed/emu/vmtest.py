@@ -4,8 +4,7 @@ the host and, inside a booted VM, the kernel-backend subset (tests/vm/guest) and
 Prints the image build time (cached or from scratch), the boot time and the pytest summary, and writes
 them to ``results/vm-test/<stamp>/timings.json`` next to the guest logs. Exit status: pytest's.
 
-``--fidelity`` (``make link-fidelity``) instead boots one VM and regenerates docs/link-fidelity.md with
-``testbed bench link --kernel`` (kernel tc vs the userspace link node, side by side in the same guest).
+``make link-fidelity`` (docs/link-fidelity.md) is :mod:`testbed.bench.link_vm`.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m testbed.emu.vmtest", description=__doc__.splitlines()[0])
     ap.add_argument("--rebuild", action="store_true", help="rebuild the image even when cached")
     ap.add_argument("--out", help="results folder (default results/vm-test/<timestamp>)")
-    ap.add_argument("--fidelity", action="store_true", help="regenerate docs/link-fidelity.md instead of testing")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (e.g. -k harness)")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
@@ -44,8 +42,6 @@ def main(argv: list[str] | None = None) -> int:
     t_image = time.monotonic() - t0
     print(f"vm-test: image {image.key} ({'built' if built else 'cached'}) in {t_image:.0f} s; "
           f"{image.manifest().get('kernel_package')}, initrd {int(image.manifest()['initrd_bytes']) >> 20} MiB")
-    if args.fidelity:
-        return fidelity(image, out)
     env = {**os.environ, "TESTBED_VM_OUT": str(out)}
     t1 = time.monotonic()
     rc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-ra", "-s",
@@ -60,31 +56,6 @@ def main(argv: list[str] | None = None) -> int:
     (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
     print(f"vm-test: {json.dumps(timings)}; results in {out}")
     return rc
-
-
-#: The side-by-side run of docs/link-fidelity.md (``testbed bench link``, full slow-cpu profile).
-FIDELITY_CMD = ("testbed bench link --kernel --cores c --slow-cpu --out /tmp/bench-link "
-                "--markdown /mnt/out/link-fidelity.md --json > /mnt/out/bench-link.json")
-
-
-def fidelity(image, out: Path) -> int:
-    from testbed.emu.vm import VMGroup
-
-    host = f"{os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start"
-    try:
-        with VMGroup(image, out, names=("vm0",)) as vms:
-            vm = vms["vm0"]
-            vm.run("bash scripts/setup.sh", timeout=600)
-            vms.install_link_core("vm0")
-            res = vm.run(f"TESTBED_VM_HOST='QEMU {vms.accel} on the host: {host}' {FIDELITY_CMD}", timeout=3600)
-            print(res.output)
-    except VMError as exc:
-        print(f"link-fidelity: {exc}", file=sys.stderr)
-        return 1
-    target = REPO / "docs" / "link-fidelity.md"
-    target.write_text((out / "vm0" / "link-fidelity.md").read_text())
-    print(f"link-fidelity: wrote {target} (raw figures: {out / 'vm0' / 'bench-link.json'})")
-    return 0
 
 
 if __name__ == "__main__":
