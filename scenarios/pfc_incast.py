@@ -85,7 +85,8 @@ def _row(n: int, res: dict) -> dict:
             "bottleneck_paused_s": lr_eg.get("paused_s", 0.0), "storms": wd.get("3", {}).get("storms", 0),
             "storm_time_s": wd.get("3", {}).get("storm_s", 0.0),
             "watchdog_drops": led["3"]["drops"].get("bottleneck_drop_pfc_watchdog", 0),
-            "machine_cpu_mean": res["cpu"]["machine_mean"], "late_frames": res["emulator_late"]}
+            "machine_cpu_mean": res["cpu"]["machine_mean"], "late_frames": res["emulator_late"],
+            "late_fraction": res["late_fraction"], "host_steal": res["host_steal"]}
 
 
 def _plot(trials: list, path: Path) -> None:

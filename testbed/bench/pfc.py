@@ -15,7 +15,8 @@ model holds the priority:
 Frames a sender started between the PAUSE's arrival and the hold were not held: that lag is what the
 headroom must absorb beyond physics. The figures are emulated seconds (what the replica lives in) and real
 ones (÷ scale): the issue's goal is PAUSE received -> egress stopped <= 1 us real at the default dilation.
-Absolute times on this shared machine are noise: the load average is printed next to them.
+Absolute times on this shared machine are noise: the load average is printed next to them, and the host's
+steal time over the trial (the hypervisor running none of this VM's vCPUs: the emulator's late frames track it).
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ def measure(senders: int, seconds: float, scale: float) -> dict:
             "reaction": rows, "pfc_frames_sent": samples["pfc_frames_sent"],
             "senders_with_missing_frames": samples["senders_with_missing_frames"],
             "roce_sent": led["sent"], "roce_dropped": led["dropped"], "valid": res["valid"], "checks": res["checks"],
+            "emulator_late": res["emulator_late"], "frames": res["frames"], "late_fraction": res["late_fraction"],
+            "host_steal": res["host_steal"],
             "cpu": res["cpu"], "load_average_before": load_before, "load_average_after": os.getloadavg(),
             "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
             "goal": "PAUSE received -> egress stopped (sender_lag) <= 1 us real at the default dilation"}
@@ -125,6 +128,7 @@ def _main(args) -> int:
     console.print(f"{doc['pfc_frames_sent']} PFC frames sent; RoCE {doc['roce_sent']} sent, {doc['roce_dropped']} "
                   f"dropped; trial valid: {doc['valid']}"
                   + ("" if doc["valid"] else f" (failed: {', '.join(k for k, v in doc['checks'].items() if not v)})")
+                  + f"; late {doc['emulator_late']} of {doc['frames']} frames, host steal {100 * doc['host_steal']:.1f}%"
                   + f"; machine CPU {doc['cpu']['machine_mean']:.0f}%; "
                   f"load {' '.join(f'{x:.2f}' for x in doc['load_average_after'])}")
     return 0 if doc["valid"] else 1

@@ -256,10 +256,13 @@ class RunRegistry:
 
     # ----------------------------------------------------------------------------- recording
     def _save(self) -> None:
+        """Write the record (after every recorded object, so a crash leaves nothing unrecorded). One line,
+        no indent: ``indent`` switches json to its pure-Python encoder, and with ~200 saves of a growing
+        record that alone took 8 s of a fat-tree k=8 build."""
         doc = {"name": self.name, "run_id": self.run_id, "owner": {"pid": self.pid, "start": self.start},
                "created": _dt.datetime.now().isoformat(timespec="seconds"), "objects": self.objects}
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.write_text(json.dumps(doc, separators=(",", ":")))
         os.replace(tmp, self.path)
 
     def _record(self, *objects: dict) -> list[dict]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -302,12 +303,35 @@ class Replica:
             raise EmulationError(f"cannot {what}: `{' '.join(argv)}` failed: {out.strip()[-300:]}")
 
     def _shape_links(self) -> None:
-        """Run each link end's tc commands (from the plan) in that end's namespace."""
+        """Run each link end's tc commands (from the plan) in that end's namespace: one ``tc -batch`` per
+        namespace, the switches' (all in the root namespace) together. One tc process per command was
+        most of a build: fat-tree k=8 ran 2432 of them, 43 s of a 78 s build."""
+        batches: dict = {}   # namespace key -> (a node in it, [(link, argv)])
         for e in self.plan.links:
             for node, argvs in e.tc:
-                for argv in argvs:
-                    self._host_run(self._nodes[node], list(argv), f"emulate link {e.u}--{e.v} ({e.backend}) "
-                                                                 f"on {self._nodes[node].name}")
+                n = self._nodes[node]
+                key = n.name if getattr(n, "inNamespace", True) else None
+                batches.setdefault(key, (n, []))[1].extend((e, list(a)) for a in argvs)
+        for n, cmds in batches.values():
+            if all(argv[:1] == ["tc"] for _, argv in cmds):
+                self._tc_batch(n, cmds)
+            else:
+                for e, argv in cmds:
+                    self._host_run(n, argv, f"emulate link {e.u}--{e.v} ({e.backend}) on {n.name}")
+
+    def _tc_batch(self, node, cmds) -> None:
+        """``tc -batch -`` in ``node``'s namespace; a failure names the command and its link."""
+        script = "".join(" ".join(argv[1:]) + "\n" for _, argv in cmds)
+        proc = node.popen(["tc", "-batch", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+        out, _ = proc.communicate(script, timeout=60 + len(cmds) * 0.05)
+        if proc.returncode == 0:
+            return
+        m = re.search(r"Command failed -:(\d+)", out)
+        e, argv = cmds[int(m.group(1)) - 1] if m and 0 < int(m.group(1)) <= len(cmds) else cmds[0]
+        detail = out[:m.start()].strip()[-300:] if m else out.strip()[-300:]
+        raise EmulationError(f"cannot emulate link {e.u}--{e.v} ({e.backend}) on {node.name}: "
+                             f"`{' '.join(argv)}` failed: {detail}")
 
     def _program_queues(self, plan=None) -> None:
         """BMv2 egress queues: depth and drain rate per port, from the plan."""

@@ -43,6 +43,11 @@ from testbed.pfc.headroom import headroom
 from testbed.pfc.link import PRIO_COUNTERS, PfcPort, linkcore_args
 from testbed.poll import poll
 
+#: The compiled cores' wake-up: one sleep to WAKE_S before each deadline, then a spin (the default 1 ms early
+#: + 100 us hops woke each vCPU ~10 times per deadline, and on this VM the host steals time from vCPUs that
+#: wake often: interleaved, 3.2-28 % late with this against 14-41 % without, docs/pfc.md "Lateness").
+WAKE_S = 150e-6
+
 #: The senders' NIC side: host memory holds what a pause keeps back (never their own xoff).
 NIC_LIMIT_BYTES = 50e6
 NIC_XOFF_BYTES = 40e6
@@ -146,13 +151,16 @@ class FanIn:
                 port = PfcPort(nic_pfc, params.real_rate_bps, NIC_LIMIT_BYTES - NIC_XOFF_BYTES, params.scale)
             if params.pfc_on:
                 which, argv = core.line_argv(a, b, link, stats, core=core_name, seed=seed + i, stats_interval_s=0.25,
-                                             pfc=port)
+                                             spin_s=WAKE_S if core_name == "c" else None, pfc=port)
             else:  # the same per-priority data path, no lossless priority (the compiled core only)
-                which, argv = core.line_argv(a, b, link, stats, core="c", seed=seed + i, stats_interval_s=0.25)
+                which, argv = core.line_argv(a, b, link, stats, core="c", seed=seed + i, stats_interval_s=0.25,
+                                             spin_s=WAKE_S)
                 argv += linkcore_args(port.config, port.real_rate_bps, port.headroom_bytes, port.scale,
                                       lossless=False)
             if which != (core_name if params.pfc_on else "c"):
                 raise EmulationError(f"link core {name}: wanted the {core_name} core, got {which}")
+            if which == "c":
+                argv += ["--wake-early", repr(WAKE_S)]
             proc = self.run.spawn(argv, log=log, env={**os.environ, "PYTHONPATH": _repo_path()})
             self.procs[name], self.stats_paths[name] = proc, stats
             wait_ready(proc, stats, log, what=f"link core {name} ({a}<->{b})")
@@ -281,6 +289,21 @@ def reaction(stats: dict) -> dict:
             "rx_lag_max_s": rx_max, "rx_lag_mean_s": rx_mean, "worst_s": tx.get("max_s", 0.0) + rx_max}
 
 
+def host_cpu_times() -> list[int]:
+    """The machine's aggregate CPU times (``/proc/stat`` first line, clock ticks): user, nice, system, idle,
+    iowait, irq, softirq, steal."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:9]]
+
+
+def steal_fraction(before: list[int], after: list[int]) -> float:
+    """Share of the CPU time between two :func:`host_cpu_times` readings that the hypervisor gave to others
+    (steal): on this VM the emulator's late frames track it (docs/pfc.md, "Lateness")."""
+    delta = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(delta)
+    return delta[7] / total if total > 0 else 0.0
+
+
 def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int = 1,
               capture: Path | None = None, storm_s: float | None = None, core_name: str = "c") -> dict:
     """One incast: start the cores, send ``flows``, drain, stop; the ledger, PFC counters and validity.
@@ -304,6 +327,7 @@ def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int
     from testbed.emu.health import CpuWatch
 
     stuck = None
+    cpu_before = host_cpu_times()
     try:
         with CpuWatch([p.pid for p in fan.procs.values()]) as cpu:
             if storm_s is not None:
@@ -314,6 +338,7 @@ def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int
                 stuck.communicate(timeout=storm_s + 30)
             fan.wait_drained()
     finally:
+        cpu_after = host_cpu_times()
         stats = fan.stop()
         if tcpdump is not None:
             tcpdump.send_signal(2)
@@ -338,6 +363,7 @@ def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int
                        "limit_bytes": params.limit_bytes, "pfc_on": params.pfc_on, "pfc": params.pfc.to_dict(),
                        "headroom_bytes": params.port_headroom(), "reaction_allowance_s": allowance},
             "flows": sources, "ledger": led, "pfc": pfc_counters(stats), "reaction": react,
-            "emulator_late": late, "frames": frames, "cpu": cpu.summary(), "checks": checks, "storm_s": storm_s, "valid": all(checks.values()),
+            "emulator_late": late, "frames": frames, "late_fraction": late / frames if frames else None,
+            "host_steal": steal_fraction(cpu_before, cpu_after), "cpu": cpu.summary(), "checks": checks, "storm_s": storm_s, "valid": all(checks.values()),
             "series": {n: s["directions"]["a>b"].get("pfc_series", []) for n, s in stats.items()},
             "stats": stats}

@@ -329,6 +329,9 @@ static int opt_size = 64, opt_tos;  /* gen: IPv4 TOS byte (DSCP << 2 | ECN) */
 static double mono(void);
 static int open_sock(const char *ifname);
 static double opt_late_tol = 250e-6, opt_stats_interval = 1.0, opt_spin = 50e-6, opt_poll = 0.0;
+/* a long wait ends this much before its deadline, then hops of WAKE_HOP_S (--wake-early; the PFC fixture
+ * sleeps once to ~spin before each deadline instead: fewer vCPU wake-ups, less host steal, docs/pfc.md) */
+static double WAKE_EARLY_S = 1e-3;
 static int opt_rt = 10, opt_cpu = -1, opt_bare, opt_batch = 32, opt_rcvbuf = 8 << 20, opt_sndbuf = 8 << 20;
 
 static void die(const char *what) { fprintf(stderr, "linkcore: %s\n", what); exit(2); }
@@ -364,7 +367,7 @@ static void parse_options(int argc, char **argv) {
         {"stats-interval", 1, 0, 'I'}, {"spin", 1, 0, 'P'}, {"poll-window", 1, 0, 'W'}, {"rt-priority", 1, 0, 'r'}, {"cpu", 1, 0, 'c'},
         {"bare", 0, 0, 'B'}, {"batch", 1, 0, 'n'}, {"rcvbuf", 1, 0, 'v'}, {"sndbuf", 1, 0, 'w'},
         {"sample-interval", 1, 0, 'i'}, {"max-samples", 1, 0, 'm'}, {"pps", 1, 0, 'p'}, {"seconds", 1, 0, 'd'},
-        {"size", 1, 0, 'z'}, {"pfc", 1, 0, 'F'}, {"tos", 1, 0, 'o'}, {0, 0, 0, 0}};
+        {"size", 1, 0, 'z'}, {"pfc", 1, 0, 'F'}, {"tos", 1, 0, 'o'}, {"wake-early", 1, 0, 'K'}, {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
@@ -399,6 +402,7 @@ static void parse_options(int argc, char **argv) {
         case 'z': opt_size = atoi(optarg); break;
         case 'F': parse_pfc(optarg); break;
         case 'o': opt_tos = atoi(optarg) & 0xFF; break;
+        case 'K': WAKE_EARLY_S = strtod(optarg, NULL); break;
         default: die("bad option (see testbed/links/core/__init__.py for the command line)");
         }
     }
@@ -447,7 +451,6 @@ static const double LATE_BOUNDS[LATE_BUCKETS - 1] = {10e-6, 20e-6, 50e-6, 100e-6
 static const char *LATE_LABELS[LATE_BUCKETS] = {"<10us", "10-20us", "20-50us", "50-100us", "100-200us",
                                                "200-500us", "500-1000us", ">=1000us"};
 #define MAX_FRAME 65536
-#define WAKE_EARLY_S 1e-3
 #define WAKE_HOP_S 100e-6
 #define IDLE_WAIT_S 0.05
 #define STATS_QUIET_S 3e-3
