@@ -42,7 +42,7 @@ cluster-vm-test: setup
 # docs/link-fidelity.md: kernel tc vs the userspace delay line, measured side by side in the test VM.
 link-fidelity: setup
 	@bash scripts/vm/host-setup.sh
-	$(PY) -m testbed.emu.vmtest --fidelity
+	$(PY) -m testbed.bench.link_vm
 
 # The kernel-backend subset (tests/vm/guest) on a machine whose kernel has netem, RED, the OVS kernel
 # datapath and rdma_rxe: what vm-test runs inside its QEMU VM, and what a Vagrant VM runs directly.

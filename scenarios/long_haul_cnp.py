@@ -2,7 +2,7 @@
 
     campus A                                                                          campus B
     h0 --\\                                                                          /-- h2
-          x0 (ToR) -- d0 (DCI) ==[ long haul 0..100 km: delay line, no queue ]== d1 (DCI) -- x1 (ToR)
+          x0 (ToR) -- d0 (DCI) ==[ long haul 0..100 km: netem or delay line ]== d1 (DCI) -- x1 (ToR)
     h1 --/            ^ case sender-dci: d0's egress onto the long haul         case receiver-tor: ^  \\-- h3
                         10G, fed by two 10G senders (2:1)                     x1's ports to h2, h3 at 5G
 
@@ -73,7 +73,9 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
     out = res.dir / f"{distance_km:g}km"
     out.mkdir(parents=True, exist_ok=True)
     caps = plan_capabilities()
-    plan = plan_replica(G, caps, S.overrides())
+    plan = plan_replica(G, caps, S.overrides(link_backend=args.link_backend))
+    backend, why = S.long_haul_backend(plan, r)
+    console.print(f"long haul: {backend} ({why})")
     factory = plan_switch_factory(plan, log_dir=out, pcap_dir=out / "pcap" if args.pcap else None)
     rows = []
     with Replica(plan, out_dir=out, name=NAME, switch_factory=factory, link_node_class=DelayLineNode) as rep:
@@ -100,7 +102,7 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
             for case in cases:
                 for mode in modes:
                     for rep_i in range(args.repetitions):
-                        trial_plan = S.case_plan(G, case, mode, caps)
+                        trial_plan = S.case_plan(G, case, mode, caps, args.link_backend)
                         tag = f"{case}-{mode}" + (f"-{rep_i}" if args.repetitions > 1 else "")
                         console.print(f"[bold]{distance_km:g} km, {case}, {mode}"
                                       + (f", repetition {rep_i + 1}/{args.repetitions}" if args.repetitions > 1 else "")
@@ -148,6 +150,7 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers) ->
     poll(lambda: all("listening on" in e.read_text() for _, e in dumps), timeout=20, what="tcpdump on senders")
     docs = [S.sender_config(plan, s, d, args, None if args.learn_qp else S.pair_qpns(i))
             for i, (s, d) in enumerate(zip(r.senders, r.receivers, strict=True))]
+    netem0 = _netem_drops(rep, plan, r)
     watch = TrialWatch(rep, clients, nodes, r.senders + r.receivers,
                        {f"receiver {h}": p.pid for h, p in zip(r.receivers, servers, strict=True)}).start()
     senders = [(s, rep.popen(s, ENDPOINT + ["send", json.dumps(doc)], stdout=open(out / f"sender-{s}.json", "w"),  # noqa: SIM115
@@ -175,22 +178,40 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers) ->
     feedback = S.feedback_delay(epoch, neck["first_signal_us"], cnp_times)
     dropped = F.drops(clients, plan)
     ev = watch.evidence(dropped)
-    long_haul = ev["link_stats"].get(rep.link_node(*r.dci).name)
+    backend, _why = S.long_haul_backend(plan, r)
+    long_haul = ev["link_stats"].get(rep.link_node(*r.dci).name) if backend == "userspace" else None
     attributed = sum(n for k, n in TL.places(ev["hops"], ev["ring_drops"]).items() if "wire" in k or "switch" in k)
     sat = saturation(cpu.summary(), long_haul, dropped["busiest_pkts"] / elapsed, args.bench_pps,
                      ev["udp_rcvbuf_errors"], 0,
                      max(0, flows["receiver_naks"] - dropped["counted"] - attributed))
+    netem_lost = _netem_drops(rep, plan, r) - netem0
+    if netem_lost:   # the long haul models no loss: a netem drop is its queue overflowing, not the protocol
+        sat.append(f"the netem long haul dropped {netem_lost} frames (tc -s: its queue limit)")
     block = TL.metrics_block(results, sum(dropped["generated_by_switch"].values()), ev["link_stats"],
                              {**dropped["by_switch"], "egress queues": {"tail": dropped["tail"]}},
                              ev["udp_rcvbuf_errors"], ev["switch_socket_drops"], watch.own_cpu(), hops=ev["hops"],
                              ring_drops=ev["ring_drops"])
     checked = TL.verdict({"mode": mode, "switch_cnps": neck["switch_cnps"], "cnps_rx": flows["cnps_rx"],
                           "marks": neck["marks"]}, block, sat)
-    return {**flows, **neck, "feedback_delay_s": feedback, "drops": dropped["tail"] + dropped["red"],
+    return {**flows, **neck, "feedback_delay_s": feedback, "long_haul_backend": backend,
+            "long_haul_netem_drops": netem_lost if backend == "netem" else None, "drops": dropped["tail"] + dropped["red"],
             "bottleneck": S.bottleneck_doc(plan, bsw, bnbr),
             "udp_rcvbuf_errors": ev["udp_rcvbuf_errors"], "switch_socket_drops": ev["switch_socket_drops"],
             "ring_drops": ev["ring_drops"], "hops": ev["hops"], "switch_drops": dropped["by_switch"], "cpu": cpu.summary(),
             "elapsed_s": elapsed, "saturation": sat, **checked, "senders": results}
+
+
+def _netem_drops(rep, plan, r) -> int:
+    """Frames the tc qdiscs of a netem long haul dropped so far, both directions (0 for another backend)."""
+    from testbed.links.kwire import egress_ledger
+
+    if S.long_haul_backend(plan, r)[0] != "netem":
+        return 0
+    total = 0
+    for node, peer in ((r.dci[0], r.dci[1]), (r.dci[1], r.dci[0])):
+        d = egress_ledger(lambda argv, n=node, **kw: rep.popen(n, argv, **kw), rep.intf_name(node, peer))
+        total += d["drop_tail"] + d["drop_loss"] + d["drop_red"]
+    return total
 
 
 def main(argv=None) -> int:
@@ -214,6 +235,9 @@ def main(argv=None) -> int:
     parser.add_argument("--bench-pps", type=float, default=15000,
                         help="BMv2 forwarding rate on this machine (testbed bench p4), for saturation checks")
     parser.add_argument("--trial-timeout", type=float, default=180, help="seconds a trial may take")
+    parser.add_argument("--link-backend", choices=("auto", "netem", "userspace"), default="auto",
+                        help="the long haul's delay: auto (default) = tc netem where doctor finds it, else the "
+                             "userspace link node; plan.json says which and why")
     args = parser.parse_args(argv)
     args.size = int(parse_size(args.size, "--size"))
     if args.size < 1:
@@ -232,11 +256,13 @@ def main(argv=None) -> int:
     cases = S.parse_list(args.cases, "--cases", str, S.CASES)
     if any(d < 0 or d > 2000 for d in distances):
         raise SpecError("--distances", f"each distance must be 0..2000 km, got {args.distances!r}")
+    from testbed.doctor import plan_capabilities
     from testbed.topo.spec import build_graph, load_spec
 
     G0 = build_graph(load_spec(SPEC))
-    S.roles(G0)
-    config = S.run_config(G0, SPEC, args, distances, modes, cases)
+    long_haul, _why = S.long_haul_backend(plan_replica(G0, plan_capabilities(), S.overrides(link_backend=args.link_backend)),
+                                          S.roles(G0))
+    config = S.run_config(G0, SPEC, args, distances, modes, cases, long_haul)
     with Results(NAME, args, config) as res:
         require_root(f"testbed run {NAME}")
         rows = []

@@ -12,10 +12,17 @@
    whole (max_pps), and whole with < 1% of frames late (max_pps_on_time); CPU per packet from the
    link process's own CPU time.
 
+5. loss: UDP probes through a 1 % random-loss link; measured loss against the configured rate (binomial
+   z-score) and every lost probe against the backend's own loss counter.
+
 Side by side in one run: the compiled core (``c``, the default link core), the Python line (``python``)
-and the compiled forwarder without the model (``bare``: pps ladder only, the ceiling of the I/O path).
-Then delay and gap cases again for ``c`` and ``python`` with a competing load (one busy loop per CPU,
-normal priority: another run on the machine).
+and the compiled forwarder without the model (``bare``: pps ladder only, the ceiling of the I/O path);
+with ``--kernel`` also the kernel backend (``netem``: tc netem -> tbf -> red on a bridge in the delay
+line's place, :mod:`testbed.links.kwire`; cases 1-3 and 5), where the kernel has sch_netem and sch_red
+(the test VM, docs/vm.md; ``make link-fidelity`` writes docs/link-fidelity.md with ``--markdown``).
+Then delay and gap cases again for the model backends with a competing load (one busy loop per CPU,
+normal priority: another run on the machine). ``--slow-cpu``: rates and probe rates a QEMU TCG guest
+keeps up with (a Python probe sender there manages ~700 packets/s).
 
 ``--json`` keys: backend, core, delay_p99_error_pct, gap_p99_error_pct, max_pps, max_pps_on_time (all of
 the default core, as before), cores.{c,python,bare}.{...same keys...}, comparison, loaded (+ details).
@@ -24,6 +31,7 @@ the default core, as before), cores.{c,python,bare}.{...same keys...}, compariso
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -32,7 +40,7 @@ from pathlib import Path
 
 from testbed.console import console, out, print_json, require_root
 from testbed.links import fidelity
-from testbed.links.model import LinkParams, RedParams
+from testbed.links.model import LinkParams, LossModel, RedParams
 from testbed.links.pcap import probe_arrivals, read_pcap
 from testbed.links.probe import summarise
 from testbed.poll import poll
@@ -48,17 +56,29 @@ PPS_FRAME = 64 + 42
 CORES = ("c", "python", "bare")
 #: Cores that carry the model (the bare forwarder only takes the pps ladder).
 MODEL_CORES = ("c", "python")
+#: The kernel backend's column (``--kernel``).
+KERNEL = "netem"
+#: Configured random loss of the loss case.
+LOSS_RATE = 0.01
 
 
-def cases(quick: bool) -> dict:
-    """What to measure (pure): the full run, or --quick (about a third of the time)."""
+def cases(quick: bool, slow_cpu: bool = False) -> dict:
+    """What to measure (pure): the full run, or --quick (about a third of the time); ``slow_cpu``: rates a
+    TCG guest sustains (bottlenecks of 2-10 Mbit/s, probes at a few hundred per second)."""
+    if slow_cpu:
+        return {"delays_s": (0.001, 0.050) if quick else (0.001, 0.010, 0.050), "delay_rate_bps": 10e6,
+                "rates_bps": (2e6, 5e6) if quick else (2e6, 5e6, 10e6), "probes": 300 if quick else 1000,
+                "probe_pps": 200, "gap_seconds": 2.0 if quick else 4.0, "red_rate_bps": 4e6,
+                "red_probes": 2000 if quick else 2500, "loss_probes": 3000 if quick else 10_000, "loss_pps": 500,
+                "pps_seconds": 1.0, "pps_steps": (), "loaded_delays_s": (0.001,),
+                "loaded_rates_bps": (2e6,)}
     if quick:
         return {"delays_s": (0.001, 0.050), "rates_bps": (10e6, 200e6), "probes": 400, "probe_pps": 400,
-                "gap_seconds": 1.0, "red_probes": 1000, "pps_seconds": 1.5,
+                "gap_seconds": 1.0, "red_probes": 1000, "loss_probes": 3000, "loss_pps": 2000, "pps_seconds": 1.5,
                 "pps_steps": (10_000, 100_000, 0), "loaded_delays_s": (0.001,), "loaded_rates_bps": (100e6,)}
     return {"delays_s": (0.001, 0.010, 0.050), "rates_bps": (10e6, 50e6, 100e6, 200e6), "probes": 2000,
-            "probe_pps": 1000, "gap_seconds": 2.0, "red_probes": 2500, "pps_seconds": 2.0,
-            "pps_steps": (5_000, 10_000, 20_000, 50_000, 100_000, 150_000, 200_000, 0),
+            "probe_pps": 1000, "gap_seconds": 2.0, "red_probes": 2500, "loss_probes": 10_000, "loss_pps": 2000,
+            "pps_seconds": 2.0, "pps_steps": (5_000, 10_000, 20_000, 50_000, 100_000, 150_000, 200_000, 0),
             "loaded_delays_s": (0.001, 0.010), "loaded_rates_bps": (10e6, 100e6, 200e6)}
 
 
@@ -71,6 +91,12 @@ def register(sub) -> None:
     parser.add_argument("--cores", default=",".join(CORES),
                         help="link cores to compare, comma-separated (c, python, bare); the first is reported "
                              "in the top-level keys")
+    parser.add_argument("--kernel", action="store_true",
+                        help="also measure the kernel backend (tc netem -> tbf -> red) on the same cases, side by "
+                             "side (needs sch_netem and sch_red: the test VM, docs/vm.md)")
+    parser.add_argument("--slow-cpu", action="store_true",
+                        help="rates a QEMU TCG guest keeps up with (2-10 Mbit/s bottlenecks, slower probes)")
+    parser.add_argument("--markdown", metavar="FILE", help="also write the side-by-side table as markdown")
     parser.add_argument("--no-load", action="store_true", help="skip the run with a competing CPU load")
     parser.add_argument("--cpu", type=int, default=None, help="pin the compiled core to this CPU")
     parser.add_argument("--no-lock", action="store_true",
@@ -94,34 +120,47 @@ def run(args) -> int:
     require_root("testbed bench link")
     from testbed.emu.registry import RunRegistry
     from testbed.links.core import selected_core
+    from testbed.links.kwire import open_kernel_wire
     from testbed.links.wire import open_wire
 
-    plan = cases(args.quick)
+    if args.kernel:
+        _check_kernel()
+    plan = cases(args.quick, args.slow_cpu)
     workdir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="testbed-bench-link-"))
     per_core: dict = {}
     loaded: dict = {}
+    backends = (*cores, KERNEL) if args.kernel else cores
+    modelled = [c for c in backends if c in (*MODEL_CORES, KERNEL)]
     with RunRegistry("bench-link", exclusive=not args.no_lock) as reg:
-        wire = open_wire(reg, workdir)
-        wire.bench_cpu = args.cpu
-        iperf = reg.spawn(wire.exec_argv("b", ["iperf3", "-s", "-p", str(IPERF_PORT)]),
-                          log=workdir / "iperf3-server.log")
-        poll(lambda: _listening(wire, IPERF_PORT), timeout=10, what="iperf3 server to listen")
-        for core in cores:
-            ran, detail = selected_core(core)
-            console.print(f"[bold]link core {core}[/bold]: {detail}")
+        wires = {"userspace": open_wire(reg, workdir)}
+        wires["userspace"].bench_cpu = args.cpu
+        if args.kernel:
+            wires[KERNEL] = open_kernel_wire(reg, workdir, tag="k")
+        servers = [reg.spawn(w.exec_argv("b", ["iperf3", "-s", "-p", str(IPERF_PORT)]),
+                             log=workdir / f"iperf3-server-{name}.log") for name, w in wires.items()]
+        for w in wires.values():
+            poll(lambda w=w: _listening(w, IPERF_PORT), timeout=30, what="iperf3 server to listen")
+        for core in backends:
+            wire = wires[KERNEL if core == KERNEL else "userspace"]
+            ran, detail = (KERNEL, "tc netem -> tbf -> red (testbed.links.tc) on a bridge") if core == KERNEL \
+                else selected_core(core)
+            console.print(f"[bold]link backend {core}[/bold]: {detail}")
             doc: dict = {"requested": core, "core": ran}
-            if core in MODEL_CORES:
+            if core in modelled:
                 doc["delay_cases"] = [_delay_case(wire, d, plan, core) for d in plan["delays_s"]]
                 doc["gap_cases"] = [_gap_case(wire, r, plan, core) for r in plan["rates_bps"]]
                 doc["red"] = _red_case(wire, plan, core)
-            doc["pps"] = _pps_case(wire, plan, core)
+                doc["loss"] = _loss_case(wire, plan, core)
+            if core != KERNEL and plan["pps_steps"]:   # a TCG guest's packet rate is not the link's: none there
+                doc["pps"] = _pps_case(wire, plan, core)
             per_core[core] = _summarise(doc)
         if not args.no_load:
             hogs = [reg.spawn([sys.executable, "-c", "while True: pass"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL) for _ in range(os.cpu_count() or 1)]
             try:
-                for core in (c for c in cores if c in MODEL_CORES):
-                    console.print(f"[bold]link core {core} with {len(hogs)} competing busy loops[/bold]")
+                for core in modelled:
+                    wire = wires[KERNEL if core == KERNEL else "userspace"]
+                    console.print(f"[bold]link backend {core} with {len(hogs)} competing busy loops[/bold]")
                     doc = {"delay_cases": [_delay_case(wire, d, plan, core) for d in plan["loaded_delays_s"]],
                            "gap_cases": [_gap_case(wire, r, plan, core) for r in plan["loaded_rates_bps"]]}
                     loaded[core] = _summarise(doc)
@@ -130,10 +169,13 @@ def run(args) -> int:
                     h.kill()
                     h.wait()
             loaded["load"] = f"{len(hogs)} busy loops (one per CPU, nice 0)"
-        wire.stop()
-        iperf.terminate()
+        for w in wires.values():
+            w.stop()
+        for server in servers:
+            server.terminate()
     first = per_core[cores[0]]
-    report = {"backend": "userspace", "core": first["core"]}
+    report = {"backend": "userspace", "core": first["core"], "profile": "slow-cpu" if args.slow_cpu else "host",
+              "quick": bool(args.quick)}
     for key in ("delay_cases", "gap_cases", "red", "pps", "delay_p99_error_pct", "gap_p99_error_pct",
                 "red_max_abs_error", "max_pps", "max_pps_on_time", "cpu_per_packet_us"):
         if key in first:
@@ -145,7 +187,12 @@ def run(args) -> int:
     report["locked"] = not args.no_lock
     report["load_average"] = os.getloadavg()
     report["uptime"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    report["machine"] = _machine()
     (workdir / "bench-link.json").write_text(json.dumps(report, indent=1))
+    if args.markdown:
+        from testbed.bench.link_table import markdown
+
+        Path(args.markdown).write_text(markdown(report))
     if args.json:
         print_json(report)
     else:
@@ -179,6 +226,28 @@ def _comparison(per_core: dict) -> dict:
     return out
 
 
+def _check_kernel() -> None:
+    """One line when this kernel lacks netem or RED (doctor's own probes, which try them)."""
+    from testbed.doctor import capabilities
+    from testbed.errors import UsageError
+
+    caps = capabilities()["capabilities"]
+    missing = [n for n in ("netem", "red") if not caps[n]["present"]]
+    if missing:
+        raise UsageError(f"--kernel: this kernel has no {' or '.join('sch_' + m for m in missing)} "
+                         "(testbed doctor); run it in the test VM (sudo make link-fidelity) or drop --kernel")
+
+
+def _machine() -> dict:
+    """What the figures were measured on: CPUs, kernel, and whether this is a QEMU guest (TCG or KVM)."""
+    vendor = Path("/sys/class/dmi/id/sys_vendor")
+    cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace") if Path("/proc/cpuinfo").exists() else ""
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "")
+    return {"cpus": os.cpu_count(), "kernel": os.uname().release, "cpu_model": model,
+            "vendor": vendor.read_text().strip() if vendor.exists() else "",
+            "host": os.environ.get("TESTBED_VM_HOST", "")}
+
+
 def _listening(wire, port: int) -> bool:
     out = subprocess.run(wire.exec_argv("b", ["ss", "-Hltn", f"sport = :{port}"]), capture_output=True, text=True)
     return bool(out.stdout.strip())
@@ -198,15 +267,17 @@ def _start(wire, params: LinkParams, seed: int, core: str) -> None:
 
 
 def _delay_case(wire, delay_s: float, plan: dict, core: str) -> dict:
-    _start(wire, LinkParams(rate_bps=DELAY_RATE_BPS, delay_s=delay_s), 1, core)
+    rate = plan.get("delay_rate_bps", DELAY_RATE_BPS)
+    _start(wire, LinkParams(rate_bps=rate, delay_s=delay_s), 1, core)
     with wire.capture("a", PROBE_PORT, f"delay{delay_s * 1e3:g}ms-a") as pa, \
             wire.capture("b", PROBE_PORT, f"delay{delay_s * 1e3:g}ms-b") as pb:
         wire.probe(plan["probes"], plan["probe_pps"], size=FRAME - 42, port=PROBE_PORT)
     stats = wire.stop()
     sent, got = probe_arrivals(read_pcap(pa), PROBE_PORT), probe_arrivals(read_pcap(pb), PROBE_PORT)
-    ideal = delay_s + fidelity.serialisation_s(FRAME, DELAY_RATE_BPS)
+    ideal = delay_s + fidelity.serialisation_s(FRAME, rate)
     delays = fidelity.one_way_delays(sent, got)
-    case = {"delay_ms": delay_s * 1e3, "ideal_ms": round(ideal * 1e3, 4),
+    case = {"delay_ms": delay_s * 1e3, "ideal_ms": round(ideal * 1e3, 4), "sent": len(sent),
+            "min_ms": round(min(delays) * 1e3, 4) if delays else None,
             "median_ms": round(fidelity.percentile(delays, 50) * 1e3, 4),
             **fidelity.error_summary(fidelity.relative_errors(delays, ideal)), **_late(stats)}
     console.print(f"{core}: delay {delay_s * 1e3:g} ms: p99 error {case['p99_error_pct']}% over {case['samples']} probes")
@@ -224,15 +295,18 @@ def _gap_case(wire, rate_bps: float, plan: dict, core: str) -> dict:
     arrivals = [ts for ts, _f, length in read_pcap(pb) if length == FRAME]
     ideal = fidelity.serialisation_s(FRAME, rate_bps)
     gaps = fidelity.backlogged_gaps(arrivals, skip=50)
+    # delivered rate over the backlogged stretch: late wake-ups stretch some gaps and bunch others
+    span = sum(gaps)
     case = {"rate_mbps": rate_bps / 1e6, "ideal_gap_us": round(ideal * 1e6, 2),
             "median_gap_us": round(fidelity.percentile(gaps, 50) * 1e6, 2),
+            "rate_pct": round(100 * len(gaps) * FRAME * 8 / span / rate_bps, 2) if span else None,
             **fidelity.error_summary(fidelity.relative_errors(gaps, ideal)), **_late(stats)}
     console.print(f"{core}: gaps at {rate_bps / 1e6:g} Mbit/s: p99 error {case['p99_error_pct']}% over {case['samples']} gaps")
     return case
 
 
 def _red_case(wire, plan: dict, core: str) -> dict:
-    rate, delay = 10e6, 0.001
+    rate, delay = plan.get("red_rate_bps", 10e6), 0.001
     red = RedParams(kmin=10, kmax=50, pmax=0.5, unit="packets")
     _start(wire, LinkParams(rate_bps=rate, delay_s=delay, limit=70, red=red), 3, core)
     pps = 1.1 * rate / (FRAME * 8)
@@ -244,8 +318,33 @@ def _red_case(wire, plan: dict, core: str) -> dict:
     bins = fidelity.red_bins(depths, [e == 3 for e in result["ecn"]], red)
     console.print(f"{core}: RED: {s['ce']} CE of {s['received']} probes; max |observed - curve| "
                   f"{max((b['abs_error'] for b in bins), default=float('nan')):.3f} over {len(bins)} depth bins")
-    return {"kmin": red.kmin, "kmax": red.kmax, "pmax": red.pmax, "unit": red.unit, "received": s["received"],
-            "ce": s["ce"], "bins": bins, **_late(stats)}
+    return {"kmin": red.kmin, "kmax": red.kmax, "pmax": red.pmax, "unit": red.unit, "rate_mbps": rate / 1e6,
+            "sent": sent["sent"], "received": s["received"], "ce": s["ce"], "lost": s["lost"], "bins": bins,
+            "marked": _sum(stats, "ce_marked"), "dropped": _sum(stats, "drop_tail") + _sum(stats, "drop_red"),
+            **_late(stats)}
+
+
+def _sum(stats: dict, key: str, direction: str = "a>b") -> int:
+    return int(stats.get("directions", {}).get(direction, {}).get(key, 0) or 0)
+
+
+def _loss_case(wire, plan: dict, core: str) -> dict:
+    """1 % random loss, no rate: measured loss against the configured rate (z-score of a binomial draw) and
+    every lost probe against the backend's loss counter (netem's drops, the link node's ``drop_loss``)."""
+    _start(wire, LinkParams(loss=LossModel(rate=LOSS_RATE)), 5, core)
+    sent, result = wire.probe(plan["loss_probes"], plan["loss_pps"], size=64, port=PROBE_PORT,
+                              timeout=plan["loss_probes"] / plan["loss_pps"] * 3 + 30)
+    stats = wire.stop()
+    s = summarise(result, sent["sent"])
+    n = sent["sent"]
+    sd = math.sqrt(n * LOSS_RATE * (1 - LOSS_RATE))
+    counted = _sum(stats, "drop_loss")
+    case = {"configured_pct": LOSS_RATE * 100, "sent": n, "lost": s["lost"], "loss_pct": round(100 * s["loss"], 3),
+            "z": round((s["lost"] - n * LOSS_RATE) / sd, 2) if sd else None, "counted_by_backend": counted,
+            "unattributed": s["lost"] - counted, **_late(stats)}
+    console.print(f"{core}: loss: {s['lost']} of {n} probes ({case['loss_pct']}%, z {case['z']}); "
+                  f"{counted} counted by the backend")
+    return case
 
 
 def _offer(wire, pps: int, seconds: float) -> tuple[int, float, str]:
@@ -309,35 +408,16 @@ def _pps_case(wire, plan: dict, core: str) -> dict:
 def _print(report: dict) -> None:
     from rich.table import Table
 
-    cores = list(report["cores"])
+    from testbed.bench.link_table import rows
+
+    header, body = rows(report)
     t = Table(title=f"link emulation fidelity, side by side ({report['uptime']})")
-    t.add_column("case")
-    for core in cores:
-        t.add_column(f"{core} p99 err %")
-    for core in (c for c in report["loaded"] if c in cores):
-        t.add_column(f"{core} loaded p99 err %")
-    rows: dict = {}
-
-    def fill(doc, key, label, col):
-        for c in doc.get(key, ()):
-            rows.setdefault(label(c), {})[col] = c["p99_error_pct"]
-
-    for core in cores:
-        fill(report["cores"][core], "delay_cases", lambda c: f"delay {c['delay_ms']:g} ms", core)
-        fill(report["cores"][core], "gap_cases", lambda c: f"gaps {c['rate_mbps']:g} Mbit/s", core)
-    for core, doc in report["loaded"].items():
-        if isinstance(doc, dict):
-            fill(doc, "delay_cases", lambda c: f"delay {c['delay_ms']:g} ms", f"{core}+load")
-            fill(doc, "gap_cases", lambda c: f"gaps {c['rate_mbps']:g} Mbit/s", f"{core}+load")
-    cols = cores + [f"{c}+load" for c in report["loaded"] if c in cores]
-    for label, vals in rows.items():
-        t.add_row(label, *(str(vals.get(c, "")) for c in cols))
-    t.add_row("max_pps_on_time", *(f"{report['cores'][c].get('max_pps_on_time', 0):,}" for c in cores),
-              *("" for _ in cols[len(cores):]))
-    t.add_row("CPU us/packet", *(str(report["cores"][c].get("cpu_per_packet_us")) for c in cores),
-              *("" for _ in cols[len(cores):]))
+    for h in header:
+        t.add_column(h)
+    for r in body:
+        t.add_row(*r)
     out.print(t)
     cmp = report["comparison"]
     out.print(f"c / bare on-time rate: {cmp.get('c_over_bare')}; c / python: {cmp.get('c_over_python')}; "
-                  f"RED max |observed - curve|: {report.get('red_max_abs_error')}; details in "
-                  f"{report['workdir']}/bench-link.json")
+              f"RED max |observed - curve|: {report.get('red_max_abs_error')}; details in "
+              f"{report['workdir']}/bench-link.json")

@@ -238,6 +238,17 @@ class VMGroup:
         """Host side of ``/mnt/share``, seen by every VM of the group."""
         return self.tmp / "share"
 
+    def install_file(self, name: str, path: Path, guest_dir: str) -> str:
+        """Copy host file ``path`` into VM ``name``'s ``guest_dir`` (a shell word: ``$VAR/...`` expands in
+        the guest), executable; returns the guest path. E.g. the host-built link core: the image has no C
+        compiler (~150 MB more in a root held in guest RAM) and the guest looks for the same file name in
+        its ``$TESTBED_P4_CACHE`` (same checkout, same Debian 12 glibc)."""
+        path = Path(path)
+        shutil.copy2(path, self.share / path.name)
+        target = f"{guest_dir}/{path.name}"
+        self.vms[name].run(f"install -D -m 0755 {GUEST_SHARE}/{path.name} {target}", timeout=60)
+        return target
+
     def ifname(self, vm: str, peer: str) -> str:
         """The guest interface of ``vm`` on its (first) link to ``peer``."""
         mine = [(u, v) for u, v in self.links if vm in (u, v)]

@@ -4,8 +4,7 @@ the host and, inside a booted VM, the kernel-backend subset (tests/vm/guest) and
 Prints the image build time (cached or from scratch), the boot time and the pytest summary, and writes
 them to ``results/vm-test/<stamp>/timings.json`` next to the guest logs. Exit status: pytest's.
 
-``--fidelity`` (``make link-fidelity``) instead boots one VM and regenerates docs/link-fidelity.md with
-scripts/vm/link_fidelity.py (kernel tc vs the userspace delay line, measured side by side in the guest).
+``make link-fidelity`` (docs/link-fidelity.md) is :mod:`testbed.bench.link_vm`.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m testbed.emu.vmtest", description=__doc__.splitlines()[0])
     ap.add_argument("--rebuild", action="store_true", help="rebuild the image even when cached")
     ap.add_argument("--out", help="results folder (default results/vm-test/<timestamp>)")
-    ap.add_argument("--fidelity", action="store_true", help="regenerate docs/link-fidelity.md instead of testing")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (e.g. -k harness)")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
@@ -44,8 +42,6 @@ def main(argv: list[str] | None = None) -> int:
     t_image = time.monotonic() - t0
     print(f"vm-test: image {image.key} ({'built' if built else 'cached'}) in {t_image:.0f} s; "
           f"{image.manifest().get('kernel_package')}, initrd {int(image.manifest()['initrd_bytes']) >> 20} MiB")
-    if args.fidelity:
-        return fidelity(image, out)
     env = {**os.environ, "TESTBED_VM_OUT": str(out)}
     t1 = time.monotonic()
     rc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-ra", "-s",
@@ -60,24 +56,6 @@ def main(argv: list[str] | None = None) -> int:
     (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
     print(f"vm-test: {json.dumps(timings)}; results in {out}")
     return rc
-
-
-def fidelity(image, out: Path) -> int:
-    from testbed.emu.vm import VMGroup
-
-    try:
-        with VMGroup(image, out, names=("vm0",)) as vms:
-            vm = vms["vm0"]
-            vm.run("bash scripts/setup.sh", timeout=600)
-            res = vm.run("python scripts/vm/link_fidelity.py --out /mnt/out/link-fidelity.md", timeout=3600)
-            print(res.output)
-    except VMError as exc:
-        print(f"link-fidelity: {exc}", file=sys.stderr)
-        return 1
-    target = REPO / "docs" / "link-fidelity.md"
-    target.write_text((out / "vm0" / "link-fidelity.md").read_text())
-    print(f"link-fidelity: wrote {target}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -64,6 +64,10 @@ class Wire:
         for intf in (self.dl_a, self.dl_b):
             ops.run(["sysctl", "-qw", f"net.ipv6.conf.{intf}.disable_ipv6=1"], what=f"disable IPv6 on {intf}",
                     check=False)
+        self.configure_hosts()
+
+    def configure_hosts(self) -> None:
+        """Addresses, static neighbours (no ARP crosses the link) and no IPv6 in hosts A and B."""
         for ns, intf, ip, mac, peer_ip, peer_mac in ((self.ns_a, self.if_a, IP_A, MAC_A, IP_B, MAC_B),
                                                      (self.ns_b, self.if_b, IP_B, MAC_B, IP_A, MAC_A)):
             for argv in (["ip", "link", "set", intf, "address", mac],
@@ -119,7 +123,7 @@ class Wire:
                                                           "--idle", str(idle), "--timeout", str(timeout)]),
                                 env=env)
         try:
-            poll(ready.exists, timeout=10, interval=0.02, what="probe receiver to bind")
+            poll(ready.exists, timeout=30, interval=0.02, what="probe receiver to bind")  # a slow (TCG) guest
             sent = subprocess.run(self.exec_argv("a", py + ["send", "--dst", self.ip_b, "--port", str(port),
                                                             "--count", str(count), "--pps", str(pps),
                                                             "--size", str(size), "--tos", str(tos)]),

@@ -355,7 +355,12 @@ def plan_replica(G: nx.Graph, capabilities: Capabilities = ASSUMED, overrides: O
         commands = []
         if d["backend"] in ("htb", "netem"):
             for node in d["shaped_ends"]:
-                commands.append((node, tuple(tuple(a) for a in _tc_cmds(intf[node], d["applied"], d["backend"]))))
+                applied = d["applied"]
+                if d["backend"] == "netem" and node in bmv2:
+                    # BMv2 drains this end's egress at the rate and marks with fabric.p4's RED: its netem
+                    # carries the direction's delay and loss only, with a queue that never fills.
+                    applied = replace(applied, rate_bps=None, red=None, limit=1e6, limit_unit=PACKETS)
+                commands.append((node, tuple(tuple(a) for a in _tc_cmds(intf[node], applied, d["backend"]))))
         seed = None
         if ov.seed is not None and lk.via:
             seed = (ov.seed ^ _crc(f"{u}|{v}")) & 0x7FFFFFFF
@@ -481,7 +486,7 @@ def _link_draft(G, u, v, real, emulated, bmv2, roles, buffer_bytes, frame, caps,
         raise SpecError(f"{field}.rate", f"emulated rate {applied.rate_bps:g} bit/s is below tc's 8 kbit/s; "
                                          "use a smaller scale")
     return {"u": u, "v": v, "real": real, "emulated": emulated, "applied": applied, "backend": backend,
-            "reason": reason, "notes": notes, "shaped_ends": shaped_ends if backend == "netem" else ()}
+            "reason": reason, "notes": notes, "shaped_ends": (u, v) if backend == "netem" else ()}
 
 
 def _htb(u, v, real, emulated, applied, field, notes, shaped_ends, bmv2) -> dict:

@@ -7,7 +7,7 @@ What ``scenarios/long_haul_cnp.py`` runs, per distance, case and mode::
     case_rates      sender-dci: the long haul at half the senders' sum (2:1);
                     receiver-tor: the receivers' ports at half the line rate, the long haul not the bottleneck
     bottleneck      the congestion point (switch, neighbour)
-    overrides       RoCE frames, Alibaba's per-25G RED rule, the userspace delay line, the CNP interval
+    overrides       RoCE frames, Alibaba's per-25G RED rule, the long haul's link backend, the CNP interval
     pair_qpns / qp_map_entries / sender_config   the senders' and the switches' QP configuration
     row / validate_fields                        one result row and the config block validate reads
 
@@ -96,17 +96,27 @@ def case_graph(G, case: str):
     return H
 
 
-def overrides(mode: str = "ecn") -> Overrides:
-    """The run's choices on top of the spec: RoCE frames, Alibaba's RED rule, the userspace delay line."""
-    return Overrides(link_backend="userspace", frame_bytes=FRAME_BYTES, ecn_mode=mode,
+def overrides(mode: str = "ecn", link_backend: str = "auto") -> Overrides:
+    """The run's choices on top of the spec: RoCE frames, Alibaba's RED rule, the CNP interval, and the long
+    haul's backend: ``auto`` lets the plan choose from the capabilities (tc netem where ``doctor`` finds it,
+    the userspace link node otherwise; the plan's link entry says which and why), ``netem`` or
+    ``userspace`` force one (``--link-backend``)."""
+    return Overrides(link_backend=link_backend, frame_bytes=FRAME_BYTES, ecn_mode=mode,
                      red_per_25g=(KMIN_BYTES_PER_25G, KMAX_BYTES_PER_25G, PMAX), cnp_interval_s=CNP_INTERVAL_S)
 
 
-def case_plan(G, case: str, mode: str, capabilities=None):
+def case_plan(G, case: str, mode: str, capabilities=None, link_backend: str = "auto"):
     """The replica plan of one case and mode: BMv2 queue rates/depths, RED and fast-CNP per port."""
     from testbed.plan import ASSUMED
 
-    return plan_replica(case_graph(G, case), capabilities or ASSUMED, overrides(mode))
+    return plan_replica(case_graph(G, case), capabilities or ASSUMED, overrides(mode, link_backend))
+
+
+def long_haul_backend(plan, r: Roles) -> tuple[str, str]:
+    """(backend, reason) of the long haul in ``plan``: what plan.json says the run used and why."""
+    u, v = r.dci
+    entry = next(e for e in plan.links if {e.u, e.v} == {u, v})
+    return entry.backend, entry.reason
 
 
 def row(case: str, distance_km: float, mode: str, scale: float, t: dict, repetition: int = 0) -> dict:
@@ -118,6 +128,7 @@ def row(case: str, distance_km: float, mode: str, scale: float, t: dict, repetit
     return {"case": case, "distance_km": distance_km, "mode": mode, "repetition": repetition,
             "valid": t["validity"]["valid"], "validity": t["validity"], "health": t["health"],
             "emulator_ok": t["emulator_ok"], "unaccounted_losses": t["unaccounted_losses"],
+            "long_haul_backend": t.get("long_haul_backend"), "long_haul_netem_drops": t.get("long_haul_netem_drops"),
             "accounting": t["accounting"], "bottleneck": t["bottleneck"], "cnps_rx": t["cnps_rx"],
             "throughput_mbps": round(t["goodput_bps"] * scale / 1e6, 1),
             "fct_p50_ms": real_ms(t["fct_p50_s"]), "fct_p99_ms": real_ms(t["fct_p99_s"]),
@@ -130,16 +141,17 @@ def row(case: str, distance_km: float, mode: str, scale: float, t: dict, repetit
                          "fct_p99_ms": _ms(t["fct_p99_s"]), "feedback_delay_ms": _ms(t["feedback_delay_s"])}}
 
 
-def validate_fields(G) -> dict:
+def validate_fields(G, long_haul: str = "userspace") -> dict:
     """Config fields ``testbed validate --long-haul`` reads: the senders' real line rate, how many share the
-    bottleneck, one campus' cabling (host + campus-DCI link) and the backends."""
+    bottleneck, one campus' cabling (host + campus-DCI link) and the backends (``long_haul``: the long
+    haul's, from :func:`long_haul_backend`)."""
     r = roles(G)
     s = r.senders[0]
     tor = next(iter(G.neighbors(s)))
     up = next(n for n in G.neighbors(tor) if G.nodes[n].get("role") == "dci")
     return {"line_rate_bps": G.edges[s, tor]["rate_bps"], "flows": len(r.senders),
             "local_fibre_m": G.edges[s, tor].get("distance_m", 0.0) + G.edges[tor, up].get("distance_m", 0.0),
-            "backends": ["bmv2", "userspace", "soft-rdma"]}
+            "backends": ["bmv2", long_haul, "soft-rdma"]}
 
 
 def _ms(x):
@@ -207,7 +219,7 @@ def bottleneck_doc(plan, switch, neighbour) -> dict:
             "pmax": port.ecn.pmax}
 
 
-def run_config(G, spec, args, distances, modes, cases) -> dict:
+def run_config(G, spec, args, distances, modes, cases, long_haul: str = "userspace") -> dict:
     """The run's ``config`` block (config.json): what was asked and the fields ``testbed validate`` reads."""
     return {"spec": str(spec), "distances_km": distances, "modes": modes, "cases": cases,
             "message_bytes": args.size, "messages_per_sender": args.iters, "window_pkts": args.window,
@@ -215,4 +227,4 @@ def run_config(G, spec, args, distances, modes, cases) -> dict:
             "frame_bytes": FRAME_BYTES, "cnp_interval_s": CNP_INTERVAL_S,
             "red_per_25g": {"kmin_bytes": KMIN_BYTES_PER_25G, "kmax_bytes": KMAX_BYTES_PER_25G, "pmax": PMAX},
             "qp_map": "learned from ACKs" if args.learn_qp else "preloaded by the control plane",
-            **validate_fields(G)}
+            "link_backend": getattr(args, "link_backend", "auto"), **validate_fields(G, long_haul)}

@@ -13,12 +13,15 @@ import re
 import pytest
 
 from testbed.emu.vm import VMGroup
+from testbed.links.core import build
 
 
 @pytest.fixture(scope="module")
 def vm(vm_image, vm_out):
     with VMGroup(vm_image, vm_out, names=("vm0",)) as g:
         (vm_out / "timings.json").write_text(json.dumps({"boot_s": round(g.boot_seconds, 1), "accel": g.accel}))
+        # the userspace link node's default core, for the side-by-side test (the image has no compiler)
+        g.install_file("vm0", build(), "${TESTBED_P4_CACHE:?}")
         yield g["vm0"]
 
 
