@@ -47,6 +47,7 @@ if __name__ == "__main__" and __package__ is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.console import console, require_root  # noqa: E402
+from testbed.emu.awake import KeepAwake  # noqa: E402
 from testbed.emu.health import CpuWatch, saturation  # noqa: E402
 from testbed.errors import EmulationError, SpecError  # noqa: E402
 from testbed.plan import plan_replica  # noqa: E402
@@ -153,14 +154,15 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers) ->
     netem0 = _netem_drops(rep, plan, r)
     watch = TrialWatch(rep, clients, nodes, r.senders + r.receivers,
                        {f"receiver {h}": p.pid for h, p in zip(r.receivers, servers, strict=True)}).start()
-    senders = [(s, rep.popen(s, ENDPOINT + ["send", json.dumps(doc)], stdout=open(out / f"sender-{s}.json", "w"),  # noqa: SIM115
-                             stderr=open(out / f"sender-{s}.log", "w")))  # noqa: SIM115
-               for s, doc in zip(r.senders, docs, strict=True)]
-    started = time.monotonic()
-    with CpuWatch([rep.switch(sw).process.proc.pid for sw in clients]) as cpu:
-        poll(lambda: all(p.poll() is not None for _, p in senders), timeout=args.trial_timeout, interval=0.2,
-             what=f"senders of {case}/{mode}")
-    elapsed = time.monotonic() - started
+    with KeepAwake(rep.run) as awake:   # no vCPU halts while frames are timed (testbed/emu/awake.py)
+        senders = [(s, rep.popen(s, ENDPOINT + ["send", json.dumps(doc)], stdout=open(out / f"sender-{s}.json", "w"),  # noqa: SIM115
+                                 stderr=open(out / f"sender-{s}.log", "w")))  # noqa: SIM115
+                   for s, doc in zip(r.senders, docs, strict=True)]
+        started = time.monotonic()
+        with CpuWatch([rep.switch(sw).process.proc.pid for sw in clients], exclude=awake.pids) as cpu:
+            poll(lambda: all(p.poll() is not None for _, p in senders), timeout=args.trial_timeout, interval=0.2,
+                 what=f"senders of {case}/{mode}")
+        elapsed = time.monotonic() - started
     watch.stop()
     for p, _ in dumps:
         p.terminate()

@@ -81,10 +81,14 @@ def udp_rcvbuf_errors(snmp_text: str) -> int:
 class CpuWatch:
     """Samples machine CPU and the switches' CPU every 0.5 s on a thread (while a trial runs)."""
 
-    def __init__(self, pids):
+    def __init__(self, pids, exclude=()):
+        """``pids``: the switches; ``exclude``: processes whose CPU is not the emulator's load (the
+        :class:`testbed.emu.awake.KeepAwake` spinners), subtracted from the machine's."""
         import psutil
 
         self.procs = [psutil.Process(p) for p in pids]
+        self.excluded = [psutil.Process(p) for p in exclude]
+        self.ncpu = psutil.cpu_count() or 1
         self.machine: list[float] = []
         self.switch: list[float] = []
         self._stop = threading.Event()
@@ -94,10 +98,15 @@ class CpuWatch:
         import psutil
 
         psutil.cpu_percent(None)
-        for p in self.procs:
+        for p in (*self.procs, *self.excluded):
             p.cpu_percent(None)
         while not self._stop.wait(0.5):
-            self.machine.append(psutil.cpu_percent(None))
+            machine = psutil.cpu_percent(None)
+            try:
+                machine -= sum(p.cpu_percent(None) for p in self.excluded) / self.ncpu
+            except psutil.Error:
+                pass
+            self.machine.append(max(0.0, machine))
             try:
                 self.switch.append(max(p.cpu_percent(None) for p in self.procs))
             except psutil.Error:

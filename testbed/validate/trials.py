@@ -79,6 +79,9 @@ def trial_validity(trial: dict, mode: str | None = None) -> dict:
             reasons.append("fast-cnp trial: the switch sent no CNP (this is a run without congestion control)")
         if not cnps_rx:
             reasons.append("fast-cnp trial: the senders received no CNP")
+    elif "marks" in trial and not trial["marks"]:
+        # like a fast-CNP trial without CNPs: no mark, no congestion signal, so no ECN result
+        reasons.append("ecn trial: the switch marked no packet (no congestion: a run without congestion control)")
     elif trial.get("marks") and not cnps_rx:
         reasons.append("ecn trial: packets were marked but the senders received no CNP")
     lost = _unaccounted(trial)

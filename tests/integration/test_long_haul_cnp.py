@@ -30,7 +30,7 @@ def _run(out, capsys):
     return summary, full
 
 
-ATTEMPTS = 3
+ATTEMPTS = 5
 
 
 def _problems(full) -> list[str]:
@@ -40,7 +40,9 @@ def _problems(full) -> list[str]:
 def test_fast_cnp_feedback_beats_ecn_across_30km(tmp_path, capsys, quiet_cpu):
     # An invalid run (the emulator late or losing frames: said in its verdict) is discarded, never asserted
     # on; up to ATTEMPTS runs, then the verdict stands. CI at load ~1 saw 1.4-4 % late link-node frames in
-    # runs that passed alone, so one retry was not enough to tell an overloaded machine from a broken result.
+    # runs that passed alone, so one retry was not enough to tell an overloaded machine from a broken result;
+    # and the host's CPU steal comes in bursts (0.4-9 % over a minute, docs/pfc.md), so five runs, each
+    # started once a quiet second shows no steal.
     seen = []
     for attempt in range(1, ATTEMPTS + 1):
         if attempt > 1:

@@ -50,9 +50,12 @@ def test_losses_and_health():
 
 
 def test_ecn_trial_marked_without_cnps_is_invalid_and_mode_is_required():
-    ecn = {**GOOD, "mode": "ecn", "switch_cnps": 0}
+    ecn = {**GOOD, "mode": "ecn", "switch_cnps": 0, "marks": 40}
     assert trial_validity(ecn)["valid"]
     assert not trial_validity({**ecn, "marks": 40, "cnps_rx": 0})["valid"]
+    # nothing marked: no congestion signal, so not an ECN result (as a fast-CNP trial without CNPs)
+    unmarked = trial_validity({**ecn, "marks": 0})
+    assert not unmarked["valid"] and "marked no packet" in unmarked["reasons"][0]
     with pytest.raises(SpecError, match="trial.mode"):
         trial_validity({k: v for k, v in GOOD.items() if k != "mode"})
     assert trial_validity({k: v for k, v in GOOD.items() if k != "mode"}, mode="fast-cnp")["valid"]
