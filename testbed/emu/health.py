@@ -108,7 +108,7 @@ class CpuWatch:
                 pass
             self.machine.append(max(0.0, machine))
             try:
-                self.switch.append(max(p.cpu_percent(None) for p in self.procs))
+                self.switch.append(max((p.cpu_percent(None) for p in self.procs), default=0.0))
             except psutil.Error:
                 pass
 
