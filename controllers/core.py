@@ -233,13 +233,19 @@ class ControllerCore:
         should_down = self._link_should_be_down(sw, nbr)
         if should_down == (not self.brain.is_link_up(sw, nbr)):
             return []
+        return self._link_change(sw, nbr, now, should_down, cause, port_no)
+
+    def _link_change(self, sw, nbr, now, down: bool, cause: str, port_no: int, detail: dict | None = None):
+        """Take link ``sw``-``nbr`` down (or up) in the brain, log the :class:`Failover`, and return the
+        ``(switch, message)`` pairs of the route difference (rendered lazily, neighbours first)."""
         old = dict(self.brain.routes)
         t0 = time.perf_counter()  # measured for the event log only; the logic takes ``now``
-        diff = self.brain.link_down(sw, nbr, now) if should_down else self.brain.link_up(sw, nbr, now)
-        ev = Failover(time=now, kind="link_down" if should_down else "link_up", link=(sw, nbr), cause=cause,
-                      switch=sw, port=port_no, compute_ms=(time.perf_counter() - t0) * 1e3,
-                      destinations=self.brain.events[-1].destinations if diff else 0)
-        self.failovers.append(ev)
+        diff = self.brain.link_down(sw, nbr, now) if down else self.brain.link_up(sw, nbr, now)
+        self.failovers.append(Failover(time=now, kind="link_down" if down else "link_up", link=(sw, nbr),
+                                       cause=cause, switch=sw, port=port_no,
+                                       compute_ms=(time.perf_counter() - t0) * 1e3,
+                                       destinations=self.brain.events[-1].destinations if diff else 0,
+                                       detail=detail or {}))
         return ofrules.diff_msgs(self._dp, diff, self.mode, self.macs, old, self.basis, first=(sw, nbr),
                                  ecmp=self.ecmp)
 
@@ -415,22 +421,10 @@ class ControllerCore:
             a, b = sorted(link)
             if kind == "down" and self.brain.is_link_up(a, b):
                 x, y = detail["direction"]
-                out += self._gray_change(x, y, now, down=True, cause="gray-loss", detail=detail)
+                out += self._link_change(x, y, now, True, "gray-loss", self.G.edges[x, y]["ports"][x], detail)
             elif kind == "up" and not self.brain.is_link_up(a, b) and not self._link_should_be_down(a, b):
-                out += self._gray_change(a, b, now, down=False, cause="gray-release", detail=detail)
+                out += self._link_change(a, b, now, False, "gray-release", self.G.edges[a, b]["ports"][a], detail)
         return out
-
-    def _gray_change(self, sw, nbr, now, down: bool, cause: str, detail: dict) -> list:
-        old = dict(self.brain.routes)
-        t0 = time.perf_counter()
-        diff = self.brain.link_down(sw, nbr, now) if down else self.brain.link_up(sw, nbr, now)
-        self.failovers.append(Failover(time=now, kind="link_down" if down else "link_up", link=(sw, nbr),
-                                       cause=cause, switch=sw, port=self.G.edges[sw, nbr]["ports"][sw],
-                                       compute_ms=(time.perf_counter() - t0) * 1e3,
-                                       destinations=self.brain.events[-1].destinations if diff else 0,
-                                       detail=detail))
-        return list(ofrules.diff_msgs(self._dp, diff, self.mode, self.macs, old, self.basis, first=(sw, nbr),
-                                      ecmp=self.ecmp))
 
     # ------------------------------------------------------------------ status documents
     def health_doc(self, now: float) -> dict:

@@ -68,7 +68,6 @@ class GrayWatch:
         self.dirs: dict = {}          # (link, (a, b)) -> _Dir
         self.held: dict = {}          # link -> _Held (currently routed around)
         self.released: dict = {}      # link -> (release time, the hold it served)
-        self.last_loss: dict = {}     # (link, (a, b)) -> (loss, sent) of the last full window
 
     def observe(self, link, direction: tuple, tx: int, rx: int, now: float) -> None:
         if link in self.held:
@@ -106,7 +105,6 @@ class GrayWatch:
             lw = self.loss(link, direction)
             if lw is None:
                 continue
-            self.last_loss[(link, direction)] = lw
             loss, sent = lw
             d.over = d.over + 1 if sent >= p.min_packets and loss > p.loss_threshold else 0
             if d.over >= p.windows and link not in self.held:
