@@ -47,7 +47,6 @@ if __name__ == "__main__" and __package__ is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.console import console, require_root  # noqa: E402
-from testbed.emu.awake import KeepAwake  # noqa: E402
 from testbed.emu.health import CpuWatch, saturation  # noqa: E402
 from testbed.errors import EmulationError, SpecError  # noqa: E402
 from testbed.plan import plan_replica  # noqa: E402
@@ -76,7 +75,9 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
     caps = plan_capabilities()
     plan = plan_replica(G, caps, S.overrides(link_backend=args.link_backend))
     backend, why = S.long_haul_backend(plan, r)
-    console.print(f"long haul: {backend} ({why})")
+    window = args.window or S.default_window(G, r)
+    console.print(f"long haul: {backend} ({why}); window {window} packets per QP "
+                  f"(BDP {max(S.bdp_pkts(G, s, d) for s, d in zip(r.senders, r.receivers, strict=True)):.0f})")
     factory = plan_switch_factory(plan, log_dir=out, pcap_dir=out / "pcap" if args.pcap else None)
     rows = []
     with Replica(plan, out_dir=out, name=NAME, switch_factory=factory, link_node_class=DelayLineNode) as rep:
@@ -108,7 +109,7 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
                         console.print(f"[bold]{distance_km:g} km, {case}, {mode}"
                                       + (f", repetition {rep_i + 1}/{args.repetitions}" if args.repetitions > 1 else "")
                                       + "[/bold]")
-                        t = trial(rep, trial_plan, r, clients, case, mode, args, out / tag, nodes, servers)
+                        t = trial(rep, trial_plan, r, clients, case, mode, args, out / tag, nodes, servers, window)
                         res.write_json(f"{distance_km:g}km/{tag}/plan.json", trial_plan.to_json())
                         rows.append(S.row(case, distance_km, mode, plan.scale, t, rep_i))
                         res.write_json(f"{distance_km:g}km/{tag}/trial.json", t)
@@ -127,7 +128,7 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
     return rows
 
 
-def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers) -> dict:
+def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, window: int) -> dict:
     from testbed.p4rt import fabric_stats as F
     from testbed.poll import poll
     from testbed.rdma.endpoint import summarise_write_lat
@@ -149,20 +150,19 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers) ->
                                     "-w", str(out / f"cnp-{s}.pcap"), "udp dst port 4791 and udp[8] = 0x81"],
                                 stdout=subprocess.DEVNULL, stderr=open(err, "w")), err))  # noqa: SIM115
     poll(lambda: all("listening on" in e.read_text() for _, e in dumps), timeout=20, what="tcpdump on senders")
-    docs = [S.sender_config(plan, s, d, args, None if args.learn_qp else S.pair_qpns(i))
+    docs = [S.sender_config(plan, s, d, args, window, None if args.learn_qp else S.pair_qpns(i))
             for i, (s, d) in enumerate(zip(r.senders, r.receivers, strict=True))]
     netem0 = _netem_drops(rep, plan, r)
     watch = TrialWatch(rep, clients, nodes, r.senders + r.receivers,
                        {f"receiver {h}": p.pid for h, p in zip(r.receivers, servers, strict=True)}).start()
-    with KeepAwake(rep.run) as awake:   # no vCPU halts while frames are timed (testbed/emu/awake.py)
-        senders = [(s, rep.popen(s, ENDPOINT + ["send", json.dumps(doc)], stdout=open(out / f"sender-{s}.json", "w"),  # noqa: SIM115
-                                 stderr=open(out / f"sender-{s}.log", "w")))  # noqa: SIM115
-                   for s, doc in zip(r.senders, docs, strict=True)]
-        started = time.monotonic()
-        with CpuWatch([rep.switch(sw).process.proc.pid for sw in clients], exclude=awake.pids) as cpu:
-            poll(lambda: all(p.poll() is not None for _, p in senders), timeout=args.trial_timeout, interval=0.2,
-                 what=f"senders of {case}/{mode}")
-        elapsed = time.monotonic() - started
+    senders = [(s, rep.popen(s, ENDPOINT + ["send", json.dumps(doc)], stdout=open(out / f"sender-{s}.json", "w"),  # noqa: SIM115
+                             stderr=open(out / f"sender-{s}.log", "w")))  # noqa: SIM115
+               for s, doc in zip(r.senders, docs, strict=True)]
+    started = time.monotonic()
+    with CpuWatch([rep.switch(sw).process.proc.pid for sw in clients]) as cpu:  # keep-awake spinners left out
+        poll(lambda: all(p.poll() is not None for _, p in senders), timeout=args.trial_timeout, interval=0.2,
+             what=f"senders of {case}/{mode}")
+    elapsed = time.monotonic() - started
     watch.stop()
     for p, _ in dumps:
         p.terminate()
@@ -200,7 +200,7 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers) ->
             "bottleneck": S.bottleneck_doc(plan, bsw, bnbr),
             "udp_rcvbuf_errors": ev["udp_rcvbuf_errors"], "switch_socket_drops": ev["switch_socket_drops"],
             "ring_drops": ev["ring_drops"], "hops": ev["hops"], "switch_drops": dropped["by_switch"], "cpu": cpu.summary(),
-            "elapsed_s": elapsed, "saturation": sat, **checked, "senders": results}
+            "elapsed_s": elapsed, "window_pkts": window, "saturation": sat, **checked, "senders": results}
 
 
 def _netem_drops(rep, plan, r) -> int:
@@ -226,10 +226,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repetitions", type=int, default=None,
                         help="trials per distance, case and mode (default 5; --quick 1); the summary gives "
                              "the mean and 95%% interval over the valid ones")
-    parser.add_argument("--window", type=int, default=128,
-                        help="packets in flight per QP (default 128, the endpoint's; the 30 km BDP is ~350 "
-                             "packets, so senders are window-limited beyond ~10 km; larger windows let "
-                             "DCQCN limit them but turn each emulator loss into a long go-back-N burst)")
+    parser.add_argument("--window", type=int, default=None,
+                        help="packets in flight per QP (default: 2 x the path's BDP, at least 128, so DCQCN and "
+                             "not the window limits the senders, as a NIC's; the 30 km BDP is ~350 packets)")
     parser.add_argument("--pcap", action="store_true", help="per-port pcaps of every switch")
     parser.add_argument("--learn-qp", action="store_true",
                         help="fast CNP learns each sender's QP from the ACKs (shows the learning delay) instead of "
@@ -250,7 +249,7 @@ def main(argv=None) -> int:
         args.repetitions = 1 if args.quick else 5
     if not 1 <= args.repetitions <= 100:
         raise SpecError("--repetitions", f"must be 1..100, got {args.repetitions}")
-    if not 1 <= args.window <= 1 << 20:
+    if args.window is not None and not 1 <= args.window <= 1 << 20:
         raise SpecError("--window", f"must be 1..{1 << 20} packets, got {args.window}")
     distances = S.parse_list(args.distances or ",".join(map(str, S.QUICK_DISTANCES_KM if args.quick else S.DISTANCES_KM)),
                            "--distances", float)

@@ -149,9 +149,13 @@ class Results:
 
     def __enter__(self) -> "Results":
         _check_creatable(self._dir, "--out" if self._out else "results folder")
+        from testbed.emu.awake import for_machine
+
+        self.awake = for_machine().__enter__()   # the whole run: no vCPU halts while frames are timed
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        self.awake.__exit__(None, None, None)
         status, reason = classify(exc, self.summary is not None)
         if status == "refused" and not self._made:
             return None  # refused before anything was made: leave nothing behind
@@ -175,7 +179,7 @@ class Results:
         self._made = True
         meta = {"scenario": self.name, "testbed_version": __version__, "argv": sys.argv,
                 "started": self.started, "host": platform.node(),
-                "kernel": platform.release(), "cpus": os.cpu_count(),
+                "kernel": platform.release(), "cpus": os.cpu_count(), "keep_awake": self.awake.record(),
                 "args": {k: v for k, v in vars(self.args).items() if not callable(v)}}
         self.write_json("config.json", {**meta, "config": self.config})
         self._write_status("running", "started")

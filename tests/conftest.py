@@ -58,24 +58,6 @@ def pytest_runtest_setup(item):
             pytest.skip(reason)
 
 
-def _cpu_over(window_s: float = 1.0) -> tuple[float, float]:
-    """``(busy, steal)``: fractions of all CPU time over ``window_s`` that were busy (user, system, irq,
-    softirq, steal) and that the host stole from this VM, from /proc/stat."""
-    import time
-
-    def snap():
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        idle = v[3] + v[4]
-        return sum(v) - idle, v[7] if len(v) > 7 else 0, sum(v)
-
-    b0, s0, t0 = snap()
-    time.sleep(window_s)  # the measurement window itself, not a wait for something to happen
-    b1, s1, t1 = snap()
-    total = max(1, t1 - t0)
-    return (b1 - b0) / total, (s1 - s0) / total
-
-
 @pytest.fixture
 def run_cli(capsys):
     """``run_cli(argv) -> (exit code, stdout, stderr)`` of the ``testbed`` CLI, run in this process."""
@@ -103,11 +85,12 @@ def quiet_cpu():
     2-23 % of frames late at 1.5-9 % steal, minutes apart), so it also waits for a second without steal.
     The wait is bounded and never skips; the trial's own health verdict still decides.
     """
+    from testbed.emu import cpustat
     from testbed.poll import poll
 
     def quiet() -> bool:
-        busy, steal = _cpu_over()
-        return busy < 0.25 and steal < 0.01
+        s = cpustat.sample(1.0)   # keep-awake spinners are not load
+        return s["busy"] < 0.25 and s["steal"] < 0.01
 
     def wait():
         try:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import threading
 import time
@@ -33,6 +32,7 @@ import time
 import networkx as nx
 
 from testbed.console import console, out, print_json, require_root
+from testbed.emu import cpustat
 from testbed.errors import UsageError
 from testbed.poll import poll
 from testbed.topo.graph import hosts, switches
@@ -206,7 +206,7 @@ def load_graph(args) -> nx.Graph:
 
 def load_average() -> str:
     """The 1/5/15-minute load averages, as ``uptime`` prints them (every figure here depends on them)."""
-    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return ", ".join(f"{x:.2f}" for x in cpustat.load_average())
 
 
 def _spec_bench(args, G: nx.Graph) -> dict:

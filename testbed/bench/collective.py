@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from testbed.console import console, out, print_json, require_root
+from testbed.emu.cpustat import load_average
 from testbed.errors import EmulationError, SpecError
 from testbed.units import parse_rate, parse_size
 
@@ -37,9 +38,8 @@ def register(sub) -> None:
 
 
 def _load() -> list[float]:
-    import os
 
-    return [round(x, 2) for x in os.getloadavg()]
+    return [round(x, 2) for x in load_average()]
 
 
 def run(args) -> int:

@@ -39,6 +39,7 @@ import tempfile
 from pathlib import Path
 
 from testbed.console import console, out, print_json, require_root
+from testbed.emu.cpustat import load_average
 from testbed.links import fidelity
 from testbed.links.model import LinkParams, LossModel, RedParams
 from testbed.links.pcap import probe_arrivals, read_pcap
@@ -185,7 +186,7 @@ def run(args) -> int:
     report["loaded"] = loaded
     report["workdir"] = str(workdir)
     report["locked"] = not args.no_lock
-    report["load_average"] = os.getloadavg()
+    report["load_average"] = load_average()
     report["uptime"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     report["machine"] = _machine()
     (workdir / "bench-link.json").write_text(json.dumps(report, indent=1))

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from testbed.emu.cpustat import load_average
+
 REPO = Path(__file__).resolve().parents[2]
 #: The full slow-cpu profile, its table to /mnt/out (the VM's results folder).
 COMMAND = ("testbed bench link --kernel --cores c --slow-cpu --out /tmp/bench-link "
@@ -34,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         print("link-fidelity: needs root (sudo make link-fidelity)", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else REPO / "results" / "link-fidelity" / time.strftime("%Y%m%d-%H%M%S")
-    host = f"{os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start"
+    host = f"{os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in load_average())} at the start"
     try:
         core = build()
         image, _built = ensure_image()

@@ -21,13 +21,13 @@ steal time over the trial (the hypervisor running none of this VM's vCPUs: the e
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import tempfile
 from pathlib import Path
 
 from testbed.console import console, out, print_json, require_root
+from testbed.emu.cpustat import load_average
 from testbed.errors import SpecError
 
 
@@ -79,7 +79,7 @@ def measure(senders: int, seconds: float, scale: float) -> dict:
     rate = 20e6
     pfc = PfcConfig(priorities=(3,), xoff_bytes=30e3, xon_bytes=30e3 - 2 * 1538, headroom_bytes=senders * 50e3)
     flows = [(i, 26 << 2 | 2, 0.9 * rate / 8000) for i in range(senders)]
-    load_before = os.getloadavg()
+    load_before = load_average()
     with tempfile.TemporaryDirectory(prefix="bench-pfc-") as tmp, RunRegistry("bench-pfc") as run:
         fan = FanIn(run, name_prefix("b"), Path(tmp), senders)
         fan.build()
@@ -96,7 +96,7 @@ def measure(senders: int, seconds: float, scale: float) -> dict:
             "roce_sent": led["sent"], "roce_dropped": led["dropped"], "valid": res["valid"], "checks": res["checks"],
             "emulator_late": res["emulator_late"], "frames": res["frames"], "late_fraction": res["late_fraction"],
             "host_steal": res["host_steal"],
-            "cpu": res["cpu"], "load_average_before": load_before, "load_average_after": os.getloadavg(),
+            "cpu": res["cpu"], "load_average_before": load_before, "load_average_after": load_average(),
             "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
             "goal": "PAUSE received -> egress stopped (sender_lag) <= 1 us real at the default dilation"}
 

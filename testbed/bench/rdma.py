@@ -27,6 +27,7 @@ import sys
 import time
 
 from testbed.console import console, out, print_json, require_root
+from testbed.emu.cpustat import load_average
 from testbed.errors import EmulationError, SpecError
 from testbed.rdma.wire import IB_MTUS
 from testbed.units import parse_duration, parse_rate, parse_size
@@ -100,9 +101,8 @@ def run(args) -> int:
 
 
 def _load() -> str:
-    import os
 
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return " ".join(f"{x:.2f}" for x in load_average())
 
 
 def _iperf3(reg, path, rate: float, duration: float) -> dict:

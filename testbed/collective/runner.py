@@ -25,6 +25,7 @@ import networkx as nx
 
 from testbed.collective import report as R
 from testbed.console import console
+from testbed.emu.cpustat import load_average
 from testbed.errors import EmulationError
 from testbed.poll import poll
 
@@ -274,6 +275,5 @@ class CollectiveFabric:
 
 
 def _load() -> list[float]:
-    import os
 
-    return [round(x, 2) for x in os.getloadavg()]
+    return [round(x, 2) for x in load_average()]

@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from testbed.console import console, print_json, require_root
+from testbed.emu.cpustat import load_average
 from testbed.errors import SpecError
 
 GROUPS = ("dcqcn", "link", "red", "goodput", "long-haul")
@@ -154,7 +155,7 @@ def _health(raw: dict, p: dict) -> dict:
             name = f"delay {c['delay_ms']:g}ms" if "delay_ms" in c else f"gaps {c['rate_bps'] / 1e6:g}M"
             runs.append({"run": name, "emulator_late": c.get("emulator_late"), "rx_kernel_drops": c.get("rx_kernel_drops")})
     healthy = all(not r.get("late") and not r.get("rx_kernel_drops") for r in runs)
-    return {"healthy": healthy, "runs": runs, "load_average": os.getloadavg(), "cpus": os.cpu_count()}
+    return {"healthy": healthy, "runs": runs, "load_average": load_average(), "cpus": os.cpu_count()}
 
 
 def _rows(groups: list, p: dict, raw: dict, long_haul: dict | None) -> list:

@@ -14,6 +14,8 @@ import statistics
 import subprocess
 import threading
 
+from testbed.emu.cpustat import host_cpu_times, spinner_pids, steal_fraction
+
 
 def saturation(cpu: dict, delay_line: dict | None, switch_pps: float, bench_pps: float,
                udp_overflows: int = 0, switch_socket_drops: int = 0, unexplained_gaps: int = 0) -> list[str]:
@@ -82,12 +84,18 @@ class CpuWatch:
     """Samples machine CPU and the switches' CPU every 0.5 s on a thread (while a trial runs)."""
 
     def __init__(self, pids, exclude=()):
-        """``pids``: the switches; ``exclude``: processes whose CPU is not the emulator's load (the
-        :class:`testbed.emu.awake.KeepAwake` spinners), subtracted from the machine's."""
+        """``pids``: the switches; ``exclude``: processes whose CPU is not the emulator's load,
+        subtracted from the machine's -- every :class:`testbed.emu.awake.KeepAwake` spinner running now
+        is added to it, whoever started it."""
         import psutil
 
         self.procs = [psutil.Process(p) for p in pids]
-        self.excluded = [psutil.Process(p) for p in exclude]
+        self.excluded = []
+        for pid in sorted({*exclude, *spinner_pids()}):
+            try:
+                self.excluded.append(psutil.Process(pid))
+            except psutil.Error:   # a spinner that ended as we looked
+                pass
         self.ncpu = psutil.cpu_count() or 1
         self.machine: list[float] = []
         self.switch: list[float] = []
@@ -113,16 +121,21 @@ class CpuWatch:
                 pass
 
     def __enter__(self):
+        self._times = [host_cpu_times()]
         self._t.start()
         return self
 
     def __exit__(self, *exc):
         self._stop.set()
         self._t.join(timeout=5)
+        self._times.append(host_cpu_times())
 
     def summary(self) -> dict:
+        """Means over the trial; ``host_steal``: the share of CPU time the hypervisor took (the emulator's
+        late frames track it on a VM, docs/pfc.md "Lateness")."""
+        steal = steal_fraction(*self._times) if len(self._times) == 2 else 0.0
         return {"machine_mean": statistics.fmean(self.machine) if self.machine else 0.0,
-                "switch_max": max(self.switch, default=0.0)}
+                "switch_max": max(self.switch, default=0.0), "host_steal": round(steal, 4)}
 
 
 def ss_packet_sockets() -> str:

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from testbed.emu.cpustat import load_average
 from testbed.emu.vmimage import VMError, ensure_image
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                          "tests/vm", f"--junitxml={out / 'host-junit.xml'}", *args.pytest_args],
                         cwd=REPO, env=env).returncode
     timings = {"image_s": round(t_image, 1), "image_built": built, "tests_s": round(time.monotonic() - t1, 1),
-               "load": os.getloadavg()}
+               "load": load_average()}
     try:
         timings.update(json.loads((out / "timings.json").read_text()))
     except (OSError, ValueError):

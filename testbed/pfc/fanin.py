@@ -289,21 +289,6 @@ def reaction(stats: dict) -> dict:
             "rx_lag_max_s": rx_max, "rx_lag_mean_s": rx_mean, "worst_s": tx.get("max_s", 0.0) + rx_max}
 
 
-def host_cpu_times() -> list[int]:
-    """The machine's aggregate CPU times (``/proc/stat`` first line, clock ticks): user, nice, system, idle,
-    iowait, irq, softirq, steal."""
-    with open("/proc/stat") as f:
-        return [int(x) for x in f.readline().split()[1:9]]
-
-
-def steal_fraction(before: list[int], after: list[int]) -> float:
-    """Share of the CPU time between two :func:`host_cpu_times` readings that the hypervisor gave to others
-    (steal): on this VM the emulator's late frames track it (docs/pfc.md, "Lateness")."""
-    delta = [b - a for a, b in zip(before, after, strict=True)]
-    total = sum(delta)
-    return delta[7] / total if total > 0 else 0.0
-
-
 def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int = 1,
               capture: Path | None = None, storm_s: float | None = None, core_name: str = "c") -> dict:
     """One incast: start the cores, send ``flows``, drain, stop; the ledger, PFC counters and validity.
@@ -327,7 +312,6 @@ def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int
     from testbed.emu.health import CpuWatch
 
     stuck = None
-    cpu_before = host_cpu_times()
     try:
         with CpuWatch([p.pid for p in fan.procs.values()]) as cpu:
             if storm_s is not None:
@@ -338,7 +322,6 @@ def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int
                 stuck.communicate(timeout=storm_s + 30)
             fan.wait_drained()
     finally:
-        cpu_after = host_cpu_times()
         stats = fan.stop()
         if tcpdump is not None:
             tcpdump.send_signal(2)
@@ -364,6 +347,6 @@ def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int
                        "headroom_bytes": params.port_headroom(), "reaction_allowance_s": allowance},
             "flows": sources, "ledger": led, "pfc": pfc_counters(stats), "reaction": react,
             "emulator_late": late, "frames": frames, "late_fraction": late / frames if frames else None,
-            "host_steal": steal_fraction(cpu_before, cpu_after), "cpu": cpu.summary(), "checks": checks, "storm_s": storm_s, "valid": all(checks.values()),
+            "host_steal": cpu.summary()["host_steal"], "cpu": cpu.summary(), "checks": checks, "storm_s": storm_s, "valid": all(checks.values()),
             "series": {n: s["directions"]["a>b"].get("pfc_series", []) for n, s in stats.items()},
             "stats": stats}

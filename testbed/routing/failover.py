@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from testbed.emu.cpustat import load_average
 from testbed.errors import SpecError
 
 #: Throughput bin (seconds) of the per-flow series.
@@ -161,9 +162,8 @@ def plot_throughput(path: Path, edges: list, series: dict, outages: dict, cut_at
 
 def loadavg() -> str:
     """The machine's load averages, printed next to every figure (a shared 2-core machine)."""
-    import os
 
-    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return "load average " + ", ".join(f"{x:.2f}" for x in load_average())
 
 
 def pick_link(G, wanted: str | None) -> tuple:

@@ -135,7 +135,7 @@ def row(case: str, distance_km: float, mode: str, scale: float, t: dict, repetit
             "queue_peak_pkts": t["queue_peak"], "queue_mean_pkts": t["queue_mean"],
             "feedback_delay_ms": real_ms(t["feedback_delay_s"]), "drops": t["drops"],
             "marks": t["marks"], "switch_cnps": t["switch_cnps"], "cnps_at_senders": t["cnps_rx"],
-            "retransmissions": t["retransmissions"], "emulator_saturated": bool(t["saturation"]),
+            "retransmissions": t["retransmissions"], "window_pkts": t.get("window_pkts"), "emulator_saturated": bool(t["saturation"]),
             "saturation": t["saturation"],
             "emulated": {"throughput_mbps": round(t["goodput_bps"] / 1e6, 3), "fct_p50_ms": _ms(t["fct_p50_s"]),
                          "fct_p99_ms": _ms(t["fct_p99_s"]), "feedback_delay_ms": _ms(t["feedback_delay_s"])}}
@@ -171,12 +171,39 @@ def qp_map_entries(plan, r: Roles) -> list:
             for i, (s, d) in enumerate(zip(r.senders, r.receivers, strict=True))]
 
 
-def sender_config(plan, sender, receiver, args, qpns=None) -> dict:
+#: The senders' window is never below this many BDPs of their path (issue 13: NIC-like senders, so that
+#: DCQCN, not the window, limits them), nor below the endpoint's own default.
+WINDOW_BDPS, MIN_WINDOW_PKTS = 2.0, 128
+
+
+def path_rtt_s(G, sender, receiver) -> float:
+    """Real-world round-trip propagation of the sender-receiver path (both ways over every link on it)."""
+    import networkx as nx
+
+    path = nx.shortest_path(G, sender, receiver)
+    return 2 * sum(G.edges[u, v]["delay_s"] for u, v in zip(path, path[1:], strict=False))
+
+
+def bdp_pkts(G, sender, receiver) -> float:
+    """Bandwidth-delay product of the path in frames, at the sender's line rate (real-world units)."""
+    rate = G.edges[sender, next(iter(G.neighbors(sender)))]["rate_bps"]
+    return rate * path_rtt_s(G, sender, receiver) / 8 / FRAME_BYTES
+
+
+def default_window(G, r: Roles) -> int:
+    """Packets in flight per QP: :data:`WINDOW_BDPS` x the longest pair's BDP, at least
+    :data:`MIN_WINDOW_PKTS` (30 km at 10G: BDP ~350 frames, window ~700)."""
+    worst = max(bdp_pkts(G, s, d) for s, d in zip(r.senders, r.receivers, strict=True))
+    return max(MIN_WINDOW_PKTS, int(-(-WINDOW_BDPS * worst // 1)))
+
+
+def sender_config(plan, sender, receiver, args, window: int, qpns=None) -> dict:
     """The send document of one sender (:mod:`testbed.rdma.endpoint`): the plan's emulated DCQCN and timeout,
-    and (preloaded QP maps) the pair's QP numbers."""
+    ``window`` packets in flight (:func:`default_window` unless ``--window``), and (preloaded QP maps) the
+    pair's QP numbers."""
     ep = plan.endpoint(sender)
     doc = {"host": plan.endpoint(receiver).ip, "test": "write_lat", "size": args.size, "iters": args.iters,
-           "mtu": IB_MTU, "window": args.window, "timeout_s": ep.emulated_qp_timeout_s, "dcqcn": ep.emulated_dcqcn}
+           "mtu": IB_MTU, "window": window, "timeout_s": ep.emulated_qp_timeout_s, "dcqcn": ep.emulated_dcqcn}
     if qpns is not None:
         doc["qpns"] = list(qpns)
     return doc
@@ -222,7 +249,8 @@ def bottleneck_doc(plan, switch, neighbour) -> dict:
 def run_config(G, spec, args, distances, modes, cases, long_haul: str = "userspace") -> dict:
     """The run's ``config`` block (config.json): what was asked and the fields ``testbed validate`` reads."""
     return {"spec": str(spec), "distances_km": distances, "modes": modes, "cases": cases,
-            "message_bytes": args.size, "messages_per_sender": args.iters, "window_pkts": args.window,
+            "message_bytes": args.size, "messages_per_sender": args.iters,
+            "window_pkts": args.window or f"{WINDOW_BDPS:g} x BDP per distance, at least {MIN_WINDOW_PKTS}",
             "repetitions": args.repetitions, "scale": G.graph["scale"], "ib_mtu": IB_MTU,
             "frame_bytes": FRAME_BYTES, "cnp_interval_s": CNP_INTERVAL_S,
             "red_per_25g": {"kmin_bytes": KMIN_BYTES_PER_25G, "kmax_bytes": KMAX_BYTES_PER_25G, "pmax": PMAX},

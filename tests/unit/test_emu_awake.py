@@ -1,5 +1,5 @@
 """KeepAwake (no root): one SCHED_IDLE spinner per usable CPU, pinned to it, gone after the block; and
-CpuWatch leaves the spinners' CPU out of the machine's."""
+CpuWatch leaves the spinners' CPU out of the machine's, told or not."""
 
 from __future__ import annotations
 
@@ -27,15 +27,56 @@ def test_one_idle_class_spinner_per_cpu_and_none_left():
         assert not os.path.exists(f"/proc/{p}") or open(f"/proc/{p}/stat").read().split()[2] == "Z"
 
 
-def test_cpu_watch_leaves_the_spinners_out():
+def test_cpu_watch_leaves_the_spinners_out_untold():
+    from testbed.emu.cpustat import busy_fraction, host_cpu_times
     from testbed.emu.health import CpuWatch
 
     with KeepAwake(Run()) as awake:
         poll(lambda: all(os.sched_getscheduler(p) == os.SCHED_IDLE for p in awake.pids), timeout=10,
              what="spinners in SCHED_IDLE")
-        with CpuWatch([], exclude=awake.pids) as cpu:
+        before = host_cpu_times()
+        with CpuWatch([]) as cpu:   # not told about the spinners: it finds them by their mark
             poll(lambda: len(cpu.machine) >= 3, timeout=10, interval=0.1, what="three CPU samples")
-        with CpuWatch([]) as raw:
-            poll(lambda: len(raw.machine) >= 3, timeout=10, interval=0.1, what="three CPU samples")
-    assert min(raw.machine[1:]) > 80  # the spinners fill every CPU...
-    assert cpu.summary()["machine_mean"] < raw.summary()["machine_mean"] - 40  # ...and are not counted
+        raw = busy_fraction(before, host_cpu_times())
+    assert raw > 0.8                                          # the spinners fill every CPU...
+    assert cpu.summary()["machine_mean"] < raw * 100 - 40     # ...and are not counted
+
+
+def test_wanted_on_a_vm_not_on_bare_metal_and_the_environment_decides(tmp_path):
+    from testbed.emu.awake import wanted
+
+    vm, metal = tmp_path / "vm", tmp_path / "metal"
+    vm.write_text("processor\t: 0\nflags\t\t: fpu vme sse2 hypervisor avx\n")
+    metal.write_text("processor\t: 0\nflags\t\t: fpu vme sse2 avx\n")
+    assert wanted({}, vm)[0] is True and wanted({}, metal)[0] is False
+    assert wanted({"TESTBED_KEEP_AWAKE": "0"}, vm) == (False, "TESTBED_KEEP_AWAKE=0")
+    assert wanted({"TESTBED_KEEP_AWAKE": "1"}, metal) == (True, "TESTBED_KEEP_AWAKE=1")
+    assert wanted({}, tmp_path / "absent")[0] is False
+
+
+def test_machine_awake_off_starts_nothing_and_records_why():
+    from testbed.emu.awake import for_machine
+
+    with for_machine(environ={"TESTBED_KEEP_AWAKE": "0"}) as awake:
+        assert awake.pids == [] and awake.record() == {"on": False, "why": "TESTBED_KEEP_AWAKE=0", "spinners": 0}
+    with for_machine(environ={"TESTBED_KEEP_AWAKE": "1"}) as awake:
+        assert len(awake.pids) == len(os.sched_getaffinity(0)) and awake.record()["spinners"] == len(awake.pids)
+
+
+def test_spinners_die_with_a_starter_killed_by_sigkill():
+    import sys
+
+    from testbed.emu.cpustat import spinner_pids
+
+    before = set(spinner_pids())
+    starter = subprocess.Popen([sys.executable, "-c",
+                                "import sys, time\nfrom testbed.emu.awake import KeepAwake\n"
+                                "with KeepAwake():\n    print('up', flush=True)\n    time.sleep(600)\n"],
+                               stdout=subprocess.PIPE, text=True)
+    assert starter.stdout.readline().strip() == "up"
+    poll(lambda: len(set(spinner_pids()) - before) == len(os.sched_getaffinity(0)), timeout=10,
+         what="the starter's spinners")
+    mine = set(spinner_pids()) - before
+    starter.kill()      # no teardown runs: only PR_SET_PDEATHSIG can end them
+    starter.wait()
+    poll(lambda: not mine & set(spinner_pids()), timeout=10, what="spinners ended with their starter")

@@ -77,8 +77,8 @@ def test_sender_config_is_data_with_the_dilated_dcqcn(G):
 
     plan = lh.case_plan(G, "sender-dci", "ecn")
     r = lh.roles(G)
-    args = type("A", (), {"size": 1 << 20, "iters": 2, "window": 64})()
-    doc = lh.sender_config(plan, r.senders[0], r.receivers[0], args)
+    args = type("A", (), {"size": 1 << 20, "iters": 2})()
+    doc = lh.sender_config(plan, r.senders[0], r.receivers[0], args, 64)
     cfg = qp_config(doc)
     scale = G.graph["scale"]
     host_rate = G.edges[r.senders[0], next(iter(G.neighbors(r.senders[0])))]["rate_bps"]
@@ -86,6 +86,23 @@ def test_sender_config_is_data_with_the_dilated_dcqcn(G):
     assert cfg.dcqcn.alpha_timer == pytest.approx(55e-6 * scale)
     assert cfg.timeout == pytest.approx(0.05 * scale) and cfg.window == 64
     assert doc["host"] == plan.endpoint(r.receivers[0]).ip
+
+
+def test_default_window_is_two_bdps_of_the_path_at_line_rate_and_never_below_128(G):
+    r = lh.roles(G)
+    s, d = r.senders[0], r.receivers[0]
+    rate = G.edges[s, next(iter(G.neighbors(s)))]["rate_bps"]
+    windows = {}
+    for km in (0, 30, 100):
+        H = lh.with_distance(G, km)
+        rtt = lh.path_rtt_s(H, s, d)
+        assert rtt >= 2 * km * 5e-6                      # at least the long haul, both ways (5 us/km)
+        assert rtt <= 2 * km * 5e-6 + 2 * 5e-6 * 10      # plus at most 10 km of campus fibre each way
+        windows[km] = lh.default_window(H, r)
+        assert windows[km] >= 2 * rate * rtt / 8 / lh.FRAME_BYTES and windows[km] >= lh.MIN_WINDOW_PKTS
+    assert windows[0] == lh.MIN_WINDOW_PKTS                # a campus path: the endpoint's own window
+    assert 600 < windows[30] < 800                         # 30 km at 10G: BDP ~350 frames
+    assert windows[100] > 3 * windows[30]
 
 
 def _checked(mode, switch_cnps, cnps_rx, marks, lost=0, sat=()):
@@ -167,9 +184,9 @@ def test_the_qp_map_is_preloaded_for_every_pair_unless_learning(G):
     for i, (e, s, d) in enumerate(zip(entries, r.senders, r.receivers, strict=True)):
         sender_qp, receiver_qp = lh.pair_qpns(i)
         assert e.match == (plan.endpoint(s).ip, plan.endpoint(d).ip, str(receiver_qp)) and e.params == (str(sender_qp),)
-    args = SimpleNamespace(size=1 << 20, iters=2, window=128)
-    assert lh.sender_config(plan, r.senders[0], r.receivers[0], args, lh.pair_qpns(0))["qpns"] == [0x100, 0x200]
-    assert "qpns" not in lh.sender_config(plan, r.senders[0], r.receivers[0], args)
+    args = SimpleNamespace(size=1 << 20, iters=2)
+    assert lh.sender_config(plan, r.senders[0], r.receivers[0], args, 128, lh.pair_qpns(0))["qpns"] == [0x100, 0x200]
+    assert "qpns" not in lh.sender_config(plan, r.senders[0], r.receivers[0], args, 128)
 
 
 def test_learning_the_qp_map_is_a_flag(capsys):

@@ -1,0 +1,65 @@
+"""The machine's CPU accounting (testbed/emu/cpustat.py): steal and busy shares, and the keep-awake
+spinners found from any process and left out of busy."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from testbed.emu.awake import KeepAwake
+from testbed.emu.cpustat import (
+    busy_fraction,
+    host_cpu_times,
+    process_ticks,
+    sample,
+    spinner_pids,
+    steal_fraction,
+)
+from testbed.poll import poll
+
+
+def test_steal_is_the_eighth_field_share_of_all_ticks():
+    # user nice system idle iowait irq softirq steal
+    before = [100, 0, 50, 800, 0, 0, 10, 40]
+    after = [130, 0, 70, 950, 0, 0, 20, 70]      # +30 +20 +150 +10 +30 steal = 240 ticks
+    assert steal_fraction(before, after) == pytest.approx(30 / 240)
+    assert steal_fraction(after, after) == 0.0   # no time passed: no share, no division by zero
+
+
+def test_host_cpu_times_reads_eight_counters_that_only_grow():
+    a = host_cpu_times()
+    b = host_cpu_times()
+    assert len(a) == 8 and all(y >= x for x, y in zip(a, b, strict=True))
+    assert 0.0 <= steal_fraction(a, b) <= 1.0
+
+
+def test_busy_counts_steal_not_idle_or_iowait_and_leaves_excluded_ticks_out():
+    before = [100, 0, 50, 800, 0, 0, 10, 40]
+    after = [130, 0, 70, 950, 10, 0, 20, 70]     # 250 ticks: 150 idle + 10 iowait, 90 busy (30 of it steal)
+    assert busy_fraction(before, after) == pytest.approx(90 / 250)
+    assert busy_fraction(before, after, excluded_ticks=40) == pytest.approx(50 / 250)
+    assert busy_fraction(before, after, excluded_ticks=1000) == 0.0   # never below zero
+    assert busy_fraction(after, after) == 0.0
+
+
+class Run:
+    def spawn(self, argv, **kw):
+        return subprocess.Popen(argv, start_new_session=True, **kw)
+
+
+def test_spinners_are_found_by_their_mark_and_their_cpu_is_not_busy():
+    assert not (set(spinner_pids()) & {os.getpid()})
+    with KeepAwake(Run()) as awake:
+        poll(lambda: set(awake.pids) <= set(spinner_pids()), timeout=10, what="spinners found by their mark")
+        poll(lambda: all(os.sched_getscheduler(p) == os.SCHED_IDLE for p in awake.pids), timeout=10,
+             what="spinners in SCHED_IDLE")
+        t0, c0 = process_ticks(awake.pids), host_cpu_times()
+        s = sample(1.0)
+        spun, raw = process_ticks(awake.pids) - t0, busy_fraction(c0, host_cpu_times())
+        assert spun > 10                    # they did spin (100 ticks/s per idle CPU)...
+        assert s["busy"] < raw - 0.25       # ...and sample() found them and left their CPU out
+        pids = awake.pids
+    poll(lambda: not set(pids) & set(spinner_pids()), timeout=10, what="spinners gone")
+    assert process_ticks([2 ** 22 + 7]) == 0   # no such process: nothing, no error
