@@ -1,4 +1,5 @@
-"""``testbed fail link A B`` / ``testbed restore link A B`` / ``testbed fail switch S``: on a running replica.
+"""``testbed fail link A B`` / ``testbed restore link A B`` / ``testbed fail switch S`` / ``testbed fail gray
+A B --loss 10%``: on a running replica.
 
 The running replica is found through the run registry (``/run/scaleout-testbed/runs``): its recorded
 ``python -m controllers.fabric --api-port Q`` process names the controller's status API (or pass
@@ -10,9 +11,18 @@ The running replica is found through the run registry (``/run/scaleout-testbed/r
 
 Either way the switches report port-status and the controller reroutes; ``testbed controller status``
 shows the failover events with timestamps.
+
+A gray failure (``fail gray A B --loss 10% [--one-way]``; undo: ``restore gray A B``) keeps the carrier up
+and makes the link lose that fraction of the frames crossing it (both ways, or only from A to B). It
+needs the link to be carried by a userspace link node (the plan gives one to a link with delay or loss,
+or to every shaped link with ``link_backend: userspace``): its loss changes at runtime, counters kept
+(:mod:`testbed.links.control`). A controller with gray detection (``--gray-interval``) sees the loss in
+the two switch ports' counters and routes around the link.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from testbed.cli import add_verbs
 from testbed.console import out, print_json, require_root
@@ -36,6 +46,131 @@ def register(sub) -> None:
             p.add_argument("--api-port", type=int, help="controller API port (default: from the run registry)")
             p.add_argument("--json", action="store_true")
             p.set_defaults(func=_run, down=(verb == "fail"))
+        gray = what.add_parser("gray", help=f"{verb} a gray failure (loss, carrier up) on a link-node link")
+        gray.add_argument("a")
+        gray.add_argument("b")
+        if verb == "fail":
+            gray.add_argument("--loss", required=True, help="fraction of frames lost, e.g. 10%% or 0.1")
+            gray.add_argument("--one-way", action="store_true", help="only frames from A to B are lost")
+        gray.add_argument("--json", action="store_true")
+        gray.set_defaults(func=_run_gray, down=(verb == "fail"))
+
+
+# ------------------------------------------------------------------------------------------ gray (pure parts)
+LINE_MODULES = ("testbed.links.delayline", "testbed.pfc.line")
+
+
+def link_nodes_in_runs(docs: list[dict]) -> list[dict]:
+    """Running link nodes recorded in run registry documents (pure: parses the recorded argv).
+
+    Returns ``[{"run_id", "pid", "start", "node", "stats", "core"}]``; ``node`` is the link node's name
+    (its port names are ``<node>-eth1``/``-eth2``).
+    """
+    found = []
+    for doc in docs:
+        if not doc.get("alive"):
+            continue
+        for obj in doc.get("objects", []):
+            argv = [str(a) for a in obj.get("argv") or []]
+            if obj.get("kind") != "process":
+                continue
+            compiled = "forward" in argv and any(Path(a).name.startswith("linkcore") for a in argv)
+            if not compiled and not set(LINE_MODULES) & set(argv):
+                continue
+            opts = dict(zip(argv, argv[1:], strict=False))
+            if "--a" not in opts or "--stats" not in opts:
+                continue
+            found.append({"run_id": doc.get("run_id"), "pid": obj.get("pid"), "start": obj.get("start"),
+                          "node": opts["--a"].rsplit("-eth", 1)[0], "stats": opts["--stats"],
+                          "core": "c" if compiled else "python"})
+    return found
+
+
+def plan_folders(docs: list[dict], nodes: list[dict]) -> list[Path]:
+    """Folders that may hold a running replica's ``plan.json``: the link nodes' and the controllers' (pure)."""
+    folders = [Path(n["stats"]).parent for n in nodes]
+    for doc in docs:
+        if not doc.get("alive"):
+            continue
+        for obj in doc.get("objects", []):
+            argv = [str(a) for a in obj.get("argv") or []]
+            if obj.get("kind") == "process" and "controllers.fabric" in argv and "--graph" in argv:
+                folders.append(Path(argv[argv.index("--graph") + 1]).parent)
+    return list(dict.fromkeys(folders))
+
+
+def gray_target(nodes: list[dict], plans: dict, a: str, b: str) -> dict:
+    """The running link node carrying link ``a - b`` (pure), with the link's ``u`` and ``v``.
+
+    Args:
+        nodes: :func:`link_nodes_in_runs`.
+        plans: ``{folder: plan.json document}`` of the running replicas.
+
+    Raises:
+        UsageError: no such link, or it is not carried by a userspace link node (says how to get one).
+    """
+    by_place = {(str(Path(n["stats"]).parent), n["node"]): n for n in nodes}
+    carried = []
+    for folder, plan in plans.items():
+        for link in plan.get("links", []):
+            if link.get("via") and (str(folder), link["via"]) in by_place:
+                carried.append(f"{link['u']} - {link['v']} ({link['via']})")
+            if {link.get("u"), link.get("v")} != {a, b}:
+                continue
+            node = by_place.get((str(folder), link.get("via")))
+            if node is not None:
+                return {**node, "u": link["u"], "v": link["v"]}
+            raise UsageError(
+                f"link {a} - {b} is carried by the {link.get('backend')} backend ({link.get('reason') or 'no reason'}), "
+                "not by a userspace link node, so its loss cannot change at runtime; give the link delay or loss "
+                "in the spec (or plan with --link-backend userspace) so the replica puts a link node on it")
+    known = ", ".join(carried) or "none"
+    raise UsageError(f"no link {a} - {b} in a running replica (links carried by link nodes: {known})")
+
+
+def gray_rates(target: dict, a: str, loss: float, one_way: bool) -> dict:
+    """Per-direction loss for the link node (``a>b`` is its ``u`` -> ``v``): both, or only from ``a`` (pure)."""
+    forward = "a>b" if target["u"] == a else "b>a"
+    if one_way:
+        return {forward: loss}
+    return {"a>b": loss, "b>a": loss}
+
+
+def _run_gray(args) -> int:
+    import json
+
+    from testbed.emu.registry import load_runs, same_process
+    from testbed.links.model import _probability
+
+    loss = _probability(args.loss, "--loss") if args.down else 0.0
+    docs = load_runs()
+    nodes = link_nodes_in_runs(docs)
+    plans = {}
+    for folder in plan_folders(docs, nodes):
+        try:
+            plans[folder] = json.loads((folder / "plan.json").read_text())
+        except (OSError, ValueError):
+            continue
+    target = gray_target(nodes, plans, args.a, args.b)
+    if not same_process(int(target["pid"]), target["start"]):
+        raise EmulationError(f"link node {target['node']} (pid {target['pid']}) is no longer running")
+    require_root("testbed fail gray")
+    from testbed.emu.faults import set_link_loss
+
+    rates = gray_rates(target, args.a, loss, getattr(args, "one_way", False))
+    doc = set_link_loss(int(target["pid"]), target["stats"], rates,
+                        what=f"{target['node']} ({target['u']} - {target['v']})")
+    now = {d: doc["directions"][d].get("loss_rate_now") for d in ("a>b", "b>a")}
+    result = {"action": f"{'fail' if args.down else 'restore'} gray", "link": [target["u"], target["v"]],
+              "node": target["node"], "loss_now": {f"{target['u']}->{target['v']}": now["a>b"],
+                                                   f"{target['v']}->{target['u']}": now["b>a"]},
+              "drop_loss": {d: doc["directions"][d].get("drop_loss") for d in ("a>b", "b>a")}}
+    if args.json:
+        print_json(result)
+    else:
+        lossy = ", ".join(f"{k} {v:.3%}" for k, v in result["loss_now"].items())
+        out.print(f"{result['action']} {args.a} - {args.b} ({target['node']}): loss now {lossy}")
+    return 0
 
 
 def link_interfaces(topology: dict, a: str, b: str) -> list[str]:

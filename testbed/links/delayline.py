@@ -15,8 +15,9 @@ dropped because we did not read fast enough are ``rx_kernel_drops`` (PACKET_STAT
 
 Run as ``python -m testbed.links.delayline --a IF --b IF --params JSON --stats FILE`` (root). The stats
 file (JSON) is rewritten atomically every ``--stats-interval`` seconds and says ``"ready": true`` once
-both sockets are bound; SIGUSR1 adds the queue-depth series, SIGTERM/SIGINT write the final file (with
-series) and exit 0. :func:`build_argv` renders that command line for the glue code.
+both sockets are bound; SIGUSR1 adds the queue-depth series, SIGUSR2 reads the control file and changes a
+direction's loss (:mod:`testbed.links.control`, as the compiled core does), SIGTERM/SIGINT write the final
+file (with series) and exit 0. :func:`build_argv` renders that command line for the glue code.
 """
 
 from __future__ import annotations
@@ -178,6 +179,8 @@ class DelayLine:
         self.started = time.monotonic()
         self.stop = False
         self.dump_series = False
+        self.control_pending = False
+        self.control_seq, self.control_error = 0, ""
 
     def _set_timer_slack(self) -> None:
         """1 us timer slack (default 50 us) so select() wakes close to the release time."""
@@ -249,6 +252,10 @@ class DelayLine:
             if self.dump_series:
                 self.dump_series = False
                 self.write_stats(with_series=True)
+            if self.control_pending:
+                self.control_pending = False
+                self.apply_control()
+                self.write_stats()
             if wait <= spin:
                 wait = 0.0  # release imminent: spin, only polling the sockets (a wake-up would be late)
             else:  # wake at the start of the spin window: early from long waits, in hops near the release
@@ -285,6 +292,30 @@ class DelayLine:
         gc.enable()
         self.write_stats(with_series=True)
 
+    def apply_control(self) -> None:
+        """Read the control file (:func:`testbed.links.control.parse_control`); apply all of it or none."""
+        from testbed.links.control import control_path, parse_control, seq_of
+        from testbed.links.model import LossModel
+
+        self.control_error = ""
+        try:
+            text = control_path(self.stats_path).read_text()
+        except OSError:
+            self.control_error = "cannot read the control file"
+            return
+        self.control_seq = seq_of(text)
+        try:
+            _, rates = parse_control(text)
+        except ValueError as exc:
+            self.control_error = str(exc)
+            return
+        by_name = {p.name: p for p in self.paths}
+        if any(not isinstance(by_name[d].model, Direction) for d in rates):
+            self.control_error = "runtime loss needs the link model without PFC on the Python line"
+            return
+        for d, rate in rates.items():
+            by_name[d].model.set_loss(LossModel(kind="random", rate=rate) if rate > 0 else None)
+
     def snapshot(self, with_series: bool = False, ready: bool = True) -> dict:
         for intf, sock in zip(self.intfs, (self.sock_a, self.sock_b), strict=True):
             self.kernel_drops[intf] += _kernel_drops(sock)[1]
@@ -299,7 +330,7 @@ class DelayLine:
         cpu = os.times()
         return {"ready": ready, "pid": os.getpid(), "core": "python", "interfaces": {"a": self.intfs[0], "b": self.intfs[1]},
                 "params": self.params.to_dict(), "late_tolerance_s": self.late_tolerance,
-                "realtime": self.realtime,
+                "realtime": self.realtime, "control_seq": self.control_seq, "control_error": self.control_error,
                 "uptime_s": round(time.monotonic() - self.started, 3),
                 "cpu_s": round(cpu.user + cpu.system, 6),
                 "emulator_late": sum(p.late for p in self.paths),
@@ -337,9 +368,13 @@ def main(argv: list[str] | None = None, pfc=None) -> int:
     def _dump(signum, frame):
         line.dump_series = True
 
+    def _control(signum, frame):
+        line.control_pending = True
+
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGUSR1, _dump)
+    signal.signal(signal.SIGUSR2, _control)
     line.run()
     return 0
 

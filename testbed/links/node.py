@@ -9,6 +9,7 @@
 the userspace backend, and gives it ``self.run`` (the run registry) before ``start``.
 ``start()`` turns offloads off, launches the process, records it and polls its stats file until it says
 ready; ``stop()`` ends it and keeps its final stats (counters + queue-depth series) in ``stats_path``.
+``set_loss()`` changes the running line's loss per direction (a gray failure), counters kept.
 """
 
 from __future__ import annotations
@@ -103,6 +104,20 @@ class DelayLineNode(Switch):
              and read_stats(self.stats_path) is not None, timeout=timeout, interval=0.01,
              what=f"stats of link node {self.name}")
         return read_stats(self.stats_path)
+
+    def set_loss(self, a_to_b: float | None = None, b_to_a: float | None = None, timeout: float = 5.0) -> dict:
+        """Loss of each direction from now on (``a_to_b``: from port 1 towards port 2, i.e. from the link's
+        ``u`` end; None keeps a direction as it is); returns the line's stats once it has applied it.
+
+        Raises:
+            EmulationError: the line is not running or refused (see :func:`testbed.emu.faults.set_link_loss`).
+        """
+        from testbed.emu.faults import set_link_loss
+
+        if self.proc is None or self.proc.poll() is not None:
+            raise EmulationError(f"link node {self.name} is not running")
+        rates = {d: r for d, r in (("a>b", a_to_b), ("b>a", b_to_a)) if r is not None}
+        return set_link_loss(self.proc.pid, self.stats_path, rates, what=self.name, timeout=timeout)
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's signature
         if self.proc is not None:

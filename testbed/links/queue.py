@@ -83,6 +83,12 @@ class Direction:
         self._max_samples = max_samples
         self._next_sample = 0.0
 
+    def set_loss(self, loss) -> None:
+        """Change the loss model from the next frame on (a :class:`LossModel` or None), counters kept:
+        the runtime impairment of :mod:`testbed.links.control`."""
+        self.loss = loss if loss is not None and loss.active else None
+        self._lost = LossDraw(self.loss, self.rng)
+
     # -- queue state ---------------------------------------------------------------------------------
     def _drain(self, now: float) -> None:
         q = self._queue
@@ -163,7 +169,7 @@ class Direction:
     def snapshot(self, with_series: bool = False) -> dict:
         """Counters (and optionally the queue-depth series ``[t, packets, bytes]``) as a JSON-able dict."""
         doc = dict(self.counters)
-        doc.update(max_queue_packets=self.max_queue_packets, max_queue_bytes=self.max_queue_bytes,
+        doc.update(loss_rate_now=self.loss.mean if self.loss is not None else 0.0, max_queue_packets=self.max_queue_packets, max_queue_bytes=self.max_queue_bytes,
                    samples_skipped=self.samples_skipped)
         if with_series:
             doc["queue_series"] = [list(s) for s in self.samples]

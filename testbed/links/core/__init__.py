@@ -32,7 +32,7 @@ from testbed.links.model import LinkParams
 
 SOURCE = Path(__file__).resolve().parent / "linkcore.c"
 #: Files ``linkcore.c`` #includes (one translation unit): part of the cache key.
-PARTS = (SOURCE.with_name("pfc.c"), SOURCE.with_name("pfc_forward.c"))
+PARTS = (SOURCE.with_name("pfc.c"), SOURCE.with_name("pfc_forward.c"), SOURCE.with_name("control.c"))
 CORES = ("c", "python", "bare")
 CFLAGS = ("-O2", "-Wall", "-Wextra", "-std=gnu11")
 #: After a frame, the compiled core can keep reading without sleeping for this long (``--poll-window``),

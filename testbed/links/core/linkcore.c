@@ -24,6 +24,7 @@
  *   linkcore gen --a IF --pps R --seconds S --size N [--tos T]   (the benchmark's traffic source: paced 64 B UDP
  *                frames by AF_PACKET sendmmsg, as iperf3 tops out near 50 kpps of small datagrams here)
  * Stats: the JSON document of testbed/links/delayline.py (same keys), rewritten atomically.
+ * SIGUSR2: change a direction's loss at runtime (control.c; a gray failure).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -525,12 +526,14 @@ static void pend_push(path_t *p, double release, const uint8_t *frame, uint32_t 
 }
 
 static path_t paths[2];
+static params_t PD[2];  /* each direction's parameters (forward mode): control.c changes their loss */
 static const char *intf_names[2];
 static uint64_t g_kernel_drops, g_wakeups;
 static int g_realtime;
 static double g_started;
 
 #include "pfc.c"
+#include "control.c"
 
 static void write_stats(int with_series, int ready) {
     if (!opt_stats) return;
@@ -545,17 +548,17 @@ static void write_stats(int with_series, int ready) {
     fprintf(f, "{\"ready\": %s, \"pid\": %d, \"core\": \"%s\", \"interfaces\": {\"a\": \"%s\", \"b\": \"%s\"}, "
             "\"params\": %s, \"late_tolerance_s\": %.9g, \"realtime\": %s, \"cpu\": %d, \"uptime_s\": %.3f, "
             "\"cpu_s\": %.6f, \"voluntary_switches\": %ld, \"involuntary_switches\": %ld, \"wakeups\": %llu, "
-            "\"poll_window_s\": %.9g, ",
+            "\"poll_window_s\": %.9g, \"control_seq\": %llu, \"control_error\": \"%s\", ",
             ready ? "true" : "false", getpid(), opt_bare ? "bare" : "c", intf_names[0], intf_names[1],
             opt_params_json, opt_late_tol, g_realtime ? "true" : "false", opt_cpu, mono() - g_started, cpu,
-            ru.ru_nvcsw, ru.ru_nivcsw, (unsigned long long)g_wakeups, opt_poll);
+            ru.ru_nvcsw, ru.ru_nivcsw, (unsigned long long)g_wakeups, opt_poll, g_ctl_seq, g_ctl_error);
     fprintf(f, "\"emulator_late\": %llu, \"rx_kernel_drops\": %llu, \"directions\": {",
             (unsigned long long)(paths[0].late + paths[1].late), (unsigned long long)g_kernel_drops);
     for (int d = 0; d < 2; d++) {
         path_t *p = &paths[d];
         model_t *m = &p->m;
         pfc_sync(p);
-        fprintf(f, "%s\"%s\": {", d ? ", " : "", p->name);
+        fprintf(f, "%s\"%s\": {\"loss_rate_now\": %.9g, ", d ? ", " : "", p->name, loss_now(m->P));
         for (int i = 0; i < NCOUNTERS; i++) fprintf(f, "\"%s\": %llu, ", COUNTER_NAMES[i], (unsigned long long)m->c[i]);
         fprintf(f, "\"max_queue_packets\": %llu, \"max_queue_bytes\": %llu, \"samples_skipped\": %llu, "
                 "\"tx_packets\": %llu, \"tx_errors\": %llu, \"rx_errors\": %llu, \"rx_truncated\": %llu, \"emulator_late\": %llu, "
@@ -668,14 +671,17 @@ static int run_forward(void) {
     int sa = open_sock(opt_a), sb = open_sock(opt_b);
     paths[0] = (path_t){.name = "a>b", .rx = sa, .tx = sb};
     paths[1] = (path_t){.name = "b>a", .rx = sb, .tx = sa};
-    model_init(&paths[0].m, &P, opt_seed_ab);
-    model_init(&paths[1].m, &P, opt_seed_ba);
+    PD[0] = PD[1] = P;
+    model_init(&paths[0].m, &PD[0], opt_seed_ab);
+    model_init(&paths[1].m, &PD[1], opt_seed_ba);
     pfc_forward_init();
     for (int i = 0; i < opt_batch; i++) rxbuf[i] = xrealloc(NULL, MAX_FRAME);
     struct sigaction sa_stop = {.sa_handler = on_stop}, sa_dump = {.sa_handler = on_dump};
     sigaction(SIGTERM, &sa_stop, NULL);
     sigaction(SIGINT, &sa_stop, NULL);
     sigaction(SIGUSR1, &sa_dump, NULL);
+    struct sigaction sa_ctl = {.sa_handler = on_ctl};
+    sigaction(SIGUSR2, &sa_ctl, NULL);
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     if (opt_cpu >= 0) {
         cpu_set_t set;
@@ -704,6 +710,7 @@ static int run_forward(void) {
             next_stats = now + opt_stats_interval;
         }
         if (g_dump) { g_dump = 0; write_stats(1, 1); }
+        if (g_ctl) { g_ctl = 0; control_apply(PD); write_stats(0, 1); }
         int timeout_ns;
         if (now - last_rx < opt_poll) {
             /* frames came within the poll window: read on without sleeping, since waking a halted

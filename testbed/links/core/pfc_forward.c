@@ -73,7 +73,7 @@ static void pfc_forward_init(void) {
     static pfcdir_t dirs[2];
     for (int d = 0; d < 2; d++) {
         if_mac(intf_names[d], g_pfc_src[d]);
-        pfcdir_init(&dirs[d], &P, d ? opt_seed_ba : opt_seed_ab,
+        pfcdir_init(&dirs[d], &PD[d], d ? opt_seed_ba : opt_seed_ab,
                     (pfc_sink_t){&paths[d], fw_release, fw_upstream, fw_dropped}, g_pfc_src[d]);
         paths[d].pfc = &dirs[d];
     }
