@@ -66,7 +66,7 @@ class FabricApp(BaseApp):
         self.core = ControllerCore(settings["graph"], mode=settings.get("mode", "controller"),
                                    started=time.time(), aggregate=settings.get("aggregate", False),
                                    ecmp=settings.get("ecmp", "multipath"),
-                                   gray=GrayPolicy(window_s=3 * gray) if gray > 0 else None)
+                                   gray=GrayPolicy.for_interval(gray) if gray > 0 else None)
         self.pending_stats: set = set()
         self.stats_done = threading.Condition(self.lock)
         self.api = StatusAPI(self, SETTINGS.get("api_port", 0))

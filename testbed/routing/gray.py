@@ -34,6 +34,18 @@ class GrayPolicy:
     max_hold_s: float = 60.0
     probation_s: float = 5.0
 
+    @classmethod
+    def for_interval(cls, interval_s: float) -> "GrayPolicy":
+        """The controller's policy when it polls counters every ``interval_s``: a window of 3 polls."""
+        return cls(window_s=3 * interval_s)
+
+    def detection_bound_s(self, interval_s: float) -> float:
+        """Latest a loss well above the threshold, starting now, is declared when counters are polled every
+        ``interval_s``: the sliding window (up to ``window_s`` + one interval long) is all lossy at the latest
+        one poll after that, so its estimate is the loss itself; ``windows - 1`` more polls must agree; the
+        last poll's replies may take one more interval (the poller waits that long for them)."""
+        return self.window_s + (self.windows + 2) * interval_s
+
     def __post_init__(self):
         if not 0 < self.loss_threshold < 1:
             raise ValueError(f"gray.loss_threshold must be in (0, 1), got {self.loss_threshold}")

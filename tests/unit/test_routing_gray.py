@@ -78,3 +78,25 @@ def test_bad_policy_is_refused_by_field():
         GrayPolicy(loss_threshold=1.5)
     with pytest.raises(ValueError, match="max_hold_s"):
         GrayPolicy(hold_s=5, max_hold_s=1)
+
+
+def test_policy_for_an_interval_and_its_detection_bound():
+    p = GrayPolicy.for_interval(0.1)
+    assert p.window_s == pytest.approx(0.3)
+    assert p.detection_bound_s(0.1) == pytest.approx(0.3 + 4 * 0.1)
+
+
+def test_ten_percent_loss_is_declared_within_the_bound():
+    """Polls every 0.1 s of a 1 kpps link that starts losing every 10th frame at t=1.0 (counted exactly)."""
+    interval, p = 0.1, GrayPolicy.for_interval(0.1)
+    w, tx, rx, declared = GrayWatch(p), 0, 0, None
+    for k in range(1, 40):
+        now = k * interval
+        for i in range(100):
+            tx += 1
+            rx += 0 if now > 1.0 and i % 10 == 0 else 1
+        w.observe("L", ("a", "b"), tx, rx, now)
+        if any(kind == "down" for kind, _, _ in w.decide(now)):
+            declared = now
+            break
+    assert declared is not None and 1.0 < declared <= 1.0 + p.detection_bound_s(interval), declared
