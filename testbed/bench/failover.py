@@ -13,6 +13,11 @@ One replica of SPEC (OVS switches, the fabric controller), then:
        controller sees the datapath disconnect and routes around it (RoutingBrain.switch_down); then the
        switch restarts empty and rejoins (switch_up). outage = lost while dead x interval; the loss on
        rejoin is reported apart.
+    5. gray failure (x N, on a second, small replica: testbed/bench/gray_failover.py): the link a stream
+       uses starts losing 10 % of its frames with its carrier up (a userspace link node's loss changed at
+       runtime); the controller polls port counters every 0.1 s, declares the link gray and reroutes;
+       detection = injection -> the controller's gray-loss decision; reroute = injection -> the stream's
+       last lost probe. Goal (issue 18): <= 1 s.
     4. ECMP balance, for each method (NX multipath; OpenFlow 1.3 select groups) on the same replica:
        16 flows between the hosts of two pods, and 16 flows between one host pair differing only in UDP
        ports (RoCEv2 QPs); bytes on each uplink of the source pod from port counters; max/mean per tier
@@ -21,7 +26,7 @@ One replica of SPEC (OVS switches, the fabric controller), then:
     h(pod 0) --t--a--X--cr--a--t-- h(last pod)          X: the cut link
 
 JSON keys: controller_outage_ms_median, controller_outage_ms_p95, fast_failover_outage_ms_median/_p95,
-switch_loss_outage_ms_median/_p95, ecmp_max_over_mean, repetitions, load (uptime before and after), (+ details).
+switch_loss_outage_ms_median/_p95, ecmp_max_over_mean, gray_detect_ms_median/_p95, gray_reroute_ms_median/_p95, repetitions, load (uptime before and after), (+ details).
 Links are not shaped here (scale 1), so emulated and real-world times are the same: every millisecond is
 detection and control plane, on the wall clock. Resolution: the sending interval. Figures are noisy on a
 shared 2-core machine: the load is printed with them.
@@ -48,6 +53,9 @@ from testbed.routing.failover import link_event, loadavg
 from testbed.topo.graph import HOST, hosts
 
 REPO = Path(__file__).resolve().parent.parent.parent
+CASES = ("controller", "fast-failover", "switch", "ecmp", "gray")
+#: Issue 18's goal for a gray failure (10 % loss): detected and rerouted within this many ms.
+GRAY_GOAL_MS = 1000.0
 PROBE = [sys.executable, "-m", "testbed.links.probe"]
 
 
@@ -58,6 +66,8 @@ def register(sub) -> None:
     parser.add_argument("--repetitions", type=int, default=20, help="cuts per mode (default 20)")
     parser.add_argument("--quick", action="store_true", help="5 cuts per mode")
     parser.add_argument("--interval", type=float, default=0.0005, help="sending interval, seconds (default 0.5 ms)")
+    parser.add_argument("--cases", default=",".join(CASES),
+                        help=f"comma-separated cases to run (default all: {','.join(CASES)})")
     parser.add_argument("--out", help="folder for logs and raw results (default: a temp folder)")
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(func=_main)
@@ -114,7 +124,31 @@ def _p95(xs):
     return float(np.percentile(xs, 95)) if xs else None
 
 
-def summarize(controller: list[dict], fast: list[dict], ecmp: dict, switch: list[dict] | None = None) -> dict:
+def parse_cases(text: str) -> tuple[str, ...]:
+    """The ``--cases`` list, in the bench's order (pure)."""
+    asked = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in asked if c not in CASES]
+    if bad or not asked:
+        raise UsageError(f"--cases: unknown case {', '.join(bad) or '(none)'}; allowed: {', '.join(CASES)}")
+    return tuple(c for c in CASES if c in asked)
+
+
+def summarize_gray(runs: list[dict]) -> dict:
+    """Gray-failure figures over the valid trials (each run carries ``problems``; pure)."""
+    ok = [r for r in runs if not r["problems"]]
+    d = [r["detect_ms"] for r in ok]
+    rr = [max(r["last_loss_ms"], r["pushed_ms"]) for r in ok]
+    worst = max(_p95(d) or 0.0, _p95(rr) or 0.0) if ok else None
+    return {"gray_detect_ms_median": _median(d), "gray_detect_ms_p95": _p95(d),
+            "gray_reroute_ms_median": _median(rr), "gray_reroute_ms_p95": _p95(rr),
+            "gray_trials": len(runs), "gray_valid": len(ok),
+            "gray_goal_ms": GRAY_GOAL_MS, "gray_goal_met": (worst is not None and worst <= GRAY_GOAL_MS
+                                                           and len(ok) == len(runs)),
+            "gray_runs": runs}
+
+
+def summarize(controller: list[dict], fast: list[dict], ecmp: dict, switch: list[dict] | None = None,
+              gray: list[dict] | None = None) -> dict:
     c = [r["outage_ms"] for r in controller]
     f = [r["outage_ms"] for r in fast]
     w = [r["outage_ms"] for r in switch or []]
@@ -129,6 +163,7 @@ def summarize(controller: list[dict], fast: list[dict], ecmp: dict, switch: list
         "ecmp_max_over_mean": {m: {k: v["max_over_mean"] for k, v in kinds.items()} for m, kinds in ecmp.items()},
         "repetitions": min(len(c), len(f)) if f else len(c),
         "ecmp": ecmp, "controller_runs": controller, "fast_failover_runs": fast, "switch_loss_runs": switch or [],
+        **summarize_gray(gray or []),
     }
 
 
@@ -287,7 +322,7 @@ def ecmp_pairs(G, n_flows: int = 16) -> dict:
             "one_pair": [(a[0], b[-1])] * n_flows}
 
 
-def run_bench(G, repetitions: int, interval: float, out_dir: Path) -> dict:
+def run_bench(G, repetitions: int, interval: float, out_dir: Path, cases: tuple = CASES) -> dict:
     from controllers.launch import start_controller
     from controllers.ofrules import ECMP_METHODS
     from testbed.doctor import plan_capabilities
@@ -297,36 +332,95 @@ def run_bench(G, repetitions: int, interval: float, out_dir: Path) -> dict:
     a, b = pod_pairs(G)
     workdir = out_dir / "probe"
     workdir.mkdir(parents=True, exist_ok=True)
-    with RunRegistry("bench-failover") as run:
-        ctl = start_controller(run, G, out_dir, mode="controller", lldp_interval=0)
-        plan = plan_replica(G, plan_capabilities(), Overrides(links="off", static_arp=False))
-        with Replica(plan, controller=ctl.address, run=run, out_dir=out_dir, name="bench-failover") as rep:
-            ctl.wait_ready()
-            src, dst = a[0], b[-1]
-            rep.host(src).cmd(f"ping -c2 -W1 {rep.ip(dst)}")
-            results: dict = {"controller": [], "fast-failover": []}
-            for mode in ("controller", "fast-failover"):
-                ctl.post("/mode", m=mode)
-                for i in range(repetitions):
-                    rec = one_cut(rep, ctl, G, src, dst, 42000 + 13 * i + (0 if mode == "controller" else 5000),
-                                  interval, workdir, f"{mode}-{i}")
-                    results[mode].append(rec)
-                    console.print(f"[dim]{mode} {i + 1}/{repetitions}: cut {'-'.join(rec['cut'])} "
-                                  f"lost {rec['lost_in_window']} = {rec['outage_ms']:.1f} ms[/dim]")
-            ctl.post("/mode", m="controller")
-            switch = []
-            for i in range(repetitions):
-                rec = one_switch_loss(rep, ctl, G, src, dst, 52000 + 13 * i, interval, workdir, f"switch-{i}")
-                switch.append(rec)
-                console.print(f"[dim]switch loss {i + 1}/{repetitions}: crash {rec['switch']} lost "
-                              f"{rec['lost_in_window']} = {rec['outage_ms']:.1f} ms, rejoin lost {rec['rejoin_lost']}[/dim]")
-            ecmp = {}
-            for method in ECMP_METHODS:
-                ctl.post("/ecmp", m=method)
-                ecmp[method] = {kind: ecmp_balance(rep, ctl, G, 0.002, workdir, pairs, f"ecmp-{method}-{kind}-")
-                                for kind, pairs in ecmp_pairs(G).items()}
-            ctl.post("/ecmp", m="multipath")
-    return summarize(results["controller"], results["fast-failover"], ecmp, switch)
+    results: dict = {"controller": [], "fast-failover": []}
+    switch: list = []
+    ecmp: dict = {}
+    if set(cases) & {"controller", "fast-failover", "switch", "ecmp"}:
+        with RunRegistry("bench-failover") as run:
+            ctl = start_controller(run, G, out_dir, mode="controller", lldp_interval=0)
+            plan = plan_replica(G, plan_capabilities(), Overrides(links="off", static_arp=False))
+            with Replica(plan, controller=ctl.address, run=run, out_dir=out_dir, name="bench-failover") as rep:
+                ctl.wait_ready()
+                src, dst = a[0], b[-1]
+                rep.host(src).cmd(f"ping -c2 -W1 {rep.ip(dst)}")
+                for mode in ("controller", "fast-failover"):
+                    if mode not in cases:
+                        continue
+                    ctl.post("/mode", m=mode)
+                    for i in range(repetitions):
+                        rec = one_cut(rep, ctl, G, src, dst, 42000 + 13 * i + (0 if mode == "controller" else 5000),
+                                      interval, workdir, f"{mode}-{i}")
+                        results[mode].append(rec)
+                        console.print(f"[dim]{mode} {i + 1}/{repetitions}: cut {'-'.join(rec['cut'])} "
+                                      f"lost {rec['lost_in_window']} = {rec['outage_ms']:.1f} ms[/dim]")
+                ctl.post("/mode", m="controller")
+                for i in range(repetitions if "switch" in cases else 0):
+                    rec = one_switch_loss(rep, ctl, G, src, dst, 52000 + 13 * i, interval, workdir, f"switch-{i}")
+                    switch.append(rec)
+                    console.print(f"[dim]switch loss {i + 1}/{repetitions}: crash {rec['switch']} lost "
+                                  f"{rec['lost_in_window']} = {rec['outage_ms']:.1f} ms, rejoin lost "
+                                  f"{rec['rejoin_lost']}[/dim]")
+                for method in ECMP_METHODS if "ecmp" in cases else ():
+                    ctl.post("/ecmp", m=method)
+                    ecmp[method] = {kind: ecmp_balance(rep, ctl, G, 0.002, workdir, pairs, f"ecmp-{method}-{kind}-")
+                                    for kind, pairs in ecmp_pairs(G).items()}
+                ctl.post("/ecmp", m="multipath")
+    gray = run_gray(repetitions, out_dir / "gray") if "gray" in cases else []
+    return summarize(results["controller"], results["fast-failover"], ecmp, switch, gray)
+
+
+def run_gray(repetitions: int, out_dir: Path) -> list[dict]:
+    """The gray-failure trials on their own small replica (:mod:`testbed.bench.gray_failover`)."""
+    from testbed.bench.gray_failover import check_record, gray_fabric, one_gray
+    from testbed.routing.gray import GrayPolicy
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs = []
+    with gray_fabric(out_dir, "bench-gray") as (G, src, dst, ctl, rep):
+        for i in range(repetitions):
+            rec = one_gray(rep, ctl, G, src, dst, 47000 + 13 * i, out_dir, f"gray-{i}", loss=0.1)
+            rec["problems"] = check_record(rec)
+            runs.append(rec)
+            console.print(f"[dim]gray {i + 1}/{repetitions}: {'-'.join(rec['link'])} 10% loss declared after "
+                          f"{rec['detect_ms']:.0f} ms, flow's last loss at {rec['last_loss_ms']:.0f} ms"
+                          + (f" INVALID: {'; '.join(rec['problems'])}" if rec["problems"] else "") + "[/dim]")
+            # let the released link's probation (route-flap damping) run out: the next trial is a first failure
+            policy = GrayPolicy.for_interval(rec["gray_interval_s"])
+            sleep_until(time.time() + max(0.0, policy.probation_s - rec["released_ms_after_clear"] / 1e3 + 0.2))
+    return runs
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x:.1f} ms"
+
+
+def report_lines(doc: dict, reps: int) -> list[str]:
+    """The bench's figures as text lines, one per case that ran (pure)."""
+    lines = []
+    if doc["controller_runs"]:
+        lines.append(f"controller reroute outage: median {_ms(doc['controller_outage_ms_median'])}, "
+                     f"p95 {_ms(doc['controller_outage_ms_p95'])} ({reps} cuts)")
+    if doc["fast_failover_runs"]:
+        lines.append(f"fast-failover outage: median {_ms(doc['fast_failover_outage_ms_median'])}, "
+                     f"p95 {_ms(doc['fast_failover_outage_ms_p95'])}")
+    if doc["switch_loss_runs"]:
+        lines.append(f"switch loss outage: median {_ms(doc['switch_loss_outage_ms_median'])}, "
+                     f"p95 {_ms(doc['switch_loss_outage_ms_p95'])}; packets lost on rejoin at most "
+                     f"{doc['switch_loss_rejoin_lost_max']}")
+    for method, kinds in doc["ecmp"].items():
+        lines.append(f"ECMP {method}: max/mean uplink bytes over 16 flows: "
+                     + "; ".join(f"{k} {v['max_over_mean']} (per tier {v['max_over_mean_per_tier']})"
+                                 for k, v in kinds.items()))
+    if doc["gray_runs"]:
+        r0 = doc["gray_runs"][0]
+        lines.append(f"gray failure (10% loss, carrier up; counters polled every {r0['gray_interval_s'] * 1e3:g} ms, "
+                     f"window {r0['window_s'] * 1e3:.0f} ms, policy bound {r0['bound_ms']:.0f} ms): detected median "
+                     f"{_ms(doc['gray_detect_ms_median'])}, p95 {_ms(doc['gray_detect_ms_p95'])}; rerouted (the "
+                     f"flow's last loss) median {_ms(doc['gray_reroute_ms_median'])}, p95 "
+                     f"{_ms(doc['gray_reroute_ms_p95'])}; {doc['gray_valid']}/{doc['gray_trials']} trials valid; "
+                     f"goal <= {doc['gray_goal_ms']:.0f} ms: {'met' if doc['gray_goal_met'] else 'NOT met'} "
+                     "(scale 1: emulated = real-world; all of it is counter polling and control, on the wall clock)")
+    return lines
 
 
 def _main(args) -> int:
@@ -337,12 +431,13 @@ def _main(args) -> int:
         raise UsageError("--repetitions must be at least 1")
     if not 0.0001 <= args.interval <= 0.1:
         raise UsageError("--interval must be between 0.0001 and 0.1 seconds")
+    cases = parse_cases(args.cases)
     G = build_graph(load_spec(resolve_spec(args.spec)))
     pod_pairs(G)  # a fabric without pods is refused before anything is built
     require_root("testbed bench failover")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-failover-"))
     load_before = loadavg()
-    doc = run_bench(G, reps, args.interval, out)
+    doc = run_bench(G, reps, args.interval, out, cases)
     doc["load"] = {"before": load_before, "after": loadavg()}
     doc["spec"] = args.spec
     doc["interval_ms"] = args.interval * 1e3
@@ -351,17 +446,8 @@ def _main(args) -> int:
         print_json(doc)
     else:
         stdout.print(f"scale 1 (links not shaped): emulated = real-world time; resolution {args.interval * 1e3:g} ms")
-        stdout.print(f"controller reroute outage: median {doc['controller_outage_ms_median']:.1f} ms, "
-                     f"p95 {doc['controller_outage_ms_p95']:.1f} ms ({reps} cuts)")
-        stdout.print(f"fast-failover outage: median {doc['fast_failover_outage_ms_median']:.1f} ms, "
-                     f"p95 {doc['fast_failover_outage_ms_p95']:.1f} ms")
-        stdout.print(f"switch loss outage: median {doc['switch_loss_outage_ms_median']:.1f} ms, "
-                     f"p95 {doc['switch_loss_outage_ms_p95']:.1f} ms; packets lost on rejoin at most "
-                     f"{doc['switch_loss_rejoin_lost_max']}")
-        for method, kinds in doc["ecmp"].items():
-            stdout.print(f"ECMP {method}: max/mean uplink bytes over 16 flows: "
-                         + "; ".join(f"{k} {v['max_over_mean']} (per tier {v['max_over_mean_per_tier']})"
-                                     for k, v in kinds.items()))
+        for line in report_lines(doc, reps):
+            stdout.print(line)
         stdout.print(f"load: before {doc['load']['before']}; after {doc['load']['after']}")
         console.print(f"raw results in {out}")
     return 0

@@ -155,7 +155,7 @@ def _run_gray(args) -> int:
     if not same_process(int(target["pid"]), target["start"]):
         raise EmulationError(f"link node {target['node']} (pid {target['pid']}) is no longer running")
     require_root("testbed fail gray")
-    from testbed.emu.faults import set_link_loss
+    from testbed.links.wire import set_link_loss
 
     rates = gray_rates(target, args.a, loss, getattr(args, "one_way", False))
     doc = set_link_loss(int(target["pid"]), target["stats"], rates,

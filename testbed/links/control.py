@@ -4,7 +4,7 @@ A gray failure is a link that starts losing part of what crosses it while its ca
 emulate one, the loss of a running link node changes without a restart, so its counters (every drop
 attributed: ``drop_loss``) and the frames in flight are kept::
 
-    glue (testbed.emu.faults.set_link_loss)                     link node (linkcore.c / delayline.py)
+    glue (testbed.links.wire.set_link_loss)                     link node (linkcore.c / delayline.py)
       write <stats>.ctl:  seq N / loss a>b random,0.1   --SIGUSR2-->  read it, apply all of it or none
       poll the stats file until control_seq == N        <--stats--   rewrite stats: control_seq, control_error,
                                                                      loss_rate_now per direction

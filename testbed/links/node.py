@@ -110,9 +110,9 @@ class DelayLineNode(Switch):
         ``u`` end; None keeps a direction as it is); returns the line's stats once it has applied it.
 
         Raises:
-            EmulationError: the line is not running or refused (see :func:`testbed.emu.faults.set_link_loss`).
+            EmulationError: the line is not running or refused (see :func:`testbed.links.wire.set_link_loss`).
         """
-        from testbed.emu.faults import set_link_loss
+        from testbed.links.wire import set_link_loss
 
         if self.proc is None or self.proc.poll() is not None:
             raise EmulationError(f"link node {self.name} is not running")

@@ -13,12 +13,11 @@ import signal
 
 import pytest
 
-from testbed.emu.faults import set_link_loss
 from testbed.emu.registry import RunRegistry
 from testbed.links.control import acknowledged, control_path
 from testbed.links.model import LinkParams
 from testbed.links.probe import summarise
-from testbed.links.wire import open_wire
+from testbed.links.wire import open_wire, set_link_loss
 from testbed.poll import poll
 
 pytestmark = [pytest.mark.root]
