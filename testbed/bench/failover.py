@@ -414,7 +414,8 @@ def report_lines(doc: dict, reps: int) -> list[str]:
     if doc["gray_runs"]:
         r0 = doc["gray_runs"][0]
         lines.append(f"gray failure (10% loss, carrier up; counters polled every {r0['gray_interval_s'] * 1e3:g} ms, "
-                     f"window {r0['window_s'] * 1e3:.0f} ms, policy bound {r0['bound_ms']:.0f} ms): detected median "
+                     f"window {r0['window_s'] * 1e3:.0f} ms, policy bound {r0['bound_ms']:.0f} ms, resolution "
+                     f"{r0['interval_s'] * 1e3:g} ms): detected median "
                      f"{_ms(doc['gray_detect_ms_median'])}, p95 {_ms(doc['gray_detect_ms_p95'])}; rerouted (the "
                      f"flow's last loss) median {_ms(doc['gray_reroute_ms_median'])}, p95 "
                      f"{_ms(doc['gray_reroute_ms_p95'])}; {doc['gray_valid']}/{doc['gray_trials']} trials valid; "
@@ -445,7 +446,8 @@ def _main(args) -> int:
     if args.json:
         print_json(doc)
     else:
-        stdout.print(f"scale 1 (links not shaped): emulated = real-world time; resolution {args.interval * 1e3:g} ms")
+        if set(cases) - {"gray"}:
+            stdout.print(f"scale 1 (links not shaped): emulated = real-world time; resolution {args.interval * 1e3:g} ms")
         for line in report_lines(doc, reps):
             stdout.print(line)
         stdout.print(f"load: before {doc['load']['before']}; after {doc['load']['after']}")

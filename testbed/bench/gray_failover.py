@@ -122,6 +122,7 @@ def one_gray(rep, ctl, G, src: str, dst: str, sport: int, workdir: Path, tag: st
     release = outage(send, raw["seq"], interval, window=(t_clear, float("inf")))
     sent_before = sum(1 for t in send if t_inject <= t < down["time"])
     return {"link": list(link), "node": node.name, "loss": loss, "gray_interval_s": gray_interval,
+            "interval_s": interval,
             "window_s": policy.window_s, "bound_ms": policy.detection_bound_s(gray_interval) * 1e3,
             "detect_ms": (down["time"] - t_inject) * 1e3, "pushed_ms": (down["pushed"] - t_inject) * 1e3,
             "last_loss_ms": (last_lost - t_inject) * 1e3, "seen_loss": down["detail"].get("loss"),

@@ -22,6 +22,7 @@ def test_ten_percent_loss_is_declared_gray_rerouted_and_released(tmp_path, quiet
         rec = one_gray(rep, ctl, G, src, dst, 43100, tmp_path, "gray", loss=0.1)
         others = [ev for ev in ctl.get("/events")["failovers"] if ev["cause"] == "gray-loss"
                   and set(ev["link"]) != set(rec["link"])]
+        cli = _cli_on_the_running_replica(rep, rec["link"])
     print(rec)
     assert check_record(rec) == [], rec
     assert others == []                                   # no other (loss-free) link was declared gray
@@ -36,3 +37,35 @@ def test_ten_percent_loss_is_declared_gray_rerouted_and_released(tmp_path, quiet
     assert rec["held_s"] == policy.hold_s
     assert policy.hold_s * 1e3 <= rec["release_after_down_ms"] <= policy.hold_s * 1e3 + 3 * GRAY_INTERVAL_S * 1e3 + 200
     assert rec["lost_after_release"] == 0, rec
+    assert cli == [], cli
+
+
+def _cli_on_the_running_replica(rep, link) -> list[str]:
+    """``testbed fail|restore gray`` on this replica (found through the run registry); what went wrong."""
+    import json
+    import subprocess
+    import sys
+
+    def tb(*args):
+        p = subprocess.run([sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True, timeout=60)
+        return p.returncode, p.stdout, p.stderr
+
+    u, v = link
+    problems = []
+    node = rep.link_node(u, v)
+    code, out, err = tb("fail", "gray", v, u, "--loss", "12%", "--one-way", "--json")
+    doc = json.loads(out) if code == 0 else {}
+    stats = node.fresh_stats()["directions"]
+    if code != 0 or doc["loss_now"] != {f"{u}->{v}": 0.0, f"{v}->{u}": 0.12} or stats["b>a"]["loss_rate_now"] != 0.12:
+        problems.append(f"fail gray --one-way: {code} {out} {err}")
+    code, out, err = tb("restore", "gray", u, v)
+    if code != 0 or node.fresh_stats()["directions"]["b>a"]["loss_rate_now"] != 0.0:
+        problems.append(f"restore gray: {code} {out} {err}")
+    host = next(n for n in rep.plan.links if n.via is None)
+    for args, says in (((u, v, "--loss", "150%"), "--loss: must be between 0 and 1"),
+                       ((str(host.u), str(host.v), "--loss", "10%"), "not by a userspace link node"),
+                       (("nosuch", v, "--loss", "10%"), f"no link nosuch - {v}")):
+        code, out, err = tb("fail", "gray", *args)
+        if code != 2 or says not in err or len(err.strip().splitlines()) != 1:
+            problems.append(f"fail gray {' '.join(args)}: exit {code}, {err!r}")
+    return problems

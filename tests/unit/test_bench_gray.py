@@ -11,7 +11,7 @@ from testbed.errors import UsageError
 
 def _run(detect, last, pushed=None, problems=()):
     return {"detect_ms": detect, "last_loss_ms": last, "pushed_ms": pushed if pushed is not None else detect + 2,
-            "problems": list(problems), "gray_interval_s": 0.1, "window_s": 0.3, "bound_ms": 700.0}
+            "problems": list(problems), "gray_interval_s": 0.1, "interval_s": 0.001, "window_s": 0.3, "bound_ms": 700.0}
 
 
 def test_cases_are_checked_and_kept_in_bench_order():
