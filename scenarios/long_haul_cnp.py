@@ -199,7 +199,7 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
             "long_haul_netem_drops": netem_lost if backend == "netem" else None, "drops": dropped["tail"] + dropped["red"],
             "bottleneck": S.bottleneck_doc(plan, bsw, bnbr),
             "udp_rcvbuf_errors": ev["udp_rcvbuf_errors"], "switch_socket_drops": ev["switch_socket_drops"],
-            "ring_drops": ev["ring_drops"], "hops": ev["hops"], "switch_drops": dropped["by_switch"], "cpu": cpu.summary(),
+            "ring_drops": ev["ring_drops"], "ring_frames_min": ev["ring_frames_min"], "hops": ev["hops"], "switch_drops": dropped["by_switch"], "cpu": cpu.summary(),
             "elapsed_s": elapsed, "window_pkts": window, "saturation": sat, **checked, "senders": results}
 
 

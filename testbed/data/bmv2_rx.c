@@ -7,8 +7,11 @@
  *
  *   pcap_create(dev)    remembered per handle (the port's interface name)
  *   pcap_activate(p)    pcap_set_buffer_size(p, $TESTBED_BMV2_RX_BUFFER) first, when set
+ *   setsockopt(...)     PACKET_RX_RING requests seen during an activate: the ring's frame slots, which
+ *                       libpcap sizes for 64 KiB super-frames when the port has TSO/GSO on (then a 16 MiB
+ *                       ring holds 256 frames, not ~10000): the "frames" field says what the ring holds
  *   a thread            every 100 ms writes $TESTBED_BMV2_RX_STATS (when set), atomically (tmp + rename):
- *                       {"buffer_bytes": N, "ports": {"s1-eth1": {"recv": R, "drop": D, "ifdrop": I}, ...}}
+ *                       {"buffer_bytes": N, "ports": {"s1-eth1": {"recv": R, "drop": D, "ifdrop": I, "frames": F}, ...}}
  *                       from pcap_stats (cumulative since the port opened; drop = the ring's tp_drops)
  */
 #define _GNU_SOURCE
@@ -17,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #define MAX_PORTS 64
@@ -27,7 +31,8 @@ struct pcap_stat { unsigned int ps_recv, ps_drop, ps_ifdrop; };
 int pcap_stats(pcap_t *, struct pcap_stat *);
 int pcap_set_buffer_size(pcap_t *, int);
 
-static struct { pcap_t *p; char dev[64]; } ports[MAX_PORTS];
+static struct { pcap_t *p; char dev[64]; unsigned frames; } ports[MAX_PORTS];
+static unsigned ring_frames;   /* tp_frame_nr of the last PACKET_RX_RING request (activates run one at a time) */
 static int nports;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -48,8 +53,8 @@ static void *writer(void *arg)
                 struct pcap_stat st;
                 memset(&st, 0, sizeof st);
                 if (pcap_stats(ports[i].p, &st) != 0) continue;
-                fprintf(f, "%s\"%s\": {\"recv\": %u, \"drop\": %u, \"ifdrop\": %u}", i ? ", " : "", ports[i].dev,
-                        st.ps_recv, st.ps_drop, st.ps_ifdrop);
+                fprintf(f, "%s\"%s\": {\"recv\": %u, \"drop\": %u, \"ifdrop\": %u, \"frames\": %u}", i ? ", " : "",
+                        ports[i].dev, st.ps_recv, st.ps_drop, st.ps_ifdrop, ports[i].frames);
             }
             pthread_mutex_unlock(&lock);
             fprintf(f, "}}\n");
@@ -93,7 +98,22 @@ int pcap_activate(pcap_t *p)
         buffer_bytes = atol(size);
         pcap_set_buffer_size(p, (int)buffer_bytes);
     }
+    ring_frames = 0;
     int rc = real(p);
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < nports; i++)
+        if (ports[i].p == p) ports[i].frames = ring_frames;
+    pthread_mutex_unlock(&lock);
     pthread_once(&once, start_writer);
+    return rc;
+}
+
+int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+    static int (*real)(int, int, int, const void *, socklen_t);
+    if (!real) real = (int (*)(int, int, int, const void *, socklen_t))dlsym(RTLD_NEXT, "setsockopt");
+    int rc = real(fd, level, name, val, len);
+    /* SOL_PACKET, PACKET_RX_RING: struct tpacket_req{,3} starts block_size, block_nr, frame_size, frame_nr */
+    if (rc == 0 && level == 263 && name == 5 && val && len >= 16) ring_frames = ((const unsigned *)val)[3];
     return rc;
 }

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mininet.node import Switch
 
+from testbed.emu import ops
 from testbed.errors import EmulationError
 from testbed.p4rt.client import SwitchClient
 from testbed.p4rt.switch import Bmv2Config, Bmv2Process
@@ -59,6 +60,11 @@ class Bmv2Switch(Switch):
             knob = Path("/proc/sys/net/ipv6/conf") / intf / "disable_ipv6"
             if knob.exists():
                 knob.write_text("1\n")
+            # with TSO/GSO on (a veth's default) libpcap sizes each ring slot for a 64 KiB super-frame:
+            # the 16 MiB receive ring (testbed/p4rt/rx.py) then held 256 frames, not 10486, and a switch
+            # descheduled for ~0.1 s lost frames there (the long haul's "capture ring" losses, measured
+            # with gdb on PACKET_RX_RING). Frames on these wires are never larger than the MTU.
+            ops.run(ops.offload_off_argv(intf), what=f"disable offloads on {intf}", check=False)
         self.process = Bmv2Process(self.config()).start(run)
         self.process.wait_ready()
 

@@ -80,6 +80,14 @@ def read_rx_stats(path: Path) -> dict | None:
         return None
 
 
+def ring_frames(doc: dict | None) -> int | None:
+    """The fewest frames any port's ring holds (None when not measured, or from a shim too old to say):
+    libpcap sizes ring slots for 64 KiB super-frames on a port with TSO/GSO on, which shrank the ring
+    from ~10000 frames to 256."""
+    frames = [int(p["frames"]) for p in (doc or {}).get("ports", {}).values() if p.get("frames")]
+    return min(frames) if frames else None
+
+
 def ring_drops(before: dict | None, after: dict | None) -> dict | None:
     """{port interface: frames the ring dropped between two documents} (None when not measured)."""
     if after is None:

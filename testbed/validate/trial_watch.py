@@ -4,7 +4,7 @@
     ... the trial's traffic ...
     watch.stop()
     evidence = watch.evidence(fabric_stats.drops(clients, plan))
-        -> {"hops", "ring_drops", "link_stats", "udp_rcvbuf_errors", "switch_socket_drops"}
+        -> {"hops", "ring_drops", "ring_frames_min", "link_stats", "udp_rcvbuf_errors", "switch_socket_drops"}
     watch.own_cpu()   -> CPU seconds of the run's own processes (switches, receivers, ended senders)
 
 Readings: every interface's counters in every namespace of the run (:mod:`testbed.validate.ifcounters`), each
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from testbed.emu.health import LossWatch
 from testbed.links import accounting, hops
-from testbed.p4rt.rx import ring_drops
+from testbed.p4rt.rx import ring_drops, ring_frames
 from testbed.validate import ifcounters
 
 #: Link-node counters of frames it consumed itself (its model's drops, its failed sends, its socket's).
@@ -117,4 +117,6 @@ class TrialWatch:
                 rings = None
                 break
             rings[sw] = sum(d.values())
-        return {"hops": ledger, "ring_drops": rings, "link_stats": links, **self._lost}
+        sizes = [ring_frames(doc) for doc in self._after["rings"].values()]
+        return {"hops": ledger, "ring_drops": rings, "link_stats": links,
+                "ring_frames_min": min(sizes) if sizes and None not in sizes else None, **self._lost}

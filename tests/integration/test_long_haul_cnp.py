@@ -70,6 +70,7 @@ def test_fast_cnp_feedback_beats_ecn_across_30km(tmp_path, capsys, quiet_cpu):
     hops = trial["hops"]
     assert {"x0", "x1", "d0", "d1"} <= set(hops["elements"]) and hops["missing"] == {}
     assert trial["ring_drops"] is not None, "the BMv2 receive shim did not report its capture rings"
+    assert trial["ring_frames_min"] >= 8000, "a BMv2 port's ring holds few frames: offloads left on?"
     # ECN: the switch marks, the receivers answer; fast CNP: no marks, the switch's CNPs are accepted
     assert ecn["marks"] > 0 and ecn["switch_cnps"] == 0 and ecn["cnps_at_senders"] > 0
     assert fast["marks"] == 0 and fast["switch_cnps"] > 0 and fast["cnps_at_senders"] > 0

@@ -139,3 +139,12 @@ def test_switch_clock_epoch_takes_the_tightest_bracket_midpoint():
 
     # a slow first try (40 ms between the readings), then a fast one: the fast one wins, within 1 us
     assert abs(clock_epoch_us(Clock([10, 40_000, 40_000, 10, 2, 2]), tries=2) - 1_000_000) <= 1
+
+
+def test_ring_frames_is_the_smallest_port_ring_and_unknown_when_not_said():
+    from testbed.p4rt.rx import ring_frames
+
+    doc = {"ports": {"x0-eth1": {"recv": 5, "drop": 0, "frames": 10486}, "x0-eth2": {"recv": 1, "frames": 256}}}
+    assert ring_frames(doc) == 256
+    assert ring_frames({"ports": {"x0-eth1": {"recv": 5, "drop": 0}}}) is None   # a shim that does not say
+    assert ring_frames(None) is None
