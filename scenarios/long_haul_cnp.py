@@ -73,11 +73,13 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
     out = res.dir / f"{distance_km:g}km"
     out.mkdir(parents=True, exist_ok=True)
     caps = plan_capabilities()
-    plan = plan_replica(G, caps, S.overrides(link_backend=args.link_backend))
+    plan = plan_replica(G, caps, S.overrides(link_backend=args.link_backend, red=args.red,
+                                             rtt_s=S.path_rtt_s(G, r.senders[0], r.receivers[0])))
     backend, why = S.long_haul_backend(plan, r)
     window = args.window or S.default_window(G, r)
     console.print(f"long haul: {backend} ({why}); window {window} packets per QP "
-                  f"(BDP {max(S.bdp_pkts(G, s, d) for s, d in zip(r.senders, r.receivers, strict=True)):.0f})")
+                  f"(BDP {max(S.bdp_pkts(G, s, d) for s, d in zip(r.senders, r.receivers, strict=True)):.0f}); "
+                  + S.describe_red(S.red_rule(G, args.red)))
     factory = plan_switch_factory(plan, log_dir=out, pcap_dir=out / "pcap" if args.pcap else None)
     rows = []
     with Replica(plan, out_dir=out, name=NAME, switch_factory=factory, link_node_class=DelayLineNode) as rep:
@@ -104,7 +106,7 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
             for case in cases:
                 for mode in modes:
                     for rep_i in range(args.repetitions):
-                        trial_plan = S.case_plan(G, case, mode, caps, args.link_backend)
+                        trial_plan = S.case_plan(G, case, mode, caps, args.link_backend, args.red)
                         tag = f"{case}-{mode}" + (f"-{rep_i}" if args.repetitions > 1 else "")
                         console.print(f"[bold]{distance_km:g} km, {case}, {mode}"
                                       + (f", repetition {rep_i + 1}/{args.repetitions}" if args.repetitions > 1 else "")
@@ -229,6 +231,10 @@ def main(argv=None) -> int:
     parser.add_argument("--window", type=int, default=None,
                         help="packets in flight per QP (default: 2 x the path's BDP, at least 128, so DCQCN and "
                              "not the window limits the senders, as a NIC's; the 30 km BDP is ~350 packets)")
+    parser.add_argument("--red", choices=S.RED_RULES, default="per-25g",
+                        help="ECN thresholds: per-25g (Alibaba: Kmin 100 KB, Kmax 400 KB per 25G of port rate, "
+                             "the default) or bdp (Juniper's long-haul profile: Kmin 0.75, Kmax 1.5 x the "
+                             "path's BDP at the port's rate); config.json and the console say which")
     parser.add_argument("--pcap", action="store_true", help="per-port pcaps of every switch")
     parser.add_argument("--learn-qp", action="store_true",
                         help="fast CNP learns each sender's QP from the ACKs (shows the learning delay) instead of "

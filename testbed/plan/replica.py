@@ -37,6 +37,7 @@ from testbed.links.model import BYTES, PACKETS, LinkParams
 from testbed.plan.alloc import Allocator
 from testbed.plan.capabilities import ASSUMED, Capabilities
 from testbed.plan.layout import Layout, layout
+from testbed.plan.marking import marking_profile
 from testbed.rdma.dcqcn import DcqcnParams, params_dict
 from testbed.topo.graph import HOST
 
@@ -72,8 +73,10 @@ class Overrides:
         seed: base seed of the delay lines' random draws (per link: derived from it and the ends).
         frame_bytes: full frame size for packet counts and BMv2 drain rates (default MTU + 14).
         ecn_mode: fabric.p4 mode on ports with RED thresholds: off | ecn | fast-cnp | both.
-        red_per_25g: ``(kmin_bytes, kmax_bytes, pmax)`` per 25G of port rate for switch ports whose
-            link has no ``red:`` (Alibaba's rule, DOMAIN.md); None: only links with ``red:`` mark.
+        red_profile: ``(name, rtt_s, pmax)``: the marking profile (:mod:`testbed.plan.marking`: ``per-25g``,
+            Alibaba's, or ``bdp``, Juniper's long-haul one over the real round trip ``rtt_s``) of switch
+            ports whose link has no ``red:``, each by its real rate; a profile with a buffer rule
+            deepens the port to it. None: only links with ``red:`` mark.
         cnp_interval_s: the real fabric's CNP interval (DCQCN's and the switch's).
         thrift_base: first Thrift port tried.
         p4_program: run every switch as BMv2 with this program (None: the spec's ``switches:``).
@@ -87,7 +90,7 @@ class Overrides:
     seed: int | None = None
     frame_bytes: int | None = None
     ecn_mode: str | None = None
-    red_per_25g: tuple | None = None
+    red_profile: tuple | None = None
     cnp_interval_s: float = CNP_INTERVAL_S
     thrift_base: int = 9090
     p4_program: str | None = None
@@ -305,15 +308,20 @@ def _ecn(lp: LinkParams, real_rate: float | None, frame: int, ov: Overrides, dil
     if lp.red is not None:
         scale = frame if lp.red.unit == BYTES else 1
         kmin, kmax, pmax = lp.red.kmin / scale, lp.red.kmax / scale, lp.red.pmax
-    elif ov.red_per_25g is not None and real_rate:
-        kmin_b, kmax_b, pmax = ov.red_per_25g
-        kmin, kmax = kmin_b * real_rate / 25e9 / frame, kmax_b * real_rate / 25e9 / frame
+    elif ov.red_profile is not None and real_rate:
+        prof = _profile(ov, real_rate, frame)
+        kmin, kmax, pmax = prof.kmin_bytes / frame, prof.kmax_bytes / frame, prof.pmax
     else:
         return None
     kmin_pkts = max(1, round(kmin))
     kmax_pkts = max(kmin_pkts + 1, round(kmax))
     return EcnEntry(kmin_pkts, kmax_pkts, pmax, ov.ecn_mode or "ecn", ov.cnp_interval_s,
                     dil.time(ov.cnp_interval_s))
+
+
+def _profile(ov: Overrides, real_rate: float, frame: int):
+    name, rtt_s, pmax = ov.red_profile
+    return marking_profile(name, real_rate, rtt_s, frame, pmax)
 
 
 def plan_replica(G: nx.Graph, capabilities: Capabilities = ASSUMED, overrides: Overrides | None = None
@@ -389,6 +397,9 @@ def plan_replica(G: nx.Graph, capabilities: Capabilities = ASSUMED, overrides: O
                                     f"{depth} packets exceeds BMv2's queue depth limit of {MAX_QDEPTH}")
                 if ecn is not None:
                     depth = max(depth, ecn.kmax_pkts + 1)
+                    if e.real.red is None and ov.red_profile is not None:   # the profile's buffer rule
+                        prof = _profile(ov, e.real.rate_bps, frame)
+                        depth = max(depth, prof.packets(prof.buffer_bytes) or 0)
                 rate = e.emulated.rate_bps if ov.links != "off" else None
                 pps = max(1, round(rate / (8 * frame))) if rate else None
                 ports.append(PortEntry(number, nbr, depth, source, e.real.rate_bps, rate, pps, ecn))

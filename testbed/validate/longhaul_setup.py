@@ -7,7 +7,7 @@ What ``scenarios/long_haul_cnp.py`` runs, per distance, case and mode::
     case_rates      sender-dci: the long haul at half the senders' sum (2:1);
                     receiver-tor: the receivers' ports at half the line rate, the long haul not the bottleneck
     bottleneck      the congestion point (switch, neighbour)
-    overrides       RoCE frames, Alibaba's per-25G RED rule, the long haul's link backend, the CNP interval
+    overrides       RoCE frames, the RED rule (per-25G or BDP-relative), the long haul's backend, the CNP interval
     pair_qpns / qp_map_entries / sender_config   the senders' and the switches' QP configuration
     row / validate_fields                        one result row and the config block validate reads
 
@@ -29,8 +29,9 @@ CASES = ("sender-dci", "receiver-tor")
 #: soft-RDMA IB path MTU; frames are Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + payload + ICRC 4.
 IB_MTU = 1024
 FRAME_BYTES = 14 + 20 + 8 + 12 + IB_MTU + 4
-#: RED thresholds scaled with the port rate (Alibaba's production rule, DOMAIN.md): per 25G of rate.
-KMIN_BYTES_PER_25G, KMAX_BYTES_PER_25G, PMAX = 100e3, 400e3, 0.2
+#: RED thresholds (testbed.plan.marking): per 25G of port rate (Alibaba's production rule, the default) or
+#: relative to the path's bandwidth-delay product (Juniper's long-haul profile); Pmax 20 % in both.
+RED_RULES, PMAX = ("per-25g", "bdp"), 0.2
 #: Real-world DCQCN CNP interval; the switch rate-limits its own CNPs the same way.
 CNP_INTERVAL_S = 50e-6
 
@@ -96,20 +97,46 @@ def case_graph(G, case: str):
     return H
 
 
-def overrides(mode: str = "ecn", link_backend: str = "auto") -> Overrides:
-    """The run's choices on top of the spec: RoCE frames, Alibaba's RED rule, the CNP interval, and the long
+def overrides(mode: str = "ecn", link_backend: str = "auto", red: str = "per-25g",
+              rtt_s: float | None = None) -> Overrides:
+    """The run's choices on top of the spec: RoCE frames, the RED rule, the CNP interval, and the long
     haul's backend: ``auto`` lets the plan choose from the capabilities (tc netem where ``doctor`` finds it,
     the userspace link node otherwise; the plan's link entry says which and why), ``netem`` or
-    ``userspace`` force one (``--link-backend``)."""
+    ``userspace`` force one (``--link-backend``). ``red``: ``per-25g`` (Alibaba's rule) or ``bdp``
+    (Juniper's, relative to the round trip ``rtt_s``: :func:`path_rtt_s`)."""
+    if red not in RED_RULES:
+        raise SpecError("--red", f"{red!r} is not one of: {', '.join(RED_RULES)}")
     return Overrides(link_backend=link_backend, frame_bytes=FRAME_BYTES, ecn_mode=mode,
-                     red_per_25g=(KMIN_BYTES_PER_25G, KMAX_BYTES_PER_25G, PMAX), cnp_interval_s=CNP_INTERVAL_S)
+                     cnp_interval_s=CNP_INTERVAL_S, red_profile=(red, rtt_s or 0.0, PMAX))
 
 
-def case_plan(G, case: str, mode: str, capabilities=None, link_backend: str = "auto"):
+def red_rule(G, red: str) -> dict:
+    """The RED rule of a run, as config.json and the console say it: the profile at the senders' line
+    rate over the path's round trip (each port applies it at its own rate)."""
+    from testbed.plan.marking import marking_profile
+
+    r = roles(G)
+    rate = G.edges[r.senders[0], next(iter(G.neighbors(r.senders[0])))]["rate_bps"]
+    rtt = path_rtt_s(G, r.senders[0], r.receivers[0])
+    return {"rule": red, "rtt_s": rtt, "at_rate_bps": rate,
+            **marking_profile(red, rate, rtt, FRAME_BYTES, PMAX).to_json()}
+
+
+def describe_red(rule: dict) -> str:
+    """One line for the console: the RED rule of :func:`red_rule`."""
+    what = "per 25G of port rate" if rule["rule"] == "per-25g" else \
+        f"0.75 / 1.5 BDP over the {rule['rtt_s'] * 1e6:.0f} us round trip"
+    return (f"RED {rule['rule']} ({what}): at {rule['at_rate_bps'] / 1e9:g}G Kmin {rule['kmin_pkts']}, "
+            f"Kmax {rule['kmax_pkts']} frames, Pmax {rule['pmax']:g}")
+
+
+def case_plan(G, case: str, mode: str, capabilities=None, link_backend: str = "auto", red: str = "per-25g"):
     """The replica plan of one case and mode: BMv2 queue rates/depths, RED and fast-CNP per port."""
     from testbed.plan import ASSUMED
 
-    return plan_replica(case_graph(G, case), capabilities or ASSUMED, overrides(mode, link_backend))
+    r = roles(G)
+    rtt = path_rtt_s(G, r.senders[0], r.receivers[0])
+    return plan_replica(case_graph(G, case), capabilities or ASSUMED, overrides(mode, link_backend, red, rtt))
 
 
 def long_haul_backend(plan, r: Roles) -> tuple[str, str]:
@@ -253,6 +280,6 @@ def run_config(G, spec, args, distances, modes, cases, long_haul: str = "userspa
             "window_pkts": args.window or f"{WINDOW_BDPS:g} x BDP per distance, at least {MIN_WINDOW_PKTS}",
             "repetitions": args.repetitions, "scale": G.graph["scale"], "ib_mtu": IB_MTU,
             "frame_bytes": FRAME_BYTES, "cnp_interval_s": CNP_INTERVAL_S,
-            "red_per_25g": {"kmin_bytes": KMIN_BYTES_PER_25G, "kmax_bytes": KMAX_BYTES_PER_25G, "pmax": PMAX},
+            "red": red_rule(G, getattr(args, "red", "per-25g")),
             "qp_map": "learned from ACKs" if args.learn_qp else "preloaded by the control plane",
             "link_backend": getattr(args, "link_backend", "auto"), **validate_fields(G, long_haul)}

@@ -72,6 +72,29 @@ def test_red_thresholds_scale_with_rate(G):
     assert kmin == round(100e3 * rate / 25e9 / lh.FRAME_BYTES) and kmax == round(400e3 * rate / 25e9 / lh.FRAME_BYTES)
 
 
+def test_bdp_relative_red_follows_the_path_round_trip_and_deepens_the_queue(G):
+    # Juniper's long-haul profile: Kmin 0.75, Kmax 1.5, buffer 2.5 bandwidth-delay products
+    r = lh.roles(G)
+    for km in (30, 100):
+        H = lh.with_distance(G, km)
+        plan = lh.case_plan(H, "sender-dci", "ecn", red="bdp")
+        d0 = plan.switch(r.dci[0]).port(H.edges[r.dci[0], r.dci[1]]["ports"][r.dci[0]])
+        rate = d0.real_rate_bps
+        bdp_frames = rate * 2 * (km * 1e3 * 5e-9 + 0) / 8 / lh.FRAME_BYTES   # the long haul alone, both ways
+        assert d0.ecn.kmin_pkts >= round(0.75 * bdp_frames) and d0.ecn.kmax_pkts >= round(1.5 * bdp_frames)
+        assert d0.ecn.kmax_pkts <= round(1.5 * bdp_frames * 1.1)            # campus fibre adds < 10 %
+        assert d0.depth_pkts >= 2.5 * bdp_frames
+        rule = lh.red_rule(H, "bdp")
+        assert rule["rule"] == "bdp" and rule["rtt_s"] == pytest.approx(lh.path_rtt_s(H, r.senders[0], r.receivers[0]))
+        assert "bdp" in lh.describe_red(rule) and str(rule["kmin_pkts"]) in lh.describe_red(rule)
+    far, near = (lh.case_plan(lh.with_distance(G, km), "sender-dci", "ecn", red="bdp") for km in (100, 30))
+    assert far.switch(r.dci[0]).port(d0.port).ecn.kmin_pkts > 3 * near.switch(r.dci[0]).port(d0.port).ecn.kmin_pkts
+    per25 = lh.case_plan(lh.with_distance(G, 100), "sender-dci", "ecn")
+    assert per25.switch(r.dci[0]).port(d0.port).ecn.kmin_pkts == round(100e3 * rate / 25e9 / lh.FRAME_BYTES)
+    with pytest.raises(SpecError, match="--red"):
+        lh.overrides(red="juniper")
+
+
 def test_sender_config_is_data_with_the_dilated_dcqcn(G):
     from testbed.rdma.endpoint import qp_config
 

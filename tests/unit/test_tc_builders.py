@@ -34,7 +34,10 @@ def test_full_link_is_netem_then_tbf_then_red():
     assert tbf[tbf.index("rate") + 1] == "10000000bit" and tbf[tbf.index("limit") + 1] == str(100 * 1514)
     assert red[red.index("parent") + 1] == "20:1"
     assert red[red.index("min") + 1] == str(20 * 1514) and red[red.index("max") + 1] == str(60 * 1514)
-    assert red[red.index("probability") + 1] == "0.2" and red[-1] == "ecn"
+    # the kernel marks 2q/(1+q) of the frames at probability q (uniform spacing): q = 0.2/1.8 marks 0.2
+    q = float(red[red.index("probability") + 1])
+    assert q == pytest.approx(0.2 / 1.8, rel=1e-5) and 2 * q / (1 + q) == pytest.approx(0.2, rel=1e-5)
+    assert red[-1] == "ecn"
 
 
 def test_gemodel_loss_and_byte_limit():
@@ -48,6 +51,7 @@ def test_red_without_ecn_and_without_rate():
     red = RedParams(kmin=30000, kmax=90000, pmax=1.0, ecn=False)
     cmd = tc.red_cmd("d0", red, 1e6, 150000, parent="20:1")
     assert "ecn" not in cmd and cmd[cmd.index("burst") + 1] == "33"
+    assert cmd[cmd.index("probability") + 1] == "1"   # a step to 1 stays a step to 1
     with pytest.raises(SpecError) as err:
         tc.link_cmds("d0", LinkParams(delay_s=0.01, red=red))
     assert err.value.field == "link.red"

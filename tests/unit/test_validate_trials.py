@@ -6,11 +6,11 @@ import pytest
 
 from testbed.errors import SpecError
 from testbed.models.dcqcn_fluid import FluidParams
+from testbed.plan.marking import marking_profile
 from testbed.validate.stats import confidence_interval, normalised_rms, relative_error, t_cdf, t_quantile
 from testbed.validate.trials import (
     feedback_bound_s,
     feedback_paths_m,
-    marking_profile,
     predicted_gain,
     trial_validity,
 )

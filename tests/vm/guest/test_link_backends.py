@@ -19,9 +19,9 @@ and captures, one after the other in this guest; each must meet the tolerance it
   (netem's drops, the link node's ``drop_loss``);
 * RED marking of ECT probes above a bottleneck: CE marks, every one counted by the backend, every lost
   probe a counted queue drop, and the marked fraction per queue-depth bin within 0.2 of the configured
-  curve ``p`` for the userspace line; for the kernel, below ``kmax``, within 0.25 of ``2p / (1 + p)``
-  (Linux RED spaces its marks uniformly, Floyd and Jacobson's ``count``, which marks that fraction at
-  probability ``p``), and everything marked in the deepest bin: Linux RED marks on an EWMA of the queue,
+  curve ``p`` for the userspace line; for the kernel, below ``kmax``, within 0.2 of ``p`` too (Linux RED
+  spaces its marks uniformly, Floyd and Jacobson's ``count``, which marks ``2q / (1 + q)`` at probability
+  ``q``: tc is given ``q = p / (2 - p)``), and everything marked in the deepest bin: Linux RED marks on an EWMA of the queue,
   which smooths the curve's step at ``kmax`` over the bins around it (0.47 marked at 50-54 packets where
   the instantaneous curve says 0.9, with the guest's bursty probe sender).
 
@@ -100,9 +100,11 @@ def test_red_marks_on_the_curve_and_every_mark_counted(report, backend):
     assert c["marked"] == c["ce"], c                     # the backend's CE count = CE seen at the receiver
     assert c["lost"] == c["dropped"], c                  # every lost probe a counted tail/RED drop
     if backend == "netem":
+        # tc is given p/(2-p) (testbed.links.tc.kernel_red_probability), so the kernel's uniformly spaced
+        # marks land on the curve; before, they marked 2p/(1+p) (0.51 where the curve said 0.34)
         below = [b for b in c["bins"] if b["depth_to"] < c["kmax"]]
-        errors = [abs(b["observed"] - 2 * b["expected"] / (1 + b["expected"])) for b in below]
-        assert len(below) >= 3 and max(errors) <= 0.25, c["bins"]
+        errors = [abs(b["observed"] - b["expected"]) for b in below]
+        assert len(below) >= 3 and max(errors) <= 0.2, c["bins"]
         assert c["bins"][-1]["observed"] >= 0.95, c["bins"]   # at the queue's limit every ECT frame is marked
     else:
         assert max(b["abs_error"] for b in c["bins"]) <= 0.2, c["bins"]
