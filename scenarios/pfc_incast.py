@@ -14,7 +14,9 @@ N x 0.9 of its rate. With PFC off the same data path runs with no lossless prior
 Then a stuck receiver (``testbed.pfc.storm``: PAUSE refreshed for ``--storm`` seconds, the bottleneck's
 egress held) without and with the PFC watchdog (detect/restore 0.5 ms real = 0.5 s emulated, drop): without
 it the pause spreads to every sender for the whole storm; with it the storm is declared on the bottleneck's
-queue, its priority-3 frames are dropped (``pfc_watchdog``) and the senders run again.
+queue, its priority-3 frames are dropped (``pfc_watchdog``) and the senders run again. The storm starts
+before the senders (its first PAUSE is out when they begin) and they send for ``--storm`` plus
+``--seconds``, so the watchdog's restoration is followed by traffic that is delivered again.
 
 What it shows, per trial: the per-priority frame ledger (sent, where each drop happened, delivered,
 unaccounted = 0), PAUSE/XON frames sent and received and the time each sender was paused (emulated and
@@ -148,7 +150,7 @@ def main(argv=None) -> int:
                     storm_pfc = PfcConfig(priorities=(3,), xoff_bytes=pfc.xoff_bytes, xon_bytes=pfc.xon_bytes,
                                           headroom_bytes=pfc.headroom_bytes, watchdog=wd)
                     trial = run_trial(fan, IncastParams(senders=n, rate_bps=RATE, pfc=storm_pfc), _flows(n),
-                                      args.seconds, storm_s=args.storm)
+                                      args.storm + args.seconds, storm_s=args.storm)
                     trial.pop("stats")
                     rows.append(_row(n, trial))
                     trials.append((label, trial))

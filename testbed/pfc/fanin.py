@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -183,11 +184,26 @@ class FanIn:
         return out
 
     def stuck_receiver(self, seconds: float, interval: float, priority: int = 3):
-        """Start a receiver that sends PAUSE every ``interval`` s for ``seconds`` (then XON); returns the process."""
+        """Start a receiver that sends PAUSE every ``interval`` s for ``seconds`` (then XON); returns the process
+        once its first PAUSE is out.
+
+        Why wait: the senders start right after, and a storm must meet frames queued behind it. The CI saw
+        the watchdog trial declare no storm although the bottleneck was paused for 2.1 s: the storm's Python
+        process had started after the one-second senders were done, so it paused an empty queue (the
+        watchdog rightly needs queued frames).
+        """
         argv = [sys.executable, "-m", "testbed.pfc.storm", "--intf", f"{self.p}r0", "--priority", str(priority),
                 "--interval", repr(float(interval)), "--seconds", repr(float(seconds))]
-        return self.run.spawn(argv, netns=f"{self.p}R", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        proc = self.run.spawn(argv, netns=f"{self.p}R", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": _repo_path()})
+        ready, _, _ = select.select([proc.stdout], [], [], 30.0)
+        line = proc.stdout.readline() if ready else ""
+        if '"pausing"' not in line:
+            proc.kill()
+            err = proc.communicate(timeout=10)[1]
+            raise EmulationError(f"the stuck receiver sent no PAUSE ({line.strip() or 'no output in 30 s'}): "
+                                 f"{err.strip()[-300:]}")
+        return proc
 
     def wait_drained(self, timeout: float = 60.0) -> None:
         """Until every link core holds no frame (queued, paused or waiting for its release)."""

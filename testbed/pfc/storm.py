@@ -4,7 +4,10 @@
 
 Sends one PFC frame (pause time ``--quanta`` for ``--priority``) every ``--interval`` seconds for
 ``--seconds`` out of ``--intf`` (AF_PACKET, root; run it inside the receiver's namespace), then one XON,
-as a receiver whose buffer never drains would refresh its PAUSE. Prints ``{"sent": N}``.
+as a receiver whose buffer never drains would refresh its PAUSE. Prints ``{"pausing": true}`` once the
+first PAUSE is out (the caller starts its traffic after that line, so the storm meets frames queued behind
+it: a storm that begins after the senders finished holds an empty queue, and no watchdog should fire),
+and ``{"sent": N}`` at the end.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     while time.monotonic() - start < args.seconds:
         sock.send(pause)
         sent += 1
+        if sent == 1:
+            print(json.dumps({"pausing": True}), flush=True)
         sleep_until(start + sent * args.interval, time.monotonic)  # a schedule: the refresh period
     sock.send(encode(PauseFrame.of({args.priority: 0}), mac))
     print(json.dumps({"sent": sent, "xon": 1}))
