@@ -238,20 +238,18 @@ def controllers_in_runs(docs: list[dict]) -> list[dict]:
 
     Returns ``[{"run_id", "name", "pid", "api_port", "of_port", "mode"}]`` for live runs.
     """
+    from testbed.emu.registry import live_processes
+
     found = []
-    for doc in docs:
-        if not doc.get("alive"):
+    for doc, obj, argv in live_processes(docs):
+        if not {"controllers.fabric", "controllers.ryurun"} & set(argv):
             continue
-        for obj in doc.get("objects", []):
-            argv = [str(a) for a in obj.get("argv") or []]
-            if obj.get("kind") != "process" or not {"controllers.fabric", "controllers.ryurun"} & set(argv):
-                continue
-            opts = dict(zip(argv, argv[1:], strict=False))
-            if "controllers.ryurun" in argv:  # the app's options travel in the environment: no API port here
-                opts = {"--of-port": opts.get("--ofp-tcp-listen-port", 0), "--mode": "controller"}
-            found.append({"run_id": doc.get("run_id"), "name": doc.get("name"), "pid": obj.get("pid"),
-                          "api_port": int(opts.get("--api-port", 0)), "of_port": int(opts.get("--of-port", 0)),
-                          "mode": opts.get("--mode", "controller")})
+        opts = dict(zip(argv, argv[1:], strict=False))
+        if "controllers.ryurun" in argv:  # the app's options travel in the environment: no API port here
+            opts = {"--of-port": opts.get("--ofp-tcp-listen-port", 0), "--mode": "controller"}
+        found.append({"run_id": doc.get("run_id"), "name": doc.get("name"), "pid": obj.get("pid"),
+                      "api_port": int(opts.get("--api-port", 0)), "of_port": int(opts.get("--of-port", 0)),
+                      "mode": opts.get("--mode", "controller")})
     return found
 
 

@@ -66,36 +66,30 @@ def link_nodes_in_runs(docs: list[dict]) -> list[dict]:
     Returns ``[{"run_id", "pid", "start", "node", "stats", "core"}]``; ``node`` is the link node's name
     (its port names are ``<node>-eth1``/``-eth2``).
     """
+    from testbed.emu.registry import live_processes
+
     found = []
-    for doc in docs:
-        if not doc.get("alive"):
+    for doc, obj, argv in live_processes(docs):
+        compiled = "forward" in argv and any(Path(a).name.startswith("linkcore") for a in argv)
+        if not compiled and not set(LINE_MODULES) & set(argv):
             continue
-        for obj in doc.get("objects", []):
-            argv = [str(a) for a in obj.get("argv") or []]
-            if obj.get("kind") != "process":
-                continue
-            compiled = "forward" in argv and any(Path(a).name.startswith("linkcore") for a in argv)
-            if not compiled and not set(LINE_MODULES) & set(argv):
-                continue
-            opts = dict(zip(argv, argv[1:], strict=False))
-            if "--a" not in opts or "--stats" not in opts:
-                continue
-            found.append({"run_id": doc.get("run_id"), "pid": obj.get("pid"), "start": obj.get("start"),
-                          "node": opts["--a"].rsplit("-eth", 1)[0], "stats": opts["--stats"],
-                          "core": "c" if compiled else "python"})
+        opts = dict(zip(argv, argv[1:], strict=False))
+        if "--a" not in opts or "--stats" not in opts:
+            continue
+        found.append({"run_id": doc.get("run_id"), "pid": obj.get("pid"), "start": obj.get("start"),
+                      "node": opts["--a"].rsplit("-eth", 1)[0], "stats": opts["--stats"],
+                      "core": "c" if compiled else "python"})
     return found
 
 
 def plan_folders(docs: list[dict], nodes: list[dict]) -> list[Path]:
     """Folders that may hold a running replica's ``plan.json``: the link nodes' and the controllers' (pure)."""
+    from testbed.emu.registry import live_processes
+
     folders = [Path(n["stats"]).parent for n in nodes]
-    for doc in docs:
-        if not doc.get("alive"):
-            continue
-        for obj in doc.get("objects", []):
-            argv = [str(a) for a in obj.get("argv") or []]
-            if obj.get("kind") == "process" and "controllers.fabric" in argv and "--graph" in argv:
-                folders.append(Path(argv[argv.index("--graph") + 1]).parent)
+    for _doc, _obj, argv in live_processes(docs):
+        if "controllers.fabric" in argv and "--graph" in argv:
+            folders.append(Path(argv[argv.index("--graph") + 1]).parent)
     return list(dict.fromkeys(folders))
 
 

@@ -605,6 +605,17 @@ def _alive(pid: int, start: float | None) -> bool:
 
 
 # --------------------------------------------------------------------------------- testbed clean
+def live_processes(docs: list[dict]):
+    """``(run document, process object, its argv as strings)`` for every process a live run recorded (pure):
+    the one walk that finds a running controller or link node from :func:`load_runs`."""
+    for doc in docs:
+        if not doc.get("alive"):
+            continue
+        for obj in doc.get("objects", []):
+            if obj.get("kind") == "process":
+                yield doc, obj, [str(a) for a in obj.get("argv") or []]
+
+
 def load_runs(root: Path | None = None) -> list[dict]:
     """Every run record under the state directory, with ``alive`` (owner still running) added."""
     runs_dir = (Path(root) if root else state_dir()) / "runs"
