@@ -41,6 +41,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 if __name__ == "__main__" and __package__ is None:
@@ -165,7 +166,7 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
         poll(lambda: all(p.poll() is not None for _, p in senders), timeout=args.trial_timeout, interval=0.2,
              what=f"senders of {case}/{mode}")
     elapsed = time.monotonic() - started
-    watch.stop()
+    watch.stop(quiet_s=S.path_rtt_s(G, r.senders[0], r.receivers[0]) * plan.scale / 2 + 0.1)  # frames in flight
     for p, _ in dumps:
         p.terminate()
         p.wait(timeout=10)
@@ -202,7 +203,7 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
             "bottleneck": S.bottleneck_doc(plan, bsw, bnbr),
             "udp_rcvbuf_errors": ev["udp_rcvbuf_errors"], "switch_socket_drops": ev["switch_socket_drops"],
             "ring_drops": ev["ring_drops"], "ring_frames_min": ev["ring_frames_min"], "hops": ev["hops"], "switch_drops": dropped["by_switch"], "cpu": cpu.summary(),
-            "elapsed_s": elapsed, "window_pkts": window, "saturation": sat, **checked, "senders": results}
+            "elapsed_s": elapsed, "settled_s": watch.settled_s, "window_pkts": window, "saturation": sat, **checked, "senders": results}
 
 
 def _netem_drops(rep, plan, r) -> int:
@@ -242,6 +243,9 @@ def main(argv=None) -> int:
     parser.add_argument("--bench-pps", type=float, default=15000,
                         help="BMv2 forwarding rate on this machine (testbed bench p4), for saturation checks")
     parser.add_argument("--trial-timeout", type=float, default=180, help="seconds a trial may take")
+    parser.add_argument("--scale", type=float, default=None,
+                        help="time dilation (default: the spec's, 1000); a slower emulator, e.g. a TCG guest, "
+                             "needs more so that its packet rates stay well below what it forwards (docs/vm.md)")
     parser.add_argument("--link-backend", choices=("auto", "netem", "userspace"), default="auto",
                         help="the long haul's delay: auto (default) = tc netem where doctor finds it, else the "
                              "userspace link node; plan.json says which and why")
@@ -266,7 +270,8 @@ def main(argv=None) -> int:
     from testbed.doctor import plan_capabilities
     from testbed.topo.spec import build_graph, load_spec
 
-    G0 = build_graph(load_spec(SPEC))
+    spec = load_spec(SPEC)
+    G0 = build_graph(spec if args.scale is None else replace(spec, scale=args.scale))
     long_haul, _why = S.long_haul_backend(plan_replica(G0, plan_capabilities(), S.overrides(link_backend=args.link_backend)),
                                           S.roles(G0))
     config = S.run_config(G0, SPEC, args, distances, modes, cases, long_haul)

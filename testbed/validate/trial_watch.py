@@ -2,7 +2,7 @@
 
     watch = TrialWatch(rep, clients, link_nodes, hosts).start()
     ... the trial's traffic ...
-    watch.stop()
+    watch.stop(quiet_s=...)   # after-readings once no frame moved for quiet_s (nothing left in flight)
     evidence = watch.evidence(fabric_stats.drops(clients, plan))
         -> {"hops", "ring_drops", "ring_frames_min", "link_stats", "udp_rcvbuf_errors", "switch_socket_drops"}
     watch.own_cpu()   -> CPU seconds of the run's own processes (switches, receivers, ended senders)
@@ -46,6 +46,7 @@ class TrialWatch:
         self._before: dict = {}
         self._after: dict = {}
         self._lost: dict = {}
+        self.settled_s: float | None = 0.0
 
     def _read(self) -> dict:
         return {"links": {n.name: n.fresh_stats() for n in self.link_nodes.values()},
@@ -73,8 +74,14 @@ class TrialWatch:
         self._cpu0 = self._cpu_now()
         return self
 
-    def stop(self) -> "TrialWatch":
+    def stop(self, quiet_s: float = 0.0) -> "TrialWatch":
+        """End the trial's readings; with ``quiet_s``, the after-readings wait (at most ``3 * quiet_s + 10``
+        seconds) until no interface counter has moved for ``quiet_s`` -- give it the longest one-way delay:
+        frames still in a netem qdisc's delay or in a slow switch's ring when the senders are done would
+        otherwise be booked as lost "inside switch" (a TCG guest at scale 10000: 3-6 frames per trial)."""
         cpu1 = self._cpu_now()
+        if quiet_s > 0:
+            self.settled_s = self._settle(quiet_s)
         wall = cpu1["_wall"] - self._cpu0["_wall"]
         self._cpu = {name: {"cpu_s": round(t - self._cpu0[name], 3), "wall_s": round(wall, 3)}
                      for name, t in cpu1.items() if name in self._cpu0 and not name.startswith("_")}
@@ -84,6 +91,27 @@ class TrialWatch:
         self._after = self._read()
         self._lost = self.losses.stop()
         return self
+
+    def _settle(self, quiet_s: float) -> float | None:
+        """Seconds until the interface counters stood still for ``quiet_s`` (None: they never did)."""
+        import time
+
+        from testbed.poll import poll
+
+        t0 = time.monotonic()
+        last = {"snap": ifcounters.snapshot(self.rep), "at": t0}
+
+        def quiet() -> bool:
+            snap, now = ifcounters.snapshot(self.rep), time.monotonic()
+            if snap != last["snap"]:
+                last.update(snap=snap, at=now)
+            return now - last["at"] >= quiet_s
+
+        try:
+            poll(quiet, timeout=3 * quiet_s + 10, interval=min(0.2, quiet_s / 4), what="frames in flight")
+        except TimeoutError:
+            return None   # traffic never stopped: the ledger reads what it finds and says where frames are
+        return round(time.monotonic() - t0, 3)
 
     def own_cpu(self) -> dict:
         """{process: {cpu_s, wall_s}} of the run's own processes over the trial (link nodes: their stats)."""
