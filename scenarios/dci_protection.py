@@ -40,7 +40,8 @@ if __name__ == "__main__" and __package__ is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.console import console, require_root  # noqa: E402
-from testbed.errors import EmulationError, SpecError  # noqa: E402
+from testbed.emu.ops import netns_of, set_link_state  # noqa: E402
+from testbed.errors import SpecError  # noqa: E402
 from testbed.links.probe import wait_finished  # noqa: E402
 from testbed.poll import poll, sleep_until  # noqa: E402
 from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # noqa: E402
@@ -98,15 +99,6 @@ def stream_outage(send_doc: dict, recv_doc: dict, window: tuple[float, float]) -
 
 
 # ------------------------------------------------------------------------------------------ root glue
-def _set_link(node, intf: str, up: bool) -> None:
-    """``ip link set`` on a Mininet node (in its namespace: the OCS ports live in the OCS's own)."""
-    proc = node.popen(["ip", "link", "set", "dev", intf, "up" if up else "down"], stdout=subprocess.PIPE,
-                      stderr=subprocess.STDOUT, text=True)
-    out, _ = proc.communicate(timeout=15)
-    if proc.returncode != 0:
-        raise EmulationError(f"cannot set {intf} {'up' if up else 'down'}: {out.strip()}")
-
-
 def run_mode(mode: str, res: Results, args) -> dict:
     from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
@@ -154,7 +146,7 @@ def run_mode(mode: str, res: Results, args) -> dict:
             cut_intf = rep.intf_name(v, u)  # the far end of the working fibre: u sees its light vanish
             sleep_until(t_start + args.duration / 4)
             t_cut = time.time()
-            _set_link(rep.node(v), cut_intf, up=False)
+            set_link_state([cut_intf], up=False, netns=netns_of(rep.node(v).pid))
             console.print(f"{mode}: cut the working fibre {u}-{v} ({cut_intf}) at {t_cut - t_start:.2f} s")
             down_ev = None
             if ctl:
@@ -168,7 +160,7 @@ def run_mode(mode: str, res: Results, args) -> dict:
                      what="both OCSs to switch to the standby fibre")
             sleep_until(time.time() + 0.2)  # a margin of traffic on standby before the repair
             t_repair = time.time()
-            _set_link(rep.node(v), cut_intf, up=True)
+            set_link_state([cut_intf], up=True, netns=netns_of(rep.node(v).pid))
             console.print(f"{mode}: repaired the working fibre at {t_repair - t_start:.2f} s")
             if not ctl:  # revertive switching after the wait-to-restore time, as a schedule
                 for n in G.graph["ocs"]:
@@ -186,24 +178,10 @@ def run_mode(mode: str, res: Results, args) -> dict:
            "repair_at_s": round(t_repair - t_start, 3), "lost_after_repair": back["lost_in_window"],
            "revert_outage_real_ms": round(back["outage_ms"] / args.scale, 3)}
     if mode == "ocs":
-        windows, detects, overheads, reverts = [], [], [], []
-        for evs in ocs_events.values():
-            dark = [e for e in evs if e["kind"] == "dark" and e.get("reason") == "protection"]
-            light = [e for e in evs if e["kind"] == "light" and e.get("reason") == "protection"]
-            declared = [e for e in evs if e["kind"] == "los_declared"]
-            seen = [e for e in evs if e["kind"] == "los_seen"]
-            if dark and light and declared and seen:
-                windows.append((light[0]["time"] - dark[0]["time"]) / args.scale * 1e3)
-                detects.append((declared[0]["time"] - seen[0]["time"]) / args.scale * 1e3)
-                overheads.append((dark[0]["time"] - declared[0]["time"]) * 1e3)
-            rdark = [e for e in evs if e["kind"] == "dark" and e.get("reason") == "schedule"]
-            rlight = [e for e in evs if e["kind"] == "light" and e.get("reason") == "schedule"]
-            if rdark and rlight:
-                reverts.append((rlight[0]["time"] - rdark[0]["time"]) / args.scale * 1e3)
-        doc.update(ocs_switched=len(windows), reconfig_window_real_ms=[round(w, 3) for w in windows],
-                   detection_real_ms=[round(d, 3) for d in detects],
-                   emulator_declare_to_dark_ms=[round(o, 1) for o in overheads], monitor_errors=monitor_errors,
-                   revert_window_real_ms=[round(w, 3) for w in reverts],
+        from testbed.ocs.model import protection_timings
+
+        t = protection_timings(ocs_events, args.scale)
+        doc.update(ocs_switched=t.pop("switched"), **t, monitor_errors=monitor_errors,
                    model_outage_real_ms=round(expected(detect_s, reconfig_s)["ocs_outage_ms"], 3))
         res.write_json("ocs-events.json", ocs_events)
     else:

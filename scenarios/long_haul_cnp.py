@@ -41,6 +41,7 @@ import json
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
@@ -49,10 +50,9 @@ if __name__ == "__main__" and __package__ is None:
 
 from testbed.console import console, require_root  # noqa: E402
 from testbed.emu.health import CpuWatch, saturation  # noqa: E402
-from testbed.errors import EmulationError, SpecError  # noqa: E402
+from testbed.errors import EmulationError  # noqa: E402
 from testbed.plan import plan_replica  # noqa: E402
 from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # noqa: E402
-from testbed.units import parse_size  # noqa: E402
 from testbed.validate import longhaul_report as report  # noqa: E402
 from testbed.validate import longhaul_setup as S  # noqa: E402
 from testbed.validate import trial_ledger as TL  # noqa: E402
@@ -78,8 +78,7 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
                                              rtt_s=S.path_rtt_s(G, r.senders[0], r.receivers[0])))
     backend, why = S.long_haul_backend(plan, r)
     window = args.window or S.default_window(G, r)
-    console.print(f"long haul: {backend} ({why}); window {window} packets per QP "
-                  f"(BDP {max(S.bdp_pkts(G, s, d) for s, d in zip(r.senders, r.receivers, strict=True)):.0f}); "
+    console.print(f"long haul: {backend} ({why}); window {window} packets per QP (BDP {S.worst_bdp_pkts(G, r):.0f}); "
                   + S.describe_red(S.red_rule(G, args.red)))
     factory = plan_switch_factory(plan, log_dir=out, pcap_dir=out / "pcap" if args.pcap else None)
     rows = []
@@ -97,12 +96,7 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
                 c.apply(S.qp_map_entries(plan, r))
         servers = [rep.popen(h, ENDPOINT + ["serve", "0.0.0.0"], stdout=open(out / f"server-{h}.log", "w"),  # noqa: SIM115
                              stderr=subprocess.STDOUT) for h in r.receivers]
-        nodes = {}
-        for u, v in plan.graph.edges:
-            try:
-                nodes[f"{u}-{v}"] = rep.link_node(u, v)
-            except KeyError:
-                pass  # not a userspace link
+        nodes = rep.link_nodes()
         try:
             for case in cases:
                 for mode in modes:
@@ -116,13 +110,7 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
                         res.write_json(f"{distance_km:g}km/{tag}/plan.json", trial_plan.to_json())
                         rows.append(S.row(case, distance_km, mode, plan.scale, t, rep_i))
                         res.write_json(f"{distance_km:g}km/{tag}/trial.json", t)
-                        places = t["accounting"].get("places") or {}
-                        console.print(f"  emulator_ok: {t['emulator_ok']}; lost {t['accounting']['lost']}"
-                                      + (f" (emulator: {', '.join(f'{k} {n}' for k, n in places.items())})"
-                                         if places else "")
-                                      + f", unaccounted {t['unaccounted_losses']}; own CPU "
-                                      + f"{t['emulator']['own_cores']:.2f} cores, machine {t['cpu']['machine_mean']:.0f}%; "
-                                      + TL.label(t["validity"]))
+                        console.print(report.trial_line(t))
         finally:
             for p in servers:
                 p.terminate()
@@ -132,6 +120,8 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
 
 
 def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, window: int) -> dict:
+    from testbed.emu.capture import tcpdump, tcpdump_argv
+    from testbed.links.kwire import replica_egress_drops
     from testbed.p4rt import fabric_stats as F
     from testbed.poll import poll
     from testbed.rdma.endpoint import summarise_write_lat
@@ -146,30 +136,29 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     bsw, bnbr = S.bottleneck(case, r)
     bport = G.edges[bsw, bnbr]["ports"][bsw]
     epoch = F.clock_epoch_us(clients[bsw])
-    dumps = []
-    for s in r.senders:
-        err = out / f"tcpdump-{s}.log"
-        dumps.append((rep.popen(s, ["tcpdump", "-i", rep.intf_name(s, next(iter(G.neighbors(s)))), "-U", "-n",
-                                    "-w", str(out / f"cnp-{s}.pcap"), "udp dst port 4791 and udp[8] = 0x81"],
-                                stdout=subprocess.DEVNULL, stderr=open(err, "w")), err))  # noqa: SIM115
-    poll(lambda: all("listening on" in e.read_text() for _, e in dumps), timeout=20, what="tcpdump on senders")
     docs = [S.sender_config(plan, s, d, args, window, None if args.learn_qp else S.pair_qpns(i))
             for i, (s, d) in enumerate(zip(r.senders, r.receivers, strict=True))]
-    netem0 = _netem_drops(rep, plan, r)
-    watch = TrialWatch(rep, clients, nodes, r.senders + r.receivers,
-                       {f"receiver {h}": p.pid for h, p in zip(r.receivers, servers, strict=True)}).start()
-    senders = [(s, rep.popen(s, ENDPOINT + ["send", json.dumps(doc)], stdout=open(out / f"sender-{s}.json", "w"),  # noqa: SIM115
-                             stderr=open(out / f"sender-{s}.log", "w")))  # noqa: SIM115
-               for s, doc in zip(r.senders, docs, strict=True)]
-    started = time.monotonic()
-    with CpuWatch([rep.switch(sw).process.proc.pid for sw in clients]) as cpu:  # keep-awake spinners left out
-        poll(lambda: all(p.poll() is not None for _, p in senders), timeout=args.trial_timeout, interval=0.2,
-             what=f"senders of {case}/{mode}")
-    elapsed = time.monotonic() - started
-    watch.stop(quiet_s=S.path_rtt_s(G, r.senders[0], r.receivers[0]) * plan.scale / 2 + 0.1)  # frames in flight
-    for p, _ in dumps:
-        p.terminate()
-        p.wait(timeout=10)
+    backend, _why = S.long_haul_backend(plan, r)
+    dci = [r.dci, r.dci[::-1]] if backend == "netem" else []  # the netem long haul's qdiscs count its drops
+    netem0 = replica_egress_drops(rep, dci)
+    with ExitStack() as captures:
+        for s in r.senders:  # the CNPs each sender receives, timestamped where they arrive
+            argv = tcpdump_argv(rep.intf_name(s, next(iter(G.neighbors(s)))), out / f"cnp-{s}.pcap",
+                                ["udp dst port 4791 and udp[8] = 0x81"], buffer_kib=4096)
+            captures.enter_context(tcpdump(lambda a, log, s=s: rep.popen(s, a, stdout=log.open("w"),  # noqa: SIM115
+                                                                          stderr=subprocess.STDOUT),
+                                           argv, out / f"tcpdump-{s}.log", s))
+        watch = TrialWatch(rep, clients, nodes, r.senders + r.receivers,
+                           {f"receiver {h}": p.pid for h, p in zip(r.receivers, servers, strict=True)}).start()
+        senders = [(s, rep.popen(s, ENDPOINT + ["send", json.dumps(doc)], stdout=open(out / f"sender-{s}.json", "w"),  # noqa: SIM115
+                                 stderr=open(out / f"sender-{s}.log", "w")))  # noqa: SIM115
+                   for s, doc in zip(r.senders, docs, strict=True)]
+        started = time.monotonic()
+        with CpuWatch([rep.switch(sw).process.proc.pid for sw in clients]) as cpu:  # keep-awake spinners left out
+            poll(lambda: all(p.poll() is not None for _, p in senders), timeout=args.trial_timeout, interval=0.2,
+                 what=f"senders of {case}/{mode}")
+        elapsed = time.monotonic() - started
+        watch.stop(quiet_s=S.path_rtt_s(G, r.senders[0], r.receivers[0]) * plan.scale / 2 + 0.1)  # in flight
     results = []
     for s, p in senders:
         text = (out / f"sender-{s}.json").read_text()
@@ -183,13 +172,12 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     feedback = S.feedback_delay(epoch, neck["first_signal_us"], cnp_times)
     dropped = F.drops(clients, plan)
     ev = watch.evidence(dropped)
-    backend, _why = S.long_haul_backend(plan, r)
     long_haul = ev["link_stats"].get(rep.link_node(*r.dci).name) if backend == "userspace" else None
     attributed = sum(n for k, n in TL.places(ev["hops"], ev["ring_drops"]).items() if "wire" in k or "switch" in k)
     sat = saturation(cpu.summary(), long_haul, dropped["busiest_pkts"] / elapsed, args.bench_pps,
                      ev["udp_rcvbuf_errors"], 0,
                      max(0, flows["receiver_naks"] - dropped["counted"] - attributed))
-    netem_lost = _netem_drops(rep, plan, r) - netem0
+    netem_lost = replica_egress_drops(rep, dci) - netem0
     if netem_lost:   # the long haul models no loss: a netem drop is its queue overflowing, not the protocol
         sat.append(f"the netem long haul dropped {netem_lost} frames (tc -s: its queue limit)")
     block = TL.metrics_block(results, sum(dropped["generated_by_switch"].values()), ev["link_stats"],
@@ -204,19 +192,6 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
             "udp_rcvbuf_errors": ev["udp_rcvbuf_errors"], "switch_socket_drops": ev["switch_socket_drops"],
             "ring_drops": ev["ring_drops"], "ring_frames_min": ev["ring_frames_min"], "hops": ev["hops"], "switch_drops": dropped["by_switch"], "cpu": cpu.summary(),
             "elapsed_s": elapsed, "settled_s": watch.settled_s, "window_pkts": window, "saturation": sat, **checked, "senders": results}
-
-
-def _netem_drops(rep, plan, r) -> int:
-    """Frames the tc qdiscs of a netem long haul dropped so far, both directions (0 for another backend)."""
-    from testbed.links.kwire import egress_ledger
-
-    if S.long_haul_backend(plan, r)[0] != "netem":
-        return 0
-    total = 0
-    for node, peer in ((r.dci[0], r.dci[1]), (r.dci[1], r.dci[0])):
-        d = egress_ledger(lambda argv, n=node, **kw: rep.popen(n, argv, **kw), rep.intf_name(node, peer))
-        total += d["drop_tail"] + d["drop_loss"] + d["drop_red"]
-    return total
 
 
 def main(argv=None) -> int:
@@ -250,23 +225,7 @@ def main(argv=None) -> int:
                         help="the long haul's delay: auto (default) = tc netem where doctor finds it, else the "
                              "userspace link node; plan.json says which and why")
     args = parser.parse_args(argv)
-    args.size = int(parse_size(args.size, "--size"))
-    if args.size < 1:
-        raise SpecError("--size", f"must be at least 1 byte, such as 64KB or 1MB; got {args.size}")
-    if args.iters is None:  # 0 and negatives are refused by the parser (exit 2)
-        args.iters = 2 if args.quick else 8
-    if args.repetitions is None:
-        args.repetitions = 1 if args.quick else 5
-    if not 1 <= args.repetitions <= 100:
-        raise SpecError("--repetitions", f"must be 1..100, got {args.repetitions}")
-    if args.window is not None and not 1 <= args.window <= 1 << 20:
-        raise SpecError("--window", f"must be 1..{1 << 20} packets, got {args.window}")
-    distances = S.parse_list(args.distances or ",".join(map(str, S.QUICK_DISTANCES_KM if args.quick else S.DISTANCES_KM)),
-                           "--distances", float)
-    modes = S.parse_list(args.modes, "--modes", str, S.MODES)
-    cases = S.parse_list(args.cases, "--cases", str, S.CASES)
-    if any(d < 0 or d > 2000 for d in distances):
-        raise SpecError("--distances", f"each distance must be 0..2000 km, got {args.distances!r}")
+    distances, modes, cases = S.checked_args(args)
     from testbed.doctor import plan_capabilities
     from testbed.topo.spec import build_graph, load_spec
 

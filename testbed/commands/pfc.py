@@ -107,8 +107,8 @@ def _failures(G, items) -> list[tuple]:
 
 def deadlock_document(args) -> dict:
     """Pure: the routes of SPEC (after --fail) and their cyclic buffer dependencies."""
-    from testbed.pfc.deadlock import find_deadlocks
     from testbed.routing.brain import RoutingBrain
+    from testbed.routing.deadlock import find_deadlocks
 
     spec, G = _graph(args.spec)
     brain = RoutingBrain(G)

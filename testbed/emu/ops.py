@@ -76,9 +76,9 @@ def link_state_argv(name: str, up: bool) -> list[str]:
     return ["ip", "link", "set", "dev", name, "up" if up else "down"]
 
 
-def set_link_state(names, up: bool) -> None:
-    """Bring root-namespace interfaces up or down over netlink (pyroute2): what a cable cut looks like to
-    the switch on that end.
+def set_link_state(names, up: bool, netns: str | None = None) -> None:
+    """Bring interfaces up or down over netlink (pyroute2): what a cable cut looks like to the switch on
+    that end. ``netns``: the namespace path (:func:`netns_of`) the interfaces live in; the root one if None.
 
     Raises:
         EmulationError: an interface is missing or the kernel refused.
@@ -87,15 +87,23 @@ def set_link_state(names, up: bool) -> None:
     from pyroute2.netlink.exceptions import NetlinkError
 
     state = "up" if up else "down"
-    with IPRoute() as ipr:
-        for name in names:
-            index = ipr.link_lookup(ifname=name)
-            if not index:
-                raise EmulationError(f"cannot set {name} {state}: no such interface")
-            try:
-                ipr.link("set", index=index[0], state=state)
-            except NetlinkError as exc:
-                raise EmulationError(f"cannot set {name} {state}: {exc}") from None
+
+    def apply() -> None:
+        with IPRoute() as ipr:
+            for name in names:
+                index = ipr.link_lookup(ifname=name)
+                if not index:
+                    raise EmulationError(f"cannot set {name} {state}: no such interface"
+                                         + (f" in {netns}" if netns else ""))
+                try:
+                    ipr.link("set", index=index[0], state=state)
+                except NetlinkError as exc:
+                    raise EmulationError(f"cannot set {name} {state}: {exc}") from None
+
+    if netns is None:
+        apply()
+    else:
+        in_netns_thread(netns, apply)
 
 
 def run(argv: list[str], *, what: str, check: bool = True, ok_codes=(0,), input: str | None = None,

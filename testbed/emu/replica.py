@@ -106,6 +106,10 @@ class Replica:
         """The link node inserted on edge u--v (KeyError when none)."""
         return self._link_nodes[(u, v)] if (u, v) in self._link_nodes else self._link_nodes[(v, u)]
 
+    def link_nodes(self) -> dict:
+        """Every userspace link node by ``"u-v"``, the edge it sits on (what a trial's health watch reads)."""
+        return {f"{u}-{v}": dl for (u, v), dl in self._link_nodes.items()}
+
     def ip(self, node) -> str:
         """Address of host ``node`` (without prefix length)."""
         return self.layout.host(node).ip

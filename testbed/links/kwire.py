@@ -130,6 +130,16 @@ def egress_ledger(popen, dev: str, random_loss: bool = False) -> dict:
     return ledger({q["kind"]: q for q in json.loads(out or "[]")}, random_loss)
 
 
+def replica_egress_drops(rep, egresses) -> int:
+    """Frames the tc qdiscs of a replica's ``egresses`` (``(node, neighbour)`` pairs: ``node``'s interface
+    towards ``neighbour``) dropped so far: tail, random loss and RED, summed (0 where no qdisc counts)."""
+    total = 0
+    for node, peer in egresses:
+        d = egress_ledger(lambda argv, n=node, **kw: rep.popen(n, argv, **kw), rep.intf_name(node, peer))
+        total += d["drop_tail"] + d["drop_loss"] + d["drop_red"]
+    return total
+
+
 def open_kernel_wire(run: RunRegistry, workdir: Path, params: LinkParams | None = None, tag: str = "") -> KernelWire:
     """Build host A -- kernel link -- host B inside ``run``; put ``params`` on it when given."""
     wire = KernelWire(run, name_prefix(tag), workdir)

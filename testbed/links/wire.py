@@ -21,7 +21,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from testbed.emu import ops
+from testbed.emu import capture, ops
 from testbed.emu.registry import RunRegistry
 from testbed.errors import EmulationError
 from testbed.links.core import line_argv
@@ -139,37 +139,18 @@ class Wire:
 
     @contextmanager
     def capture(self, side: str, port: int, name: str):
-        """tcpdump (nanosecond kernel timestamps) of UDP ``port`` on host ``side``'s interface; yields the path.
-
-        Waits until tcpdump says it is listening; stops it with SIGINT (so it flushes) on exit.
-        """
+        """tcpdump (nanosecond kernel timestamps, first 96 bytes) of UDP ``port`` on host ``side``'s
+        interface while the block runs; yields the path (:func:`testbed.emu.capture.tcpdump`)."""
         path = self.workdir / f"{self.prefix}-{name}.pcap"
         log = self.workdir / f"{self.prefix}-{name}.tcpdump.log"
-        log.unlink(missing_ok=True)
         intf = self.if_a if side == "a" else self.if_b
-        proc = self.run.spawn(self.exec_argv(side, tcpdump_argv(intf, path, port)), log=log)
-        try:
-            poll(lambda: proc.poll() is None and "listening on" in log.read_text(), timeout=10, interval=0.02,
-                 what=f"tcpdump on {intf}")
+        argv = capture.tcpdump_argv(intf, path, ["udp", "port", str(port)], snaplen=96, nano=True)
+        with capture.tcpdump(lambda a, lg: self.run.spawn(self.exec_argv(side, a), log=lg), argv, log, intf):
             yield path
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
 
     def exec_argv(self, side: str, argv: list[str]) -> list[str]:
         """``argv`` wrapped to run in host ``a`` or ``b``."""
         return ops.netns_exec_argv(argv, self.ns_a if side == "a" else self.ns_b)
-
-
-def tcpdump_argv(intf: str, path: Path, port: int) -> list[str]:
-    """tcpdump writing UDP ``port`` frames of ``intf`` (first 96 bytes) with nanosecond timestamps."""
-    return ["tcpdump", "-i", intf, "-n", "-s", "96", "-B", "32768", "--immediate-mode", "--time-stamp-precision", "nano",
-            "-w", str(path), "udp", "port", str(port)]
 
 
 def _repo_path() -> str:

@@ -182,6 +182,36 @@ def packet_reroute_outage_s(bfd_interval_s: float = 50e-3, bfd_multiplier: int =
     return bfd_multiplier * bfd_interval_s + control_plane_s
 
 
+def protection_timings(events: dict, scale: float) -> dict:
+    """What a protection switch took, per OCS, from each node's timestamped events (``testbed/ocs/node.py``:
+    ``los_seen``, ``los_declared``, ``dark``, ``light``, with ``reason`` protection or schedule).
+
+    Returns real-world milliseconds (emulated wall times / ``scale``) for ``reconfig_window_real_ms`` (dark
+    to light), ``detection_real_ms`` (loss seen to declared) and ``revert_window_real_ms`` (the scheduled
+    revert's dark to light), and ``emulator_declare_to_dark_ms``, the node's own wall-time overhead from
+    declaring to going dark (not dilated: it is the emulator, not the model). ``switched`` counts the OCSs
+    that went through a whole protection switch.
+    """
+    def first(evs, kind, reason=None):
+        return next((e["time"] for e in evs if e["kind"] == kind and (reason is None or e.get("reason") == reason)),
+                    None)
+
+    out: dict = {"switched": 0, "reconfig_window_real_ms": [], "detection_real_ms": [],
+                 "emulator_declare_to_dark_ms": [], "revert_window_real_ms": []}
+    for evs in events.values():
+        dark, light = first(evs, "dark", "protection"), first(evs, "light", "protection")
+        declared, seen = first(evs, "los_declared"), first(evs, "los_seen")
+        if None not in (dark, light, declared, seen):
+            out["switched"] += 1
+            out["reconfig_window_real_ms"].append(round((light - dark) / scale * 1e3, 3))
+            out["detection_real_ms"].append(round((declared - seen) / scale * 1e3, 3))
+            out["emulator_declare_to_dark_ms"].append(round((dark - declared) * 1e3, 1))
+        rdark, rlight = first(evs, "dark", "schedule"), first(evs, "light", "schedule")
+        if rdark is not None and rlight is not None:
+            out["revert_window_real_ms"].append(round((rlight - rdark) / scale * 1e3, 3))
+    return out
+
+
 # -- render (pure argv for the replica's tc-based OCS node) -----------------------------------------------
 def ingress_argv(intf: str) -> list[list[str]]:
     """Make ``intf`` an OCS port: an ingress qdisc for its circuit rule (none yet: dark)."""

@@ -28,6 +28,7 @@ import os
 import select
 import subprocess
 import sys
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -229,11 +230,6 @@ class FanIn:
                       what="read the receiver's counter")
         return int(res.stdout.strip())
 
-    def capture_argv(self, path: Path) -> list[str]:
-        """tcpdump of the PFC frames the bottleneck sends upstream (at the switch port ``ws``)."""
-        return ["tcpdump", "-i", f"{self.p}ws", "-n", "-B", "8192", "--immediate-mode", "-w", str(path),
-                "ether", "proto", "0x8808"]
-
 
 def switch_argv(p: str, n: int) -> list[list[str]]:
     """tc commands of the fan-in switch: data from every ``w`` port to ``ws``; PFC from ``ws`` to all ``w``."""
@@ -314,34 +310,28 @@ def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int
     ``storm_s``: the receiver is stuck for this long from the start, refreshing PAUSE on priority 3 every
     quarter of its pause time (the bottleneck's egress is held; its watchdog, if any, must break it).
     """
-    fan.start(params, seed=seed, core_name=core_name)
-    tcpdump = None
-    if capture is not None:
-        log = capture.with_suffix(".log")
-        capture.unlink(missing_ok=True)
-        tcpdump = fan.run.spawn(fan.capture_argv(capture), log=log)
-        poll(lambda: tcpdump.poll() is not None or "listening on" in log.read_text(), timeout=10, interval=0.02,
-             what="tcpdump on the switch port")
-        if tcpdump.poll() is not None:
-            raise EmulationError(f"tcpdump did not start; see {log}")
-    before = fan.receiver_packets()
+    from testbed.emu.capture import tcpdump, tcpdump_argv
     from testbed.emu.health import CpuWatch
 
+    fan.start(params, seed=seed, core_name=core_name)
     stuck = None
     try:
-        with CpuWatch([p.pid for p in fan.procs.values()]) as cpu:
-            if storm_s is not None:
-                pause_s = 0xFFFF * 512 / params.real_rate_bps * params.scale
-                stuck = fan.stuck_receiver(storm_s, pause_s / 4)
-            sources = fan.send(flows, seconds)
-            if stuck is not None:
-                stuck.communicate(timeout=storm_s + 30)
-            fan.wait_drained()
+        with ExitStack() as stack:
+            if capture is not None:  # the PFC frames the bottleneck sends upstream, at the switch port ws
+                argv = tcpdump_argv(f"{fan.p}ws", capture, ["ether", "proto", "0x8808"], buffer_kib=8192)
+                stack.enter_context(tcpdump(lambda a, log: fan.run.spawn(a, log=log), argv,
+                                            capture.with_suffix(".log"), "the switch port"))
+            before = fan.receiver_packets()
+            with CpuWatch([p.pid for p in fan.procs.values()]) as cpu:
+                if storm_s is not None:
+                    pause_s = 0xFFFF * 512 / params.real_rate_bps * params.scale
+                    stuck = fan.stuck_receiver(storm_s, pause_s / 4)
+                sources = fan.send(flows, seconds)
+                if stuck is not None:
+                    stuck.communicate(timeout=storm_s + 30)
+                fan.wait_drained()
     finally:
         stats = fan.stop()
-        if tcpdump is not None:
-            tcpdump.send_signal(2)
-            tcpdump.wait(timeout=10)
     led = ledger(sources, stats, params.pfc, params.pfc_on, fan.receiver_packets() - before)
     react = reaction(stats)
     allowance = params.reaction_allowance_s() if params.pfc_on else None

@@ -6,16 +6,13 @@ optionally shaped with HTB, every object recorded in a :class:`~testbed.emu.regi
 
 from __future__ import annotations
 
-import signal
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.emu import ops
+from testbed.emu import capture, ops
 from testbed.emu.registry import RunRegistry
-from testbed.errors import EmulationError
 from testbed.links import tc
-from testbed.poll import poll
 
 
 @dataclass(frozen=True)
@@ -52,26 +49,13 @@ def make_path(run: RunRegistry, prefix: str, rate_bps: float | None = None, mtu:
 
 @contextmanager
 def roce_capture(run: RunRegistry, path: VethPath, pcap: Path, snaplen: int = 0):
-    """tcpdump of RoCEv2 (UDP 4791) on the ``b`` end of ``path`` while the block runs.
+    """tcpdump of RoCEv2 (UDP 4791) on the ``b`` end of ``path`` while the block runs; yields ``pcap``.
 
-    Starts only once tcpdump says it is listening, and stops only once the file has stopped growing
-    (three equal sizes 0.1 s apart): tcpdump drops what it has not written yet when interrupted, and a
-    capture cut short would show the validator losses that never happened on the wire.
+    Starts only once tcpdump listens and stops only once the file has stopped growing
+    (:func:`testbed.emu.capture.tcpdump`): a capture cut short would show the validator losses that never
+    happened on the wire.
     """
-    log = pcap.with_suffix(".tcpdump.log")
-    dump = run.spawn(["tcpdump", "-i", path.intf_b, "-n", "-U", "--immediate-mode", "-B", "65536",
-                      "-s", str(snaplen), "-w", str(pcap), "udp", "port", "4791"], netns=path.ns_b, log=log)
-    poll(lambda: "listening" in log.read_text() or dump.poll() is not None, 20, what="tcpdump to start")
-    if dump.poll() is not None:
-        raise EmulationError(f"tcpdump on {path.intf_b} exited: {log.read_text().strip()[-300:]}")
-    try:
+    argv = capture.tcpdump_argv(path.intf_b, pcap, ["udp", "port", "4791"], snaplen=snaplen, buffer_kib=65536)
+    with capture.tcpdump(lambda a, log: run.spawn(a, netns=path.ns_b, log=log), argv,
+                         pcap.with_suffix(".tcpdump.log"), path.intf_b):
         yield pcap
-        sizes: list[int] = []
-
-        def settled() -> bool:
-            sizes.append(pcap.stat().st_size)
-            return len(sizes) >= 3 and sizes[-1] == sizes[-2] == sizes[-3]
-        poll(settled, 30, 0.1, what=f"{pcap.name} to stop growing")
-    finally:
-        dump.send_signal(signal.SIGINT)
-        dump.wait(20)

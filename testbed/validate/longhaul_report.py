@@ -1,5 +1,6 @@
 """What the long-haul experiment prints and plots (pure apart from drawing; no root).
 
+    trial_line(t)         a trial's health as it ends: losses and where, CPU, valid or why not
     print_table(rows)     one line per trial, real-world units, its verdict (INVALID trials say why)
     summarise(rows)       per (case, km, mode): mean and 95% interval over the valid repetitions
     print_summary(groups) that table, when a point has more than one repetition
@@ -17,6 +18,15 @@ from testbed.validate.longhaul_setup import CASES, MODES
 from testbed.validate.stats import confidence_interval
 
 METRICS = ("throughput_mbps", "fct_p99_ms", "feedback_delay_ms", "queue_peak_pkts")
+
+
+def trial_line(t: dict) -> str:
+    """One trial's health on the console: the emulator's verdict, every lost frame and where, CPU, validity."""
+    places = t["accounting"].get("places") or {}
+    where = f" (emulator: {', '.join(f'{k} {n}' for k, n in places.items())})" if places else ""
+    return (f"  emulator_ok: {t['emulator_ok']}; lost {t['accounting']['lost']}{where}, unaccounted "
+            f"{t['unaccounted_losses']}; own CPU {t['emulator']['own_cores']:.2f} cores, machine "
+            f"{t['cpu']['machine_mean']:.0f}%; {TL.label(t['validity'])}")
 
 
 def print_table(rows) -> None:

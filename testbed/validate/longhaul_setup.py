@@ -220,8 +220,12 @@ def bdp_pkts(G, sender, receiver) -> float:
 def default_window(G, r: Roles) -> int:
     """Packets in flight per QP: :data:`WINDOW_BDPS` x the longest pair's BDP, at least
     :data:`MIN_WINDOW_PKTS` (30 km at 10G: BDP ~350 frames, window ~700)."""
-    worst = max(bdp_pkts(G, s, d) for s, d in zip(r.senders, r.receivers, strict=True))
-    return max(MIN_WINDOW_PKTS, int(-(-WINDOW_BDPS * worst // 1)))
+    return max(MIN_WINDOW_PKTS, int(-(-WINDOW_BDPS * worst_bdp_pkts(G, r) // 1)))
+
+
+def worst_bdp_pkts(G, r: Roles) -> float:
+    """The largest sender-receiver pair's :func:`bdp_pkts`: what the window and the console are sized by."""
+    return max(bdp_pkts(G, s, d) for s, d in zip(r.senders, r.receivers, strict=True))
 
 
 def sender_config(plan, sender, receiver, args, window: int, qpns=None) -> dict:
@@ -235,6 +239,30 @@ def sender_config(plan, sender, receiver, args, window: int, qpns=None) -> dict:
         doc["qpns"] = list(qpns)
     return doc
 
+
+
+def checked_args(args) -> tuple[list, list, list]:
+    """Check and complete the scenario's parsed options in place (``--size`` to bytes, the ``--quick``
+    defaults of ``--iters`` and ``--repetitions``); returns (distances km, modes, cases). A bad value is a
+    :class:`SpecError` naming the option."""
+    from testbed.units import parse_size
+
+    args.size = int(parse_size(args.size, "--size"))
+    if args.size < 1:
+        raise SpecError("--size", f"must be at least 1 byte, such as 64KB or 1MB; got {args.size}")
+    if args.iters is None:  # 0 and negatives are refused by the parser (exit 2)
+        args.iters = 2 if args.quick else 8
+    if args.repetitions is None:
+        args.repetitions = 1 if args.quick else 5
+    if not 1 <= args.repetitions <= 100:
+        raise SpecError("--repetitions", f"must be 1..100, got {args.repetitions}")
+    if args.window is not None and not 1 <= args.window <= 1 << 20:
+        raise SpecError("--window", f"must be 1..{1 << 20} packets, got {args.window}")
+    default = QUICK_DISTANCES_KM if args.quick else DISTANCES_KM
+    distances = parse_list(args.distances or ",".join(map(str, default)), "--distances", float)
+    if any(d < 0 or d > 2000 for d in distances):
+        raise SpecError("--distances", f"each distance must be 0..2000 km, got {args.distances!r}")
+    return distances, parse_list(args.modes, "--modes", str, MODES), parse_list(args.cases, "--cases", str, CASES)
 
 
 def parse_list(text: str, field: str, cast, allowed=None) -> list:

@@ -93,3 +93,21 @@ def test_dci_protection_graph_and_bad_flags():
     assert refused.value.code == 2
     with pytest.raises(SpecError, match="--duration"):
         d.main(["--duration", "2", "--scale", "500"])
+
+
+def test_protection_timings_from_node_events():
+    from testbed.ocs.model import protection_timings
+
+    # scale 50: the node's 1.0 s dark window is 20 ms real; detection 0.1 s emulated is 2 ms real
+    ocs_a = [{"kind": "los_seen", "time": 10.0}, {"kind": "los_declared", "time": 10.1},
+             {"kind": "dark", "time": 10.103, "reason": "protection"},
+             {"kind": "light", "time": 11.103, "reason": "protection"},
+             {"kind": "dark", "time": 20.0, "reason": "schedule"}, {"kind": "light", "time": 21.0, "reason": "schedule"}]
+    amp = [{"kind": "light", "time": 0.0, "reason": "api"}]            # never switched: not counted
+    half = [{"kind": "los_seen", "time": 10.0}, {"kind": "los_declared", "time": 10.1}]  # no circuit moved
+    t = protection_timings({"a": ocs_a, "amp": amp, "b": half}, scale=50)
+    assert t["switched"] == 1
+    assert t["reconfig_window_real_ms"] == [pytest.approx(20.0)]
+    assert t["detection_real_ms"] == [pytest.approx(2.0)]
+    assert t["emulator_declare_to_dark_ms"] == [pytest.approx(3.0)]   # wall time, not divided by the scale
+    assert t["revert_window_real_ms"] == [pytest.approx(20.0)]

@@ -3,8 +3,8 @@ an up-down Clos, one in a Clos whose failover reroute goes up-down-up."""
 
 from __future__ import annotations
 
-from testbed.pfc.deadlock import dependency_graph, find_deadlocks
 from testbed.routing.brain import RoutingBrain, route_dict
+from testbed.routing.deadlock import dependency_graph, find_deadlocks
 from testbed.topo import generators as gen
 from testbed.topo.builder import Builder
 

@@ -12,9 +12,9 @@ import pytest
 
 from testbed.dilation import Dilation
 from testbed.pfc.config import PfcConfig, WatchdogParams
-from testbed.pfc.deadlock import cycles, dependencies
 from testbed.pfc.headroom import headroom_for_distance
 from testbed.pfc.sim import incast, ring_network, victim_network
+from testbed.routing.deadlock import cycles, dependencies
 
 FRAME = 1538
 PFC = PfcConfig(priorities=(3,))
