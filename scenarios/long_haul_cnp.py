@@ -65,7 +65,7 @@ ENDPOINT = [sys.executable, "-m", "testbed.rdma.endpoint"]
 def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
     from testbed.doctor import plan_capabilities
     from testbed.emu.replica import Replica
-    from testbed.links.node import DelayLineNode
+    from testbed.links.node import late_tolerance_at, node_class
     from testbed.p4rt import entries as E
     from testbed.p4rt.mininet_switch import plan_switch_factory
     from testbed.routing.brain import RoutingBrain
@@ -82,7 +82,7 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
                   + S.describe_red(S.red_rule(G, args.red)))
     factory = plan_switch_factory(plan, log_dir=out, pcap_dir=out / "pcap" if args.pcap else None)
     rows = []
-    with Replica(plan, out_dir=out, name=NAME, switch_factory=factory, link_node_class=DelayLineNode) as rep:
+    with Replica(plan, out_dir=out, name=NAME, switch_factory=factory, link_node_class=node_class(late_tolerance_at(plan.scale))) as rep:
         clients = {s.node: rep.switch(s.node).client() for s in plan.switches}
         brain = RoutingBrain(plan.graph)
         brain.compute_all(0.0)

@@ -128,3 +128,26 @@ class DelayLineNode(Switch):
     def connected(self) -> bool:
         """Mininet asks switches whether they reached a controller; a link has none to reach."""
         return True
+
+
+def late_tolerance_at(scale: float) -> float:
+    """The lateness counted as ``emulator_late`` in a run dilated by ``scale``. The default (250 us) is
+    0.25 us of real-world time at the project's scale 1000; a run dilated more -- a slower emulator, such as
+    the TCG guest's long haul at 20000 (docs/vm.md) -- keeps that real-world bound (5 ms emulated at 20000)
+    instead of one 20 times tighter; a run dilated less keeps the default."""
+    return DEFAULT_LATE_TOLERANCE_S * max(1.0, scale / 1000.0)
+
+
+def node_class(late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S) -> type[DelayLineNode]:
+    """:class:`DelayLineNode`, or a subclass whose ``late_tolerance_s`` defaults to the one given (what a
+    replica's ``link_node_class`` takes: Mininet builds the nodes)."""
+    if late_tolerance_s == DEFAULT_LATE_TOLERANCE_S:
+        return DelayLineNode
+
+    class Node(DelayLineNode):
+        def __init__(self, name, *args, **kwargs):
+            kwargs.setdefault("late_tolerance_s", late_tolerance_s)
+            super().__init__(name, *args, **kwargs)
+
+    Node.__name__ = Node.__qualname__ = "DelayLineNode"
+    return Node

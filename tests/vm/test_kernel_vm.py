@@ -1,9 +1,7 @@
 """The kernel path, for real: boot the test VM, provision it with scripts/setup.sh (the Vagrantfile's
 provisioning), and run tests/vm/guest inside it (doctor's picks; netem, RED, OVS kernel datapath). Guest
-output and results land in TESTBED_VM_OUT/vm0 (``/mnt/out`` in the guest).
-
-long_haul_cnp --quick is not run here: under TCG its first trial's senders did not finish within the
-scenario's 180 s trial timeout (docs/vm.md)."""
+output and results land in TESTBED_VM_OUT/vm0 (``/mnt/out`` in the guest), among them the long haul's quick
+result on netem and on the userspace link node side by side (``long-haul-backends.md``; docs/vm.md)."""
 
 from __future__ import annotations
 
@@ -13,15 +11,15 @@ import re
 import pytest
 
 from testbed.emu.vm import VMGroup
-from testbed.links.core import build
+from testbed.emu.vmtest import install_host_builds
 
 
 @pytest.fixture(scope="module")
 def vm(vm_image, vm_out):
     with VMGroup(vm_image, vm_out, names=("vm0",)) as g:
         (vm_out / "timings.json").write_text(json.dumps({"boot_s": round(g.boot_seconds, 1), "accel": g.accel}))
-        # the userspace link node's default core, for the side-by-side test (the image has no compiler)
-        g.install_file("vm0", build(), "${TESTBED_P4_CACHE:?}")
+        # the userspace link node's core and BMv2's receive shim (the image has no compiler)
+        install_host_builds(g)
         yield g["vm0"]
 
 

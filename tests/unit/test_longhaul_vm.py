@@ -1,0 +1,97 @@
+"""The long haul's side-by-side in the VM (testbed.validate.longhaul_vm, testbed.bench.link_vm), the link
+node's lateness bound at a larger dilation, and TrialWatch's wait for frames in flight: pure parts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S
+from testbed.links.node import DelayLineNode, late_tolerance_at, node_class
+from testbed.validate import longhaul_vm as V
+
+
+def test_argv_runs_the_guest_configuration_on_each_backend():
+    from scenarios.long_haul_cnp import main
+
+    for backend, flag in V.LINK_BACKEND_FLAG.items():
+        argv = V.argv(backend, "/x")
+        assert argv[:3] == ["testbed", "run", "long_haul_cnp"]
+        assert argv[argv.index("--link-backend") + 1] == flag and argv[argv.index("--scale") + 1] == str(V.SCALE)
+    # every option exists in the scenario: bad input there is exit 2 (SystemExit), here it must parse
+    with pytest.raises(SystemExit) as e:
+        main(V.argv("netem", "/x")[3:] + ["--scale", "0"])
+    assert e.value.code == 2
+
+
+def _row(mode, valid=True, **kw):
+    return {"case": "sender-dci", "distance_km": 30.0, "mode": mode, "valid": valid,
+            "validity": {"valid": valid, "reasons": [] if valid else ["machine CPU 97%"]},
+            "accounting": {"lost": 0, "sent": 1000, "unaccounted": 0, "places": {}},
+            "feedback_delay_ms": 0.31 if mode == "ecn" else 0.002, "fct_p50_ms": 1.5, "fct_p99_ms": 2.0,
+            "throughput_mbps": 2400.0, "queue_peak_pkts": 150, "queue_mean_pkts": 40.0, "marks": 20 if mode == "ecn" else 0,
+            "switch_cnps": 0 if mode == "ecn" else 9, "cnps_at_senders": 9, **kw}
+
+
+def test_load_joins_rows_and_trials(tmp_path):
+    rows = [_row("ecn"), _row("fast-cnp")]
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    for m in V.MODES:
+        d = tmp_path / "30km" / f"sender-dci-{m}"
+        d.mkdir(parents=True)
+        d.joinpath("trial.json").write_text(json.dumps({"settled_s": 3.2, "ring_frames_min": 10486, "elapsed_s": 40,
+                                                        "emulator": {"late_fraction": 0.004},
+                                                        "cpu": {"machine_mean": 61.0}}))
+    got = V.load(tmp_path)
+    assert set(got) == set(V.MODES) and got["ecn"]["settled_s"] == 3.2 and got["fast-cnp"]["late_fraction"] == 0.004
+
+
+def test_markdown_one_column_per_backend_and_mode_and_says_invalid():
+    ok = {m: {**_row(m), "cpu": {"machine_mean": 60}, "late_fraction": None} for m in V.MODES}
+    bad = {m: {**_row(m, valid=False), "cpu": {"machine_mean": 97}, "late_fraction": 0.02} for m in V.MODES}
+    text = V.markdown({"netem": ok, "userspace": bad}, ["# t"])
+    lines = text.splitlines()
+    assert lines[0] == "# t" and lines[2].count("|") == 2 * len(V.BACKENDS) + 2
+    assert "| trial | valid | INVALID: machine CPU 97% | valid | INVALID: machine CPU 97% |" in text
+    assert "2.0%" in text and "0.31" in text
+    assert "not run" in V.markdown({"netem": ok})
+
+
+def test_link_fidelity_keeps_the_section_not_measured(tmp_path, monkeypatch):
+    from testbed.bench import link_vm
+
+    target = tmp_path / "link-fidelity.md"
+    monkeypatch.setattr(link_vm, "TARGET", target)
+    target.write_text("# link table\nrow\n")
+    assert link_vm._compose(None, None) == "# link table\nrow\n"
+    both = link_vm._compose(None, link_vm.LONG_HAUL_HEADING + "\nhaul 1\n")
+    assert both.startswith("# link table\nrow\n\n" + link_vm.LONG_HAUL_HEADING)
+    target.write_text(both)
+    assert link_vm._compose("# new link\n", None) == "# new link\n\n" + link_vm.LONG_HAUL_HEADING + "\nhaul 1\n"
+    assert link_vm._compose(None, link_vm.LONG_HAUL_HEADING + "\nhaul 2\n").endswith("haul 2\n")
+
+
+def test_late_tolerance_keeps_its_real_world_bound_at_larger_scales():
+    assert late_tolerance_at(1000) == DEFAULT_LATE_TOLERANCE_S == late_tolerance_at(50)
+    assert late_tolerance_at(20000) == pytest.approx(20 * DEFAULT_LATE_TOLERANCE_S)
+    assert node_class() is DelayLineNode
+    cls = node_class(5e-3)
+    assert issubclass(cls, DelayLineNode) and cls is not DelayLineNode
+
+
+def test_trial_watch_waits_until_no_counter_moves(monkeypatch):
+    from testbed.validate import trial_watch as W
+
+    readings = iter([{"a": 1}, {"a": 2}, {"a": 3}] + [{"a": 3}] * 1000)
+    monkeypatch.setattr(W.ifcounters, "snapshot", lambda rep: next(readings))
+    watch = W.TrialWatch.__new__(W.TrialWatch)
+    watch.rep = None
+    assert watch._settle(0.05) is not None
+    assert next(readings) == {"a": 3}   # it kept reading until the counters stood still
+    moving = iter(range(10**6))
+    monkeypatch.setattr(W.ifcounters, "snapshot", lambda rep: {"a": next(moving)})
+    from testbed import poll as P
+
+    monkeypatch.setattr(P, "poll", lambda fn, timeout, **kw: (_ for _ in ()).throw(TimeoutError("moving")))
+    assert watch._settle(0.05) is None
