@@ -39,7 +39,7 @@ cluster-vm-test: setup
 	@bash scripts/vm/host-setup.sh
 	TESTBED_CLUSTER_VM=1 $(PY) -m testbed.emu.vmtest -- -k test_cluster_vm
 
-# docs/link-fidelity.md: kernel tc vs the userspace delay line, measured side by side in the test VM.
+# docs/link-fidelity.md: kernel tc vs the userspace delay line (links, then the long haul), side by side in the test VM.
 link-fidelity: setup
 	@bash scripts/vm/host-setup.sh
 	$(PY) -m testbed.bench.link_vm
