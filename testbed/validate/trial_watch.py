@@ -98,11 +98,17 @@ class TrialWatch:
 
         from testbed.poll import poll
 
+        elements, _wires = ifcounters.topology(self.rep)
+        mine = {i for e in elements for i in e.intfs}   # the root namespace has other interfaces too
+
+        def read() -> dict:
+            return {k: v for k, v in ifcounters.snapshot(self.rep).items() if k in mine}
+
         t0 = time.monotonic()
-        last = {"snap": ifcounters.snapshot(self.rep), "at": t0}
+        last = {"snap": read(), "at": t0}
 
         def quiet() -> bool:
-            snap, now = ifcounters.snapshot(self.rep), time.monotonic()
+            snap, now = read(), time.monotonic()
             if snap != last["snap"]:
                 last.update(snap=snap, at=now)
             return now - last["at"] >= quiet_s

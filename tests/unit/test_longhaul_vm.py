@@ -81,16 +81,19 @@ def test_late_tolerance_keeps_its_real_world_bound_at_larger_scales():
 
 
 def test_trial_watch_waits_until_no_counter_moves(monkeypatch):
+    from testbed.links.hops import Element
     from testbed.validate import trial_watch as W
 
-    readings = iter([{"a": 1}, {"a": 2}, {"a": 3}] + [{"a": 3}] * 1000)
+    monkeypatch.setattr(W.ifcounters, "topology", lambda rep: ([Element("x0", "switch", ("root/a",))], []))
+    # root/eth0 (another interface of the root namespace) keeps moving: it must not keep the trial waiting
+    readings = iter([{"root/a": n, "root/eth0": n} for n in (1, 2, 3)] + [{"root/a": 3, "root/eth0": n} for n in range(1000)])
     monkeypatch.setattr(W.ifcounters, "snapshot", lambda rep: next(readings))
     watch = W.TrialWatch.__new__(W.TrialWatch)
     watch.rep = None
     assert watch._settle(0.05) is not None
-    assert next(readings) == {"a": 3}   # it kept reading until the counters stood still
+    assert next(readings)["root/a"] == 3   # it kept reading until the run's counters stood still
     moving = iter(range(10**6))
-    monkeypatch.setattr(W.ifcounters, "snapshot", lambda rep: {"a": next(moving)})
+    monkeypatch.setattr(W.ifcounters, "snapshot", lambda rep: {"root/a": next(moving)})
     from testbed import poll as P
 
     monkeypatch.setattr(P, "poll", lambda fn, timeout, **kw: (_ for _ in ()).throw(TimeoutError("moving")))
