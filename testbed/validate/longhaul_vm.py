@@ -54,7 +54,9 @@ def load(folder: Path) -> dict:
 
 
 def _f(x, digits: int = 3) -> str:
-    return "-" if x is None else f"{x:.{digits}g}"
+    if x is None:
+        return "-"
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.{digits}g}"
 
 
 def _cell(r: dict | None, key: str) -> str:
@@ -69,6 +71,8 @@ def _cell(r: dict | None, key: str) -> str:
     if key == "cpu":
         return f"{r['cpu'].get('machine_mean', 0):.0f} %"
     if key == "late_fraction":
+        if r.get("long_haul_backend") == "netem":
+            return "no link node (netem's lateness is not measured)"
         return "-" if r.get("late_fraction") is None else f"{r['late_fraction']:.1%}"
     if key == "signals":
         return f"{r['marks']} marks, {r['switch_cnps']} switch CNPs, {r['cnps_at_senders']} CNPs at senders"

@@ -54,7 +54,7 @@ def test_markdown_one_column_per_backend_and_mode_and_says_invalid():
     lines = text.splitlines()
     assert lines[0] == "# t" and lines[2].count("|") == 2 * len(V.BACKENDS) + 2
     assert "| trial | valid | INVALID: machine CPU 97% | valid | INVALID: machine CPU 97% |" in text
-    assert "2.0%" in text and "0.31" in text
+    assert "2.0%" in text and "0.31" in text and "| 2400 |" in text
     assert "not run" in V.markdown({"netem": ok})
 
 
