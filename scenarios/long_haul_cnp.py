@@ -23,7 +23,8 @@ beside them. The run also watches the emulator (switch CPU, machine CPU, delay-l
 when it saturated, so that such rows are not read as protocol behaviour.
 
 Real fabric -> replica: ``scale`` from the spec (1000): 10G -> 10 Mbit/s, 30 km (150 us) -> 150 ms,
-DCQCN timers and the CNP interval x 1000; queues and RED thresholds stay in packets/bytes.
+DCQCN timers and the CNP interval x 1000; queues and RED thresholds stay in packets/bytes. Each distance's
+``timeline.png`` shows one trial per case and mode over time: the senders' DCQCN rates, the queue, CNPs.
 
 Every trial is checked before it is shown (``testbed.validate.trial_ledger``): its frame ledger names the
 place of every lost frame (a modelled queue, or the emulator: a wire, a switch's capture ring, a link node,
@@ -50,7 +51,6 @@ if __name__ == "__main__" and __package__ is None:
 
 from testbed.console import console, require_root  # noqa: E402
 from testbed.emu.health import CpuWatch, saturation  # noqa: E402
-from testbed.errors import EmulationError  # noqa: E402
 from testbed.plan import plan_replica  # noqa: E402
 from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # noqa: E402
 from testbed.validate import longhaul_report as report  # noqa: E402
@@ -81,8 +81,9 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
     console.print(f"long haul: {backend} ({why}); window {window} packets per QP (BDP {S.worst_bdp_pkts(G, r):.0f}); "
                   + S.describe_red(S.red_rule(G, args.red)))
     factory = plan_switch_factory(plan, log_dir=out, pcap_dir=out / "pcap" if args.pcap else None)
-    rows = []
-    with Replica(plan, out_dir=out, name=NAME, switch_factory=factory, link_node_class=node_class(late_tolerance_at(plan.scale))) as rep:
+    rows, timelines = [], {}
+    with Replica(plan, out_dir=out, name=NAME, switch_factory=factory,
+                 link_node_class=node_class(late_tolerance_at(plan.scale))) as rep:
         clients = {s.node: rep.switch(s.node).client() for s in plan.switches}
         brain = RoutingBrain(plan.graph)
         brain.compute_all(0.0)
@@ -111,11 +112,13 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
                         rows.append(S.row(case, distance_km, mode, plan.scale, t, rep_i))
                         res.write_json(f"{distance_km:g}km/{tag}/trial.json", t)
                         console.print(report.trial_line(t))
+                        timelines.setdefault((case, mode), t["timeline"])  # the first repetition's
         finally:
             for p in servers:
                 p.terminate()
             for c in clients.values():
                 c.close()
+    report.plot_timeline(timelines, out / "timeline.png", f"{distance_km:g} km: one trial of each case and mode")
     return rows
 
 
@@ -124,8 +127,8 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     from testbed.links.kwire import replica_egress_drops
     from testbed.p4rt import fabric_stats as F
     from testbed.poll import poll
-    from testbed.rdma.endpoint import summarise_write_lat
-    from testbed.roce.timing import first_opcode_time
+    from testbed.rdma.endpoint import sender_result, summarise_write_lat
+    from testbed.roce.timing import opcode_times
     from testbed.validate.trial_watch import TrialWatch
 
     out.mkdir(parents=True, exist_ok=True)
@@ -153,23 +156,19 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
         senders = [(s, rep.popen(s, ENDPOINT + ["send", json.dumps(doc)], stdout=open(out / f"sender-{s}.json", "w"),  # noqa: SIM115
                                  stderr=open(out / f"sender-{s}.log", "w")))  # noqa: SIM115
                    for s, doc in zip(r.senders, docs, strict=True)]
+        sampler = F.QueueSampler(rep.switch(bsw).client, bport, S.TIMELINE_EVERY_S * plan.scale).start()
         started = time.monotonic()
         with CpuWatch([rep.switch(sw).process.proc.pid for sw in clients]) as cpu:  # keep-awake spinners left out
             poll(lambda: all(p.poll() is not None for _, p in senders), timeout=args.trial_timeout, interval=0.2,
                  what=f"senders of {case}/{mode}")
-        elapsed = time.monotonic() - started
+        elapsed, queue = time.monotonic() - started, sampler.stop()
         watch.stop(quiet_s=S.path_rtt_s(G, r.senders[0], r.receivers[0]) * plan.scale / 2 + 0.1)  # in flight
-    results = []
-    for s, p in senders:
-        text = (out / f"sender-{s}.json").read_text()
-        if p.returncode != 0 or not text.strip():
-            raise EmulationError(f"sender {s} failed (status {p.returncode}); see {out / f'sender-{s}.log'}")
-        results.append(json.loads(text))
+    results = [sender_result(p, out / f"sender-{s}.json", out / f"sender-{s}.log") for s, p in senders]
     flows = summarise_write_lat(results)
     neck = F.port_stats(clients[bsw], bport)
     crossing = r.senders if case == "sender-dci" else r.senders[:1]  # flows through the bottleneck port
-    cnp_times = [t for t, _why in (first_opcode_time(out / f"cnp-{s}.pcap") for s in crossing) if t is not None]
-    feedback = S.feedback_delay(epoch, neck["first_signal_us"], cnp_times)
+    cnps = {s: opcode_times(out / f"cnp-{s}.pcap")[0] for s in r.senders}
+    feedback = S.feedback_delay(epoch, neck["first_signal_us"], [cnps[s][0] for s in crossing if cnps[s]])
     dropped = F.drops(clients, plan)
     ev = watch.evidence(dropped)
     long_haul = ev["link_stats"].get(rep.link_node(*r.dci).name) if backend == "userspace" else None
@@ -191,7 +190,9 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
             "bottleneck": S.bottleneck_doc(plan, bsw, bnbr),
             "udp_rcvbuf_errors": ev["udp_rcvbuf_errors"], "switch_socket_drops": ev["switch_socket_drops"],
             "ring_drops": ev["ring_drops"], "ring_frames_min": ev["ring_frames_min"], "hops": ev["hops"], "switch_drops": dropped["by_switch"], "cpu": cpu.summary(),
-            "elapsed_s": elapsed, "settled_s": watch.settled_s, "window_pkts": window, "saturation": sat, **checked, "senders": results}
+            "elapsed_s": elapsed, "settled_s": watch.settled_s, "window_pkts": window, "saturation": sat, **checked,
+            "senders": results,
+            "timeline": S.timeline(r.senders, results, queue, cnps, plan.scale), "queue_sampler_error": sampler.error}
 
 
 def main(argv=None) -> int:

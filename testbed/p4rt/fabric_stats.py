@@ -4,6 +4,8 @@
     reset(clients)                  counters and registers to zero before a trial
     port_stats(client, port)        the congestion point's queue (peak, mean), marks, switch CNPs, first signal
     drops(clients, plan)            every frame a switch lost, by reason, and the busiest switch's packets
+    QueueSampler(client, port)      the congestion point's queue over time, read while the trial runs
+    queue_series(samples)           (pure) those cumulative readings as the mean depth per interval
 
 Counters and registers are those of ``p4/fabric.p4`` (``docs/p4.md``).
 """
@@ -86,3 +88,63 @@ def drops(clients: dict, plan) -> dict:
                      "egress": left_queue[sw] - by_switch[sw]["queue"] + generated[sw]} for sw in clients}
     return {"pipeline_by_switch": pipeline, "tail": tail, "red": red, "by_switch": by_switch, "counted": counted, "busiest_pkts": busiest,
             "consumed_by_switch": consumed, "generated_by_switch": generated}
+
+
+def queue_series(samples) -> list[tuple[float, float | None]]:
+    """Pure: cumulative ``(wall_s, qdepth_sum, qdepth_pkts)`` readings -> ``(wall_s, mean depth)`` per interval.
+
+    fabric.p4 adds each packet's enqueue depth to ``qdepth_sum`` and counts it in ``qdepth_pkts``, so between
+    two readings the mean depth the port's packets met is the ratio of the differences. An interval in which
+    no packet was enqueued has no depth to report (None: a gap, not an empty queue).
+    """
+    out = []
+    for (_t0, s0, n0), (t1, s1, n1) in zip(samples, samples[1:], strict=False):
+        out.append((t1, (s1 - s0) / (n1 - n0) if n1 > n0 else None))
+    return out
+
+
+class QueueSampler:
+    """Reads one port's queue registers every ``every_s`` on a thread of its own, with its own Thrift client
+    (``connect()``: a fresh :class:`SwitchClient`; the trial's clients stay on the caller's thread).
+
+    Each reading costs two register reads; at the long haul's 50 ms (emulated) that is 40 Thrift calls a
+    second, next to BMv2's thousands of packets.
+    """
+
+    def __init__(self, connect, port: int, every_s: float):
+        import threading
+
+        self.connect, self.port, self.every_s = connect, port, every_s
+        self.samples: list[tuple[float, int, int]] = []
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"queue-sampler-{port}", daemon=True)
+
+    def _run(self) -> None:
+        import time
+
+        try:
+            client = self.connect()
+        except Exception as exc:  # noqa: BLE001 - reported with the series, never fatal to the trial
+            self.error = f"cannot connect: {exc}"
+            return
+        try:
+            while not self._stop.is_set():
+                t = time.time()
+                self.samples.append((t, client.register_read("qdepth_sum", self.port),
+                                     client.register_read("qdepth_pkts", self.port)))
+                self._stop.wait(max(0.0, t + self.every_s - time.time()))
+        except Exception as exc:  # noqa: BLE001
+            self.error = f"stopped reading: {exc}"
+        finally:
+            client.close()
+
+    def start(self) -> "QueueSampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[tuple[float, float | None]]:
+        """Stop reading; the mean depth per interval (:func:`queue_series`)."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return queue_series(self.samples)

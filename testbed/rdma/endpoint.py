@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
-from testbed.errors import SpecError
+from testbed.errors import EmulationError, SpecError
 
-SEND_KEYS = ("host", "test", "size", "iters", "mtu", "window", "timeout_s", "dcqcn", "connect_wait_s", "qpns")
+SEND_KEYS = ("host", "test", "size", "iters", "mtu", "window", "timeout_s", "dcqcn", "connect_wait_s", "qpns",
+             "series_every_s")
 
 
 def qp_config(doc: dict):
@@ -39,7 +41,16 @@ def send(doc: dict) -> dict:
 
     return run_client(doc["host"], doc.get("test", "write_lat"), doc["size"], iters=doc.get("iters"),
                       config=qp_config(doc), connect_wait=doc.get("connect_wait_s", 30),
-                      qpns=tuple(doc["qpns"]) if doc.get("qpns") else None)
+                      qpns=tuple(doc["qpns"]) if doc.get("qpns") else None, series_every=doc.get("series_every_s"))
+
+
+def sender_result(proc, out: Path, log: Path) -> dict:
+    """The result document a ``send`` process (ended) printed into ``out``; an :class:`EmulationError`
+    naming its log when it failed or printed nothing."""
+    text = out.read_text() if out.exists() else ""
+    if proc.returncode != 0 or not text.strip():
+        raise EmulationError(f"sender failed (status {proc.returncode}); see {log}")
+    return json.loads(text)
 
 
 def main(argv: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""When did a RoCE packet of some opcode first appear in a capture? (feedback-delay measurements)."""
+"""When did RoCE packets of some opcode appear in a capture? (feedback delay, CNP arrivals over time)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,20 @@ def first_opcode_time(pcap: Path, opcode: int = CNP) -> tuple[float | None, str 
 
     A capture cut short when its tcpdump was stopped is read up to where it ends.
     """
+    times, why = opcode_times(pcap, opcode)
+    return (times[0], None) if times else (None, why)
+
+
+def opcode_times(pcap: Path, opcode: int = CNP) -> tuple[list[float], str | None]:
+    """(capture times of every RoCEv2 packet whose BTH opcode is ``opcode``, None) or (those read, why not
+    all): a malformed record ends the list and says where."""
     records, info = read_records(pcap)
+    times = []
     try:
         for rec in records:
             pkt = roce_of(rec)
             if pkt is not None and pkt.transport and pkt.transport[0] == opcode:
-                return rec.ts, None
+                times.append(rec.ts)
     except Malformed as exc:
-        return None, f"capture {pcap}: {exc}"
-    return None, ("capture truncated" if info.get("truncated_file") else None)
+        return times, f"capture {pcap}: {exc}"
+    return times, ("capture truncated" if info.get("truncated_file") else None)

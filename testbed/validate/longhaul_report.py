@@ -6,6 +6,8 @@
     print_summary(groups) that table, when a point has more than one repetition
     plot(rows, path)      goodput, FCT p99, feedback delay and peak queue against distance, per case;
                           with repetitions the mean and its interval as a band
+    plot_timeline(timelines, path, title)  one distance over time, ECN and fast CNP side by side: each
+                          sender's DCQCN rate, the congestion point's queue, CNP arrivals
 """
 
 from __future__ import annotations
@@ -153,3 +155,43 @@ def print_verdict(rows) -> None:
     if any(x["emulator_saturated"] for x in rows):
         console.print("[yellow]the emulator saturated in some trials (column 'sat.'): do not read those "
                       "rows as protocol behaviour[/yellow]")
+
+
+def plot_timeline(timelines: dict, path: Path, title: str) -> None:
+    """``timelines``: {(case, mode): :func:`testbed.validate.longhaul_setup.timeline`}; one row of three panels
+    (rate, queue, CNPs) per case and mode, the modes of a case next to each other, real-world time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = [c for c in CASES if any(k[0] == c for k in timelines)]
+    modes = [m for m in MODES if any(k[1] == m for k in timelines)]
+    if not cases or not modes:
+        return
+    fig, axes = plt.subplots(3 * len(cases), len(modes), figsize=(6 * len(modes), 7 * len(cases)),
+                             squeeze=False, sharex=True, sharey="row")   # the modes on the same scales
+    for i, case in enumerate(cases):
+        for j, mode in enumerate(modes):
+            tl = timelines.get((case, mode))
+            ax_rate, ax_queue, ax_cnp = (axes[3 * i + k][j] for k in range(3))
+            ax_rate.set_title(f"{case}, {mode}", fontsize=10)
+            if tl is None:
+                continue
+            for k, (s, series) in enumerate(sorted(tl["rate"].items())):
+                ax_rate.step(series["t_ms"], series["rate_gbps"], where="post", label=f"{s} (QP rate)")
+                ax_cnp.eventplot([tl["cnps"].get(s, [])], lineoffsets=k, linelengths=0.8, colors=f"C{k}")
+            ax_queue.plot(tl["queue"]["t_ms"], tl["queue"]["pkts"], color="C3")
+            ax_rate.set_ylabel("DCQCN rate (Gb/s)")
+            ax_queue.set_ylabel("queue at the\ncongestion point (pkts)")
+            ax_cnp.set_ylabel("CNPs at senders")
+            ax_cnp.set_yticks(range(len(tl["rate"])), sorted(tl["rate"]))
+            ax_cnp.set_xlabel("time (real ms)")
+            ax_rate.legend(fontsize=7, loc="upper right")
+            for ax in (ax_rate, ax_queue):
+                ax.set_ylim(bottom=0)
+                ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

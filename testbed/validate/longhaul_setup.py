@@ -10,6 +10,7 @@ What ``scenarios/long_haul_cnp.py`` runs, per distance, case and mode::
     overrides       RoCE frames, the RED rule (per-25G or BDP-relative), the long haul's backend, the CNP interval
     pair_qpns / qp_map_entries / sender_config   the senders' and the switches' QP configuration
     row / validate_fields                        one result row and the config block validate reads
+    timeline                                     a trial over time: DCQCN rates, queue, CNP arrivals
 
 Real-world units everywhere except where a name says ``emulated``.
 """
@@ -34,6 +35,10 @@ FRAME_BYTES = 14 + 20 + 8 + 12 + IB_MTU + 4
 RED_RULES, PMAX = ("per-25g", "bdp"), 0.2
 #: Real-world DCQCN CNP interval; the switch rate-limits its own CNPs the same way.
 CNP_INTERVAL_S = 50e-6
+#: Real-world sampling interval of a trial's timeline (senders' DCQCN rate, the congestion point's queue):
+#: 50 us, a sixth of the 30 km round trip; x scale emulated (50 ms at 1000: 40 Thrift reads a second). At
+#: 30 km the bottleneck switch's CPU was 17-34 % with a sampler (every 25 us) and 16-34 % in the sweep without.
+TIMELINE_EVERY_S = 50e-6
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,31 @@ def row(case: str, distance_km: float, mode: str, scale: float, t: dict, repetit
                          "fct_p99_ms": _ms(t["fct_p99_s"]), "feedback_delay_ms": _ms(t["feedback_delay_s"])}}
 
 
+def timeline(senders, results: list, queue: list, cnp_times: dict, scale: float) -> dict:
+    """A trial over time in real-world units (pure): each sender's DCQCN rate, the congestion point's mean
+    queue per interval, each sender's CNP arrivals; time in real ms from the first sender's start.
+
+    ``results``: the senders' result documents in the order of ``senders`` (their ``series``: seconds since
+    their own start, ``started_at`` on the wall clock); ``queue``: :func:`testbed.p4rt.fabric_stats.queue_series`
+    (wall clock); ``cnp_times``: {sender: wall-clock capture times}. Emulated rates x scale, times / scale.
+    """
+    t0 = min(r["started_at"] for r in results)
+
+    def ms(wall: float) -> float:
+        return round((wall - t0) / scale * 1e3, 4)
+
+    rates = {}
+    for s, r in zip(senders, results, strict=True):
+        cols = (r.get("series") or {}).get("columns", [])
+        rows = (r.get("series") or {}).get("rows", [])
+        i_t, i_rate = (cols.index("t"), cols.index("rate_bps")) if rows else (0, 0)
+        rates[s] = {"t_ms": [ms(r["started_at"] + row[i_t]) for row in rows],
+                    "rate_gbps": [None if row[i_rate] is None else row[i_rate] * scale / 1e9 for row in rows]}
+    return {"scale": scale, "rate": rates,
+            "queue": {"t_ms": [ms(t) for t, _ in queue], "pkts": [q for _, q in queue]},
+            "cnps": {s: [ms(t) for t in ts if t >= t0] for s, ts in cnp_times.items()}}
+
+
 def validate_fields(G, long_haul: str = "userspace") -> dict:
     """Config fields ``testbed validate --long-haul`` reads: the senders' real line rate, how many share the
     bottleneck, one campus' cabling (host + campus-DCI link) and the backends (``long_haul``: the long
@@ -234,7 +264,8 @@ def sender_config(plan, sender, receiver, args, window: int, qpns=None) -> dict:
     pair's QP numbers."""
     ep = plan.endpoint(sender)
     doc = {"host": plan.endpoint(receiver).ip, "test": "write_lat", "size": args.size, "iters": args.iters,
-           "mtu": IB_MTU, "window": window, "timeout_s": ep.emulated_qp_timeout_s, "dcqcn": ep.emulated_dcqcn}
+           "mtu": IB_MTU, "window": window, "timeout_s": ep.emulated_qp_timeout_s, "dcqcn": ep.emulated_dcqcn,
+           "series_every_s": TIMELINE_EVERY_S * plan.scale}
     if qpns is not None:
         doc["qpns"] = list(qpns)
     return doc

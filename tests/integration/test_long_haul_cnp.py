@@ -81,3 +81,15 @@ def test_fast_cnp_feedback_beats_ecn_across_30km(tmp_path, capsys, quiet_cpu):
     rows = {r.metric: r for r in long_haul_rows(load(out), model_duration_s=0.05)}
     assert "invalid trials left out" not in rows
     assert rows["sender-dci 30 km: ECN feedback >= bound"].passed
+    # the timeline: each sender's DCQCN rate over time, the congestion point's queue, CNP arrivals
+    assert (out / "30km" / "timeline.png").stat().st_size > 10_000
+    for t in (trial, json.loads((out / "30km" / "sender-dci-ecn" / "trial.json").read_text())):
+        tl = t["timeline"]
+        assert t["queue_sampler_error"] is None
+        assert all(len(x["t_ms"]) >= 10 for x in tl["rate"].values())
+        cut = [min(x for x in s["rate_gbps"] if x is not None) for s in tl["rate"].values()]
+        assert max(cut) < 10.0 * 0.9, f"DCQCN never cut a sender's rate below 90 % of 10G: {cut}"
+        queued = [q for q in tl["queue"]["pkts"] if q is not None]
+        assert len(queued) >= 10 and max(queued) > 0
+        # every CNP a sender counted was captured at its interface (a late one may reach an ended sender)
+        assert sum(len(c) for c in tl["cnps"].values()) >= sum(r["cnps_rx"] for r in t["senders"]) > 0
