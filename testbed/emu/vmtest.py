@@ -23,20 +23,6 @@ from testbed.emu.vmimage import VMError, ensure_image
 REPO = Path(__file__).resolve().parents[2]
 
 
-def install_host_builds(group, name: str = "vm0") -> list[str]:
-    """Give VM ``name`` what this host compiles and the image cannot (it has no C compiler): the userspace
-    link node's core and BMv2's receive shim (``testbed/p4rt/rx.py``: without it a switch runs on libpcap's
-    2 MiB rings and its ring drops are not counted, so the long haul's ledger reports ``ring_drops`` None).
-    Same checkout, same Debian 12 glibc; the guest finds them by file name in its ``$TESTBED_P4_CACHE``."""
-    from testbed.links.core import build as build_core
-    from testbed.p4rt.rx import build as build_rx
-
-    shim = build_rx()
-    if shim is None:
-        raise VMError("cannot compile BMv2's receive shim (testbed/data/bmv2_rx.c) on this host: no C compiler")
-    return [group.install_file(name, path, "${TESTBED_P4_CACHE:?}") for path in (build_core(), shim)]
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m testbed.emu.vmtest", description=__doc__.splitlines()[0])
     ap.add_argument("--rebuild", action="store_true", help="rebuild the image even when cached")

@@ -1,4 +1,4 @@
-"""The long haul's side-by-side in the VM (testbed.validate.longhaul_vm, testbed.bench.link_vm), the link
+"""The long haul's side-by-side in the VM (testbed.bench.longhaul_vm, testbed.bench.link_vm), the link
 node's lateness bound at a larger dilation, and TrialWatch's wait for frames in flight: pure parts."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from testbed.bench import longhaul_vm as V
 from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S
 from testbed.links.node import DelayLineNode, late_tolerance_at, node_class
-from testbed.validate import longhaul_vm as V
 
 
 def test_argv_runs_the_guest_configuration_on_each_backend():

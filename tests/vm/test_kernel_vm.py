@@ -1,7 +1,7 @@
 """The kernel path, for real: boot the test VM, provision it with scripts/setup.sh (the Vagrantfile's
 provisioning), and run tests/vm/guest inside it (doctor's picks; netem, RED, OVS kernel datapath). Guest
 output and results land in TESTBED_VM_OUT/vm0 (``/mnt/out`` in the guest), among them the long haul's quick
-result on netem and on the userspace link node side by side (``long-haul-netem.md``; docs/vm.md)."""
+result with netem on the long haul (``long-haul-netem.md``; docs/vm.md)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import re
 
 import pytest
 
+from testbed.bench.link_vm import install_host_builds
 from testbed.emu.vm import VMGroup
-from testbed.emu.vmtest import install_host_builds
 
 
 @pytest.fixture(scope="module")

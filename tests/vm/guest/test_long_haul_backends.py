@@ -7,7 +7,7 @@ and rightly: its fast-CNP feedback read 0.15 ms instead of ~2 us) while netem's 
 takes ~6 minutes more. ``make link-fidelity`` runs both and writes the side-by-side table
 (docs/link-fidelity.md; docs/vm.md, "The long haul in the guest", says what is open).
 
-One case, sender-dci at 30 km, ECN and fast CNP (:mod:`testbed.validate.longhaul_vm`: scale 20000, one
+One case, sender-dci at 30 km, ECN and fast CNP (:mod:`testbed.bench.longhaul_vm`: scale 20000, one
 256 KB message per sender; why not the host's quick configuration: docs/vm.md, "The long haul in the
 guest"). Sender-dci is the case where the two modes' feedback paths differ by two long-haul crossings,
 the headline; at the receiver-side ToR both cross it once (docs/validation.md). It asserts, per backend:
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.validate import longhaul_vm as V
+from testbed.bench import longhaul_vm as V
 
 #: Backends asserted here (the table has both).
 GUEST = ("netem",)
