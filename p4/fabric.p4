@@ -40,8 +40,10 @@ register<bit<32>>(FLOW_SLOTS) sender_qp;
 register<bit<48>>(FLOW_SLOTS) cnp_last_us;
 
 /* Queue observed by packets entering the egress pipeline, per egress port (reset by the control plane):
- * peak and sum of enq_qdepth (mean = qdepth_sum / qdepth_pkts), and the BMv2 time (us) of the first
+ * peak and sum of enq_qdepth (mean = qdepth_sum / qdepth_pkts), the last packet's (a sample of the queue
+ * now, one register read: two counters read apart cannot be divided), and the BMv2 time (us) of the first
  * congestion signal (CE mark or fast CNP) the port caused: the start of a feedback-delay measurement. */
+register<bit<32>>(512) qdepth_last;
 register<bit<32>>(512) qdepth_peak;
 register<bit<64>>(512) qdepth_sum;
 register<bit<64>>(512) qdepth_pkts;
@@ -253,6 +255,7 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta,
         bit<32> port = (bit<32>) standard_metadata.egress_port;
         bit<32> q = (bit<32>) standard_metadata.enq_qdepth;
         from_queue.count(port);
+        qdepth_last.write(port, q);
         bit<32> peak;
         qdepth_peak.read(peak, port);
         if (q > peak) {

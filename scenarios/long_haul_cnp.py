@@ -16,11 +16,10 @@
                     paths cross the long haul once: fast CNP saves only x1 -> receiver -> x1.
 
 What it shows: per distance, mode and case the goodput, flow completion time p50/p99, the congestion
-point's queue (peak and mean, read from registers of fabric.p4), the feedback delay (first CE mark or
-switch CNP at the congestion point -> first CNP at the sender, from the switch's clock and a capture on
-the sender) and drops. Times are reported in real-world units (emulated / scale) with the emulated ones
-beside them. The run also watches the emulator (switch CPU, machine CPU, delay-line lateness) and says
-when it saturated, so that such rows are not read as protocol behaviour.
+point's queue (peak and mean, read from registers of fabric.p4), the feedback delay (the congestion
+point's first CE-marked frame or CNP on the wire -> the first CNP at a sender, both captured on the one
+kernel clock) and drops, in real-world units (emulated / scale) with the emulated ones beside them. The
+run watches the emulator (switch CPU, machine CPU, delay-line lateness) and says when it saturated.
 
 Real fabric -> replica: ``scale`` from the spec (1000): 10G -> 10 Mbit/s, 30 km (150 us) -> 150 ms,
 DCQCN timers and the CNP interval x 1000; queues and RED thresholds stay in packets/bytes. Each distance's
@@ -28,9 +27,9 @@ DCQCN timers and the CNP interval x 1000; queues and RED thresholds stay in pack
 
 Every trial is checked before it is shown (``testbed.validate.trial_ledger``): its frame ledger names the
 place of every lost frame (a modelled queue, or the emulator: a wire, a switch's capture ring, a link node,
-a host socket; ``testbed.links.hops`` finds them by conservation of frames at every element), and a trial
-with emulator losses, unaccounted losses or a saturated machine is INVALID with the reason.
-The pure set-up lives in ``testbed.validate.longhaul_setup``, the tables and plots in ``longhaul_report``.
+a host socket; found by conservation of frames at every element, ``testbed.links.hops``); a trial with
+emulator losses, unaccounted losses or a saturated machine is INVALID with the reason. The pure set-up
+lives in ``testbed.validate.longhaul_setup``, the tables and plots in ``longhaul_report``.
 
     sudo testbed run long_haul_cnp --quick        # 30 km, both modes, both cases, 1 repetition (~1 min)
     sudo testbed run long_haul_cnp                # 0, 10, 30, 50, 100 km, 5 repetitions each
@@ -128,6 +127,7 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     from testbed.p4rt import fabric_stats as F
     from testbed.poll import poll
     from testbed.rdma.endpoint import sender_result, summarise_write_lat
+    from testbed.roce.opcodes import CNP
     from testbed.roce.timing import opcode_times
     from testbed.validate.trial_watch import TrialWatch
 
@@ -144,13 +144,12 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     backend, _why = S.long_haul_backend(plan, r)
     dci = [r.dci, r.dci[::-1]] if backend == "netem" else []  # the netem long haul's qdiscs count its drops
     netem0 = replica_egress_drops(rep, dci)
-    with ExitStack() as captures:
-        for s in r.senders:  # the CNPs each sender receives, timestamped where they arrive
-            argv = tcpdump_argv(rep.intf_name(s, next(iter(G.neighbors(s)))), out / f"cnp-{s}.pcap",
-                                ["udp dst port 4791 and udp[8] = 0x81"], buffer_kib=4096)
-            captures.enter_context(tcpdump(lambda a, log, s=s: rep.popen(s, a, stdout=log.open("w"),  # noqa: SIM115
-                                                                          stderr=subprocess.STDOUT),
-                                           argv, out / f"tcpdump-{s}.log", s))
+    with ExitStack() as captures:  # CNPs where the senders get them, the congestion point's first signal
+        for node, nbr, way, expr, name in S.captures(G, case, r):
+            argv = tcpdump_argv(rep.intf_name(node, nbr), out / f"{name}.pcap", [expr], buffer_kib=4096, direction=way)
+            captures.enter_context(tcpdump(lambda a, log, n=node: rep.popen(n, a, stdout=log.open("w"),  # noqa: SIM115
+                                                                             stderr=subprocess.STDOUT),
+                                           argv, out / f"tcpdump-{name}.log", f"{node}-{nbr}"))
         watch = TrialWatch(rep, clients, nodes, r.senders + r.receivers,
                            {f"receiver {h}": p.pid for h, p in zip(r.receivers, servers, strict=True)}).start()
         senders = [(s, rep.popen(s, ENDPOINT + ["send", json.dumps(doc)], stdout=open(out / f"sender-{s}.json", "w"),  # noqa: SIM115
@@ -166,9 +165,10 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     results = [sender_result(p, out / f"sender-{s}.json", out / f"sender-{s}.log") for s, p in senders]
     flows = summarise_write_lat(results)
     neck = F.port_stats(clients[bsw], bport)
-    crossing = r.senders if case == "sender-dci" else r.senders[:1]  # flows through the bottleneck port
     cnps = {s: opcode_times(out / f"cnp-{s}.pcap")[0] for s in r.senders}
-    feedback = S.feedback_delay(epoch, neck["first_signal_us"], [cnps[s][0] for s in crossing if cnps[s]])
+    firsts = [cnps[s][0] for s in S.crossing(case, r) if cnps[s]]
+    signal = {k: opcode_times(out / f"signal-{k}.pcap", op)[0] for k, op in (("ce", None), ("cnp", CNP))}
+    feedback = S.feedback_on_wire(mode, signal["ce"], signal["cnp"], firsts)
     dropped = F.drops(clients, plan)
     ev = watch.evidence(dropped)
     long_haul = ev["link_stats"].get(rep.link_node(*r.dci).name) if backend == "userspace" else None
@@ -186,9 +186,10 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     checked = TL.verdict({"mode": mode, "switch_cnps": neck["switch_cnps"], "cnps_rx": flows["cnps_rx"],
                           "marks": neck["marks"]}, block, sat)
     return {**flows, **neck, "feedback_delay_s": feedback, "long_haul_backend": backend,
+            "feedback_delay_switch_clock_s": S.feedback_delay(epoch, neck["first_signal_us"], firsts),
             "long_haul_netem_drops": netem_lost if backend == "netem" else None, "drops": dropped["tail"] + dropped["red"],
-            "bottleneck": S.bottleneck_doc(plan, bsw, bnbr),
-            "udp_rcvbuf_errors": ev["udp_rcvbuf_errors"], "switch_socket_drops": ev["switch_socket_drops"],
+            "bottleneck": S.bottleneck_doc(plan, bsw, bnbr), "udp_rcvbuf_errors": ev["udp_rcvbuf_errors"],
+            "switch_socket_drops": ev["switch_socket_drops"],
             "ring_drops": ev["ring_drops"], "ring_frames_min": ev["ring_frames_min"], "hops": ev["hops"], "switch_drops": dropped["by_switch"], "cpu": cpu.summary(),
             "elapsed_s": elapsed, "settled_s": watch.settled_s, "window_pkts": window, "saturation": sat, **checked,
             "senders": results,

@@ -24,15 +24,18 @@ Spawn = Callable[[list, Path], subprocess.Popen]
 
 
 def tcpdump_argv(intf: str, pcap: Path, expr: Sequence[str], *, snaplen: int = 0, buffer_kib: int = 32768,
-                 nano: bool = False) -> list[str]:
+                 nano: bool = False, direction: str | None = None) -> list[str]:
     """tcpdump writing the frames of ``intf`` matching ``expr`` into ``pcap``, each written at once (``-U``).
 
     ``snaplen`` 0 keeps whole frames; ``buffer_kib`` is the kernel capture buffer (a small one drops under a
-    burst, counted by tcpdump as "dropped by kernel"); ``nano`` asks for nanosecond timestamps.
+    burst, counted by tcpdump as "dropped by kernel"); ``nano`` asks for nanosecond timestamps;
+    ``direction`` ``in`` or ``out`` keeps only frames received or sent by ``intf`` (``-Q``).
     """
     argv = ["tcpdump", "-i", intf, "-n", "-U", "--immediate-mode", "-B", str(buffer_kib), "-s", str(snaplen)]
     if nano:
         argv += ["--time-stamp-precision", "nano"]
+    if direction is not None:
+        argv += ["-Q", direction]
     return argv + ["-w", str(pcap), *expr]
 
 

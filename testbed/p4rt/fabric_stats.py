@@ -5,7 +5,7 @@
     port_stats(client, port)        the congestion point's queue (peak, mean), marks, switch CNPs, first signal
     drops(clients, plan)            every frame a switch lost, by reason, and the busiest switch's packets
     QueueSampler(client, port)      the congestion point's queue over time, read while the trial runs
-    queue_series(samples)           (pure) those cumulative readings as the mean depth per interval
+    queue_series(samples)           (pure) those readings as the depth over time
 
 Counters and registers are those of ``p4/fabric.p4`` (``docs/p4.md``).
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from testbed.p4rt import entries as E
 
 COUNTERS = ("marks", "cnps", "drops", "cnp_skipped", "to_port", "from_queue")
-REGISTERS = ("sender_qp", "cnp_last_us", "qdepth_peak", "qdepth_sum", "qdepth_pkts", "first_signal_us")
+REGISTERS = ("sender_qp", "cnp_last_us", "qdepth_last", "qdepth_peak", "qdepth_sum", "qdepth_pkts", "first_signal_us")
 
 
 def program_ecn(clients: dict, plan) -> None:
@@ -90,16 +90,18 @@ def drops(clients: dict, plan) -> dict:
             "consumed_by_switch": consumed, "generated_by_switch": generated}
 
 
-def queue_series(samples) -> list[tuple[float, float | None]]:
-    """Pure: cumulative ``(wall_s, qdepth_sum, qdepth_pkts)`` readings -> ``(wall_s, mean depth)`` per interval.
+def queue_series(samples) -> list[tuple[float, int | None]]:
+    """Pure: ``(wall_s, qdepth_last, qdepth_pkts)`` readings -> ``(wall_s, depth)``, the depth the port's
+    latest packet met (fabric.p4's ``qdepth_last``), or None when no packet entered the queue since the
+    reading before (the register still holds an old packet's depth: a gap, not the queue now).
 
-    fabric.p4 adds each packet's enqueue depth to ``qdepth_sum`` and counts it in ``qdepth_pkts``, so between
-    two readings the mean depth the port's packets met is the ratio of the differences. An interval in which
-    no packet was enqueued has no depth to report (None: a gap, not an empty queue).
+    Why not the mean from ``qdepth_sum`` / ``qdepth_pkts``: the two are read by separate Thrift calls, and
+    a packet counted in one but not yet in the other makes an interval with few packets read thousands of
+    frames deep (6,225 against a 362-frame peak, once).
     """
     out = []
-    for (_t0, s0, n0), (t1, s1, n1) in zip(samples, samples[1:], strict=False):
-        out.append((t1, (s1 - s0) / (n1 - n0) if n1 > n0 else None))
+    for (_t0, _q0, n0), (t1, q1, n1) in zip(samples, samples[1:], strict=False):
+        out.append((t1, q1 if n1 != n0 else None))
     return out
 
 
@@ -131,7 +133,7 @@ class QueueSampler:
         try:
             while not self._stop.is_set():
                 t = time.time()
-                self.samples.append((t, client.register_read("qdepth_sum", self.port),
+                self.samples.append((t, client.register_read("qdepth_last", self.port),
                                      client.register_read("qdepth_pkts", self.port)))
                 self._stop.wait(max(0.0, t + self.every_s - time.time()))
         except Exception as exc:  # noqa: BLE001
@@ -144,7 +146,7 @@ class QueueSampler:
         return self
 
     def stop(self) -> list[tuple[float, float | None]]:
-        """Stop reading; the mean depth per interval (:func:`queue_series`)."""
+        """Stop reading; the depth over time (:func:`queue_series`)."""
         self._stop.set()
         self._thread.join(timeout=10)
         return queue_series(self.samples)

@@ -93,6 +93,11 @@ def bottleneck(case: str, r: Roles) -> tuple:
     return (r.dci[0], r.dci[1]) if case == "sender-dci" else (r.receiver_tor, r.receivers[0])
 
 
+def crossing(case: str, r: Roles) -> tuple:
+    """The senders whose flows cross the congestion point's port (both at the DCI, the first at the ToR)."""
+    return r.senders if case == "sender-dci" else r.senders[:1]
+
+
 def case_graph(G, case: str):
     """Copy of G with the case's real-world link rates (:func:`case_rates`)."""
     H = G.copy()
@@ -174,8 +179,8 @@ def row(case: str, distance_km: float, mode: str, scale: float, t: dict, repetit
 
 
 def timeline(senders, results: list, queue: list, cnp_times: dict, scale: float) -> dict:
-    """A trial over time in real-world units (pure): each sender's DCQCN rate, the congestion point's mean
-    queue per interval, each sender's CNP arrivals; time in real ms from the first sender's start.
+    """A trial over time in real-world units (pure): each sender's DCQCN rate, the congestion point's queue
+    (the depth its latest packet met), each sender's CNP arrivals; time in real ms from the first start.
 
     ``results``: the senders' result documents in the order of ``senders`` (their ``series``: seconds since
     their own start, ``started_at`` on the wall clock); ``queue``: :func:`testbed.p4rt.fabric_stats.queue_series`
@@ -309,6 +314,33 @@ def parse_list(text: str, field: str, cast, allowed=None) -> list:
         if bad:
             raise SpecError(field, f"{bad[0]!r} is not one of: {', '.join(allowed)}")
     return items
+
+
+#: tcpdump filters: a CNP (BTH opcode 0x81), a RoCEv2 frame marked CE (the IP header's ECN bits 11).
+CNP_FILTER, CE_FILTER = "udp dst port 4791 and udp[8] = 0x81", "udp dst port 4791 and ip[1] & 3 = 3"
+
+
+def captures(G, case: str, r: Roles) -> list[tuple]:
+    """Where a trial captures, as ``(node, neighbour, direction, filter, name)``: the CNPs reaching each sender
+    (``cnp-<sender>``), and at the congestion point, on the wire, its first signal: the CE-marked frames it
+    sends on towards the receiver (``signal-ce``) and the CNPs it sends back towards the senders
+    (``signal-cnp``: its own, with fast CNP). Every capture is stamped by the one kernel clock, so the
+    feedback delay between them needs no join of the switch's clock with the machine's."""
+    bsw, bnbr = bottleneck(case, r)
+    import networkx as nx
+
+    back = nx.shortest_path(G, bsw, r.senders[0])[1]
+    return ([(s, next(iter(G.neighbors(s))), "in", CNP_FILTER, f"cnp-{s}") for s in r.senders]
+            + [(bsw, bnbr, "out", CE_FILTER, "signal-ce"), (bsw, back, "out", CNP_FILTER, "signal-cnp")])
+
+
+def feedback_on_wire(mode: str, signal_ce: list, signal_cnp: list, cnp_times: list) -> float | None:
+    """Seconds from the congestion point's first signal on the wire (its first CE-marked frame out with
+    ECN, its first CNP out with fast CNP) to the first CNP captured at a sender after it; None when either
+    is missing. All times from the kernel's capture clock (:func:`captures`)."""
+    first = min(signal_cnp if mode == "fast-cnp" else signal_ce, default=None)
+    later = [t - first for t in cnp_times if first is not None and t >= first]
+    return min(later) if later else None
 
 
 def feedback_delay(clock_epoch_us: float, first_signal_us: int, cnp_times: list) -> float | None:

@@ -341,7 +341,7 @@ def test_queue_registers_and_tail_drop_accounting(sw):
     client, wire = sw
     for name in ("to_port", "from_queue"):
         client.counter_reset(name)
-    for name in ("qdepth_peak", "qdepth_sum", "qdepth_pkts", "first_signal_us"):
+    for name in ("qdepth_last", "qdepth_peak", "qdepth_sum", "qdepth_pkts", "first_signal_us"):
         client.register_reset(name)
     client.set_queue_depth(5, port=4)
     barriers = []
@@ -371,6 +371,7 @@ def test_queue_registers_and_tail_drop_accounting(sw):
     assert 1 <= peak <= 5  # a queue built up, and never beyond its 5 slots
     pkts = client.register_read("qdepth_pkts", 4)
     assert pkts >= len(got) and client.register_read("qdepth_sum", 4) <= peak * pkts
+    assert client.register_read("qdepth_last", 4) <= peak   # the latest packet's depth, after the burst
     assert client.register_read("first_signal_us", 4) == 0  # never reached kmax (6): never congested
 
 

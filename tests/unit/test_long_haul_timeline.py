@@ -7,10 +7,10 @@ from testbed.validate import longhaul_report as report
 from testbed.validate import longhaul_setup as S
 
 
-def test_queue_series_is_the_mean_depth_per_interval():
-    # 3 packets at depths 10, 20, 30 between the first two readings; none in the next interval
-    samples = [(100.0, 5, 1), (100.025, 65, 4), (100.05, 65, 4), (100.075, 165, 8)]
-    assert queue_series(samples) == [(100.025, 20.0), (100.05, None), (100.075, 25.0)]
+def test_queue_series_is_the_latest_packets_depth_and_a_gap_without_packets():
+    # (time, depth the latest packet met, packets so far): none entered between the 2nd and 3rd reading
+    samples = [(100.0, 3, 1), (100.025, 20, 4), (100.05, 20, 4), (100.075, 7, 8)]
+    assert queue_series(samples) == [(100.025, 20), (100.05, None), (100.075, 7)]
     assert queue_series(samples[:1]) == []
 
 
@@ -42,3 +42,33 @@ def test_plot_timeline_draws_both_modes(tmp_path):
     assert path.stat().st_size > 10_000
     report.plot_timeline({}, tmp_path / "none.png", "nothing")   # nothing ran: no figure, no error
     assert not (tmp_path / "none.png").exists()
+
+
+def _long_haul_graph():
+    from scenarios.long_haul_cnp import SPEC
+    from testbed.topo.spec import build_graph, load_spec
+
+    return build_graph(load_spec(SPEC))
+
+
+def test_captures_at_the_senders_and_on_the_congestion_points_wire():
+    G = _long_haul_graph()
+    r = S.roles(G)
+    dci = {(n, nbr, way, name) for n, nbr, way, _f, name in S.captures(G, "sender-dci", r)}
+    # CNPs as they reach each sender; the DCI's CE marks going on over the long haul, its CNPs going back
+    assert {(s, next(iter(G.neighbors(s))), "in", f"cnp-{s}") for s in r.senders} <= dci
+    assert (r.dci[0], r.dci[1], "out", "signal-ce") in dci
+    assert (r.dci[0], next(iter(G.neighbors(r.senders[0]))), "out", "signal-cnp") in dci   # towards the ToR x0
+    tor = {(n, nbr, name) for n, nbr, _w, _f, name in S.captures(G, "receiver-tor", r)}
+    assert (r.receiver_tor, r.receivers[0], "signal-ce") in tor and (r.receiver_tor, r.dci[1], "signal-cnp") in tor
+    assert S.crossing("sender-dci", r) == r.senders and S.crossing("receiver-tor", r) == r.senders[:1]
+
+
+def test_feedback_on_the_wire_from_the_modes_own_first_signal():
+    ce, switch_cnps, at_senders = [10.0, 10.5], [12.0], [9.0, 10.3, 12.001]
+    # ECN: from the first CE-marked frame out of the congestion point to the first CNP after it
+    assert S.feedback_on_wire("ecn", ce, [], at_senders) == pytest.approx(0.3)
+    # fast CNP: from the switch's first CNP out (a CNP captured before it is not its answer)
+    assert S.feedback_on_wire("fast-cnp", [], switch_cnps, at_senders) == pytest.approx(0.001)
+    assert S.feedback_on_wire("ecn", [], switch_cnps, at_senders) is None       # never marked
+    assert S.feedback_on_wire("fast-cnp", [], [13.0], at_senders) is None       # no CNP reached a sender after
