@@ -167,7 +167,9 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     neck = F.port_stats(clients[bsw], bport)
     cnps = {s: opcode_times(out / f"cnp-{s}.pcap")[0] for s in r.senders}
     firsts = [cnps[s][0] for s in S.crossing(case, r) if cnps[s]]
-    signal = {k: opcode_times(out / f"signal-{k}.pcap", op)[0] for k, op in (("ce", None), ("cnp", CNP))}
+    lag = {name: S.netem_lag_s(plan, node, nbr) for node, nbr, _way, _expr, name in S.captures(G, case, r)}
+    signal = {k: [t - lag[f"signal-{k}"] for t in opcode_times(out / f"signal-{k}.pcap", op)[0]]
+              for k, op in (("ce", None), ("cnp", CNP))}
     feedback = S.feedback_on_wire(mode, signal["ce"], signal["cnp"], firsts)
     dropped = F.drops(clients, plan)
     ev = watch.evidence(dropped)

@@ -374,3 +374,12 @@ def run_config(G, spec, args, distances, modes, cases, long_haul: str = "userspa
             "red": red_rule(G, getattr(args, "red", "per-25g")),
             "qp_map": "learned from ACKs" if args.learn_qp else "preloaded by the control plane",
             "link_backend": getattr(args, "link_backend", "auto"), **validate_fields(G, long_haul)}
+
+
+def netem_lag_s(plan, node, neighbour) -> float:
+    """Seconds to take out of a capture's timestamps on ``node``'s port towards ``neighbour``: a port whose
+    egress carries tc netem hands a frame to the capture tap only after netem's delay (the tap sits behind
+    the qdisc), so a frame "leaving" the switch there is stamped one long-haul crossing late (measured in the
+    VM: ECN's feedback 0.155 ms real on the wire against 0.305 by the switch's clock). 0 without netem."""
+    e = next(e for e in plan.links if {e.u, e.v} == {node, neighbour})
+    return e.applied.delay_s if any("netem" in argv for argv in dict(e.tc).get(node, ())) else 0.0

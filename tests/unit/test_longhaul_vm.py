@@ -98,3 +98,16 @@ def test_trial_watch_waits_until_no_counter_moves(monkeypatch):
 
     monkeypatch.setattr(P, "poll", lambda fn, timeout, **kw: (_ for _ in ()).throw(TimeoutError("moving")))
     assert watch._settle(0.05) is None
+
+
+def test_netem_lag_is_the_netem_delay_of_the_capturing_end_only():
+    from types import SimpleNamespace as NS
+
+    from testbed.validate.longhaul_setup import netem_lag_s
+
+    netem = (("tc", "qdisc", "replace", "dev", "d0-eth2", "root", "handle", "10:", "netem", "delay", "3000000us"),)
+    haul = NS(u="d0", v="d1", applied=NS(delay_s=3.0), tc=(("d0", netem), ("d1", netem)))
+    host = NS(u="x0", v="d0", applied=NS(delay_s=0.01), tc=(("x0", (("tc", "qdisc", "add", "htb"),)),))
+    plan = NS(links=[haul, host])
+    assert netem_lag_s(plan, "d0", "d1") == 3.0 == netem_lag_s(plan, "d1", "d0")
+    assert netem_lag_s(plan, "d0", "x0") == 0.0   # no netem on d0's end of that link
