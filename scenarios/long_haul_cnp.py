@@ -127,8 +127,7 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     from testbed.p4rt import fabric_stats as F
     from testbed.poll import poll
     from testbed.rdma.endpoint import sender_result, summarise_write_lat
-    from testbed.roce.opcodes import CNP
-    from testbed.roce.timing import opcode_times
+    from testbed.validate import longhaul_captures as LC
     from testbed.validate.trial_watch import TrialWatch
 
     out.mkdir(parents=True, exist_ok=True)
@@ -165,12 +164,9 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     results = [sender_result(p, out / f"sender-{s}.json", out / f"sender-{s}.log") for s, p in senders]
     flows = summarise_write_lat(results)
     neck = F.port_stats(clients[bsw], bport)
-    cnps = {s: opcode_times(out / f"cnp-{s}.pcap")[0] for s in r.senders}
-    firsts = [cnps[s][0] for s in S.crossing(case, r) if cnps[s]]
     lag = {name: S.netem_lag_s(plan, node, nbr) for node, nbr, _way, _expr, name in S.captures(G, case, r)}
-    signal = {k: [t - lag[f"signal-{k}"] for t in opcode_times(out / f"signal-{k}.pcap", op)[0]]
-              for k, op in (("ce", None), ("cnp", CNP))}
-    feedback = S.feedback_on_wire(mode, signal["ce"], signal["cnp"], firsts)
+    times = LC.capture_times(out, case, r, lag)   # lag: a capture behind a netem qdisc is stamped late
+    feedback, parts = LC.feedback(times, mode)
     dropped = F.drops(clients, plan)
     ev = watch.evidence(dropped)
     long_haul = ev["link_stats"].get(rep.link_node(*r.dci).name) if backend == "userspace" else None
@@ -188,14 +184,15 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     checked = TL.verdict({"mode": mode, "switch_cnps": neck["switch_cnps"], "cnps_rx": flows["cnps_rx"],
                           "marks": neck["marks"]}, block, sat)
     return {**flows, **neck, "feedback_delay_s": feedback, "long_haul_backend": backend,
-            "feedback_delay_switch_clock_s": S.feedback_delay(epoch, neck["first_signal_us"], firsts),
+            "feedback_delay_switch_clock_s": S.feedback_delay(epoch, neck["first_signal_us"], times["crossing"]),
+            "feedback_parts": parts,
             "long_haul_netem_drops": netem_lost if backend == "netem" else None, "drops": dropped["tail"] + dropped["red"],
             "bottleneck": S.bottleneck_doc(plan, bsw, bnbr), "udp_rcvbuf_errors": ev["udp_rcvbuf_errors"],
             "switch_socket_drops": ev["switch_socket_drops"],
             "ring_drops": ev["ring_drops"], "ring_frames_min": ev["ring_frames_min"], "hops": ev["hops"], "switch_drops": dropped["by_switch"], "cpu": cpu.summary(),
             "elapsed_s": elapsed, "settled_s": watch.settled_s, "window_pkts": window, "saturation": sat, **checked,
             "senders": results,
-            "timeline": S.timeline(r.senders, results, queue, cnps, plan.scale), "queue_sampler_error": sampler.error}
+            "timeline": S.timeline(r.senders, results, queue, times["cnps"], plan.scale), "queue_sampler_error": sampler.error}
 
 
 def main(argv=None) -> int:

@@ -17,15 +17,16 @@ def first_opcode_time(pcap: Path, opcode: int = CNP) -> tuple[float | None, str 
     return (times[0], None) if times else (None, why)
 
 
-def opcode_times(pcap: Path, opcode: int | None = CNP) -> tuple[list[float], str | None]:
-    """(capture times of every RoCEv2 packet whose BTH opcode is ``opcode``, or of every one with None;
-    None) or (those read, why not all): a malformed record ends the list and says where."""
+def opcode_times(pcap: Path, opcode: int | None = CNP, ce: bool = False) -> tuple[list[float], str | None]:
+    """(capture times of every RoCEv2 packet whose BTH opcode is ``opcode``, or of every one with None,
+    and only those marked CE with ``ce``; None) or (those read, why not all): a malformed record ends the
+    list and says where."""
     records, info = read_records(pcap)
     times = []
     try:
         for rec in records:
             pkt = roce_of(rec)
-            if pkt is not None and pkt.transport and opcode in (None, pkt.transport[0]):
+            if pkt is not None and pkt.transport and opcode in (None, pkt.transport[0]) and (not ce or pkt.ecn == 3):
                 times.append(rec.ts)
     except Malformed as exc:
         return times, f"capture {pcap}: {exc}"

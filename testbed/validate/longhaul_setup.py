@@ -324,14 +324,17 @@ def captures(G, case: str, r: Roles) -> list[tuple]:
     """Where a trial captures, as ``(node, neighbour, direction, filter, name)``: the CNPs reaching each sender
     (``cnp-<sender>``), and at the congestion point, on the wire, its first signal: the CE-marked frames it
     sends on towards the receiver (``signal-ce``) and the CNPs it sends back towards the senders
-    (``signal-cnp``: its own, with fast CNP). Every capture is stamped by the one kernel clock, so the
-    feedback delay between them needs no join of the switch's clock with the machine's."""
+    (``signal-cnp``: its own, with fast CNP); at each receiver the CE-marked frames in and its CNPs out
+    (``receiver-<h>``: the notification point's turn-around). Every capture is stamped by the one kernel
+    clock, so the feedback delay between them needs no join of the switch's clock with the machine's."""
     bsw, bnbr = bottleneck(case, r)
     import networkx as nx
 
     back = nx.shortest_path(G, bsw, r.senders[0])[1]
     return ([(s, next(iter(G.neighbors(s))), "in", CNP_FILTER, f"cnp-{s}") for s in r.senders]
-            + [(bsw, bnbr, "out", CE_FILTER, "signal-ce"), (bsw, back, "out", CNP_FILTER, "signal-cnp")])
+            + [(bsw, bnbr, "out", CE_FILTER, "signal-ce"), (bsw, back, "out", CNP_FILTER, "signal-cnp")]
+            + [(h, next(iter(G.neighbors(h))), None, f"({CE_FILTER}) or ({CNP_FILTER})", f"receiver-{h}")
+               for h in r.receivers])
 
 
 def feedback_on_wire(mode: str, signal_ce: list, signal_cnp: list, cnp_times: list) -> float | None:
@@ -341,6 +344,24 @@ def feedback_on_wire(mode: str, signal_ce: list, signal_cnp: list, cnp_times: li
     first = min(signal_cnp if mode == "fast-cnp" else signal_ce, default=None)
     later = [t - first for t in cnp_times if first is not None and t >= first]
     return min(later) if later else None
+
+
+def feedback_parts(signal_ce: list, receivers: dict, sender_cnp: list) -> dict | None:
+    """ECN's feedback split where it was captured (seconds; pure): the first CE-marked frame from the
+    congestion point to the receiver it reached first (``to_receiver_s``: fibre, switches), that receiver's
+    first CNP after it (``receiver_turnaround_s``: the notification point), and from there to the first
+    CNP at a sender (``to_sender_s``). ``receivers``: {receiver: (CE-marked frames in, CNPs out)}. None when
+    a part is missing (fast CNP: nothing is marked)."""
+    t0 = min(signal_ce, default=None)
+    first = min(((t, h) for h, (ce, _) in receivers.items() for t in ce if t0 is not None and t >= t0), default=None)
+    if first is None:
+        return None
+    tr, h = first
+    tc = min((t for t in receivers[h][1] if t >= tr), default=None)
+    ts = min((t for t in sender_cnp if tc is not None and t >= tc), default=None)
+    if ts is None:
+        return None
+    return {"receiver": h, "to_receiver_s": tr - t0, "receiver_turnaround_s": tc - tr, "to_sender_s": ts - tc}
 
 
 def feedback_delay(clock_epoch_us: float, first_signal_us: int, cnp_times: list) -> float | None:

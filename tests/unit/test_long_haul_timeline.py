@@ -72,3 +72,46 @@ def test_feedback_on_the_wire_from_the_modes_own_first_signal():
     assert S.feedback_on_wire("fast-cnp", [], switch_cnps, at_senders) == pytest.approx(0.001)
     assert S.feedback_on_wire("ecn", [], switch_cnps, at_senders) is None       # never marked
     assert S.feedback_on_wire("fast-cnp", [], [13.0], at_senders) is None       # no CNP reached a sender after
+
+
+def test_ecn_feedback_split_where_it_was_captured():
+    # the DCI marks at 1.0; h3 gets a CE frame at 1.2 (h2 only at 1.25), answers at 1.23; h1 hears at 1.45
+    receivers = {"h2": ([1.25], [1.3]), "h3": ([0.5, 1.2], [0.4, 1.23])}
+    parts = S.feedback_parts([1.0, 1.1], receivers, [0.9, 1.45])
+    assert parts["receiver"] == "h3"
+    assert parts["to_receiver_s"] == pytest.approx(0.2) and parts["receiver_turnaround_s"] == pytest.approx(0.03)
+    assert parts["to_sender_s"] == pytest.approx(0.22)
+    assert S.feedback_parts([], receivers, [1.45]) is None            # nothing marked (fast CNP)
+    assert S.feedback_parts([1.0], {"h3": ([1.2], [])}, [1.45]) is None   # the receiver never answered
+
+
+def test_capture_times_read_every_capture_of_a_trial(tmp_path):
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    from testbed.roce.layers import BTH, cnp
+    from testbed.validate.longhaul_captures import capture_times, feedback
+
+    def frame(t, ce=False, is_cnp=False, dst="10.0.0.1"):
+        f = Ether() / IP(src="10.1.0.1", dst=dst, tos=3 if ce else 2) / UDP(sport=49152, dport=4791) / (
+            cnp(7) if is_cnp else BTH(opcode=0x0A, dqpn=7, psn=1))
+        f.time = t
+        return f
+
+    r = S.roles(_long_haul_graph())
+    s0, s1 = r.senders
+    wrpcap(str(tmp_path / f"cnp-{s0}.pcap"), [frame(2.0, is_cnp=True)])
+    wrpcap(str(tmp_path / f"cnp-{s1}.pcap"), [frame(2.5, is_cnp=True)])
+    wrpcap(str(tmp_path / "signal-ce.pcap"), [frame(1.0, ce=True)])
+    wrpcap(str(tmp_path / "signal-cnp.pcap"), [frame(1.9, is_cnp=True)])
+    for h in r.receivers:
+        wrpcap(str(tmp_path / f"receiver-{h}.pcap"), [frame(1.4), frame(1.5, ce=True), frame(1.6, is_cnp=True)])
+    times = capture_times(tmp_path, "sender-dci", r)
+    assert times["signal"] == {"ce": [1.0], "cnp": [1.9]} and times["crossing"] == [2.0, 2.5]
+    assert all(v == ([1.5], [1.6]) for v in times["receivers"].values())   # the unmarked frame is not CE
+    delay, parts = feedback(times, "ecn")
+    assert delay == pytest.approx(1.0) and parts["to_receiver_s"] == pytest.approx(0.5)
+    assert parts["receiver_turnaround_s"] == pytest.approx(0.1) and parts["to_sender_s"] == pytest.approx(0.4)
+    delay, parts = feedback(times, "fast-cnp")
+    assert delay == pytest.approx(0.1) and parts is None
