@@ -64,9 +64,10 @@ def port_stats(client, port: int) -> dict:
 def drops(clients: dict, plan) -> dict:
     """``tail`` (queued minus dequeued, per port), ``red`` (early drops), ``by_switch`` (every reason),
     ``counted`` (all but not-IP), ``busiest_pkts`` (the most any one switch dequeued), and per switch
-    ``consumed_by_switch`` (tail + every reason) and ``generated_by_switch`` (its CNPs)."""
+    ``consumed_by_switch`` (tail + every reason) and ``generated_by_switch`` (its CNPs); ``marks_by_port``
+    {switch: {port: CE marks}} wherever a port marked (a second congestion point shows here)."""
     tail = busiest = 0
-    tail_by_switch, generated, sent_to, left_queue = {}, {}, {}, {}
+    tail_by_switch, generated, sent_to, left_queue, marks = {}, {}, {}, {}, {}
     for sw, c in clients.items():
         ports = [p.port for p in plan.switch(sw).ports]
         dequeued = {p: c.counter_read("from_queue", p).packets for p in ports}
@@ -76,6 +77,8 @@ def drops(clients: dict, plan) -> dict:
         tail += tail_by_switch[sw]
         busiest = max(busiest, sum(dequeued.values()))
         generated[sw] = sum(c.counter_read("cnps", p).packets for p in ports)
+        marked = {p: c.counter_read("marks", p).packets for p in ports}
+        marks[sw] = {p: n for p, n in marked.items() if n}
     by_switch = {sw: {k: c.counter_read("drops", i).packets for k, i in E.DROP_REASONS.items()}
                  for sw, c in clients.items()}
     red = sum(d["queue"] for d in by_switch.values())
@@ -87,7 +90,8 @@ def drops(clients: dict, plan) -> dict:
     pipeline = {sw: {"ingress": sent_to[sw] + sum(n for k, n in by_switch[sw].items() if k != "queue"),
                      "egress": left_queue[sw] - by_switch[sw]["queue"] + generated[sw]} for sw in clients}
     return {"pipeline_by_switch": pipeline, "tail": tail, "red": red, "by_switch": by_switch, "counted": counted, "busiest_pkts": busiest,
-            "consumed_by_switch": consumed, "generated_by_switch": generated}
+            "consumed_by_switch": consumed, "generated_by_switch": generated,
+            "marks_by_port": {sw: m for sw, m in marks.items() if m}}
 
 
 def queue_series(samples) -> list[tuple[float, int | None]]:
