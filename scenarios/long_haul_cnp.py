@@ -42,7 +42,6 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 
 if __name__ == "__main__" and __package__ is None:
@@ -103,9 +102,8 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
                     for rep_i in range(args.repetitions):
                         trial_plan = S.case_plan(G, case, mode, caps, args.link_backend, args.red)
                         tag = f"{case}-{mode}" + (f"-{rep_i}" if args.repetitions > 1 else "")
-                        console.print(f"[bold]{distance_km:g} km, {case}, {mode}"
-                                      + (f", repetition {rep_i + 1}/{args.repetitions}" if args.repetitions > 1 else "")
-                                      + "[/bold]")
+                        console.print(f"[bold]{distance_km:g} km, {case}, {mode}[/bold]"
+                                      + (f", repetition {rep_i + 1}/{args.repetitions}" if args.repetitions > 1 else ""))
                         t = trial(rep, trial_plan, r, clients, case, mode, args, out / tag, nodes, servers, window)
                         res.write_json(f"{distance_km:g}km/{tag}/plan.json", trial_plan.to_json())
                         rows.append(S.row(case, distance_km, mode, plan.scale, t, rep_i))
@@ -164,8 +162,7 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     results = [sender_result(p, out / f"sender-{s}.json", out / f"sender-{s}.log") for s, p in senders]
     flows = summarise_write_lat(results)
     neck = F.port_stats(clients[bsw], bport)
-    lag = {name: S.netem_lag_s(plan, node, nbr) for node, nbr, _way, _expr, name in S.captures(G, case, r)}
-    times = LC.capture_times(out, case, r, lag)   # lag: a capture behind a netem qdisc is stamped late
+    times = LC.capture_times(out, case, r, S.capture_lags(plan, case, r))   # behind a netem qdisc: stamped late
     feedback, parts = LC.feedback(times, mode)
     dropped = F.drops(clients, plan)
     ev = watch.evidence(dropped)
@@ -188,11 +185,9 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
             "feedback_parts": parts,
             "long_haul_netem_drops": netem_lost if backend == "netem" else None, "drops": dropped["tail"] + dropped["red"],
             "bottleneck": S.bottleneck_doc(plan, bsw, bnbr), "marks_by_port": dropped["marks_by_port"],
-            "udp_rcvbuf_errors": ev["udp_rcvbuf_errors"],
-            "switch_socket_drops": ev["switch_socket_drops"],
-            "ring_drops": ev["ring_drops"], "ring_frames_min": ev["ring_frames_min"], "hops": ev["hops"], "switch_drops": dropped["by_switch"], "cpu": cpu.summary(),
-            "elapsed_s": elapsed, "settled_s": watch.settled_s, "window_pkts": window, "saturation": sat, **checked,
-            "senders": results,
+            **{k: ev[k] for k in ("udp_rcvbuf_errors", "switch_socket_drops", "ring_drops", "ring_frames_min", "hops")},
+            "switch_drops": dropped["by_switch"], "cpu": cpu.summary(), "elapsed_s": elapsed, "settled_s": watch.settled_s,
+            "window_pkts": window, "saturation": sat, **checked, "senders": results,
             "timeline": S.timeline(r.senders, results, queue, times["cnps"], plan.scale), "queue_sampler_error": sampler.error}
 
 
@@ -221,18 +216,16 @@ def main(argv=None) -> int:
                         help="BMv2 forwarding rate on this machine (testbed bench p4), for saturation checks")
     parser.add_argument("--trial-timeout", type=float, default=180, help="seconds a trial may take")
     parser.add_argument("--scale", type=float, default=None,
-                        help="time dilation (default: the spec's, 1000); a slower emulator, e.g. a TCG guest, "
-                             "needs more so that its packet rates stay well below what it forwards (docs/vm.md)")
+                        help="time dilation (default: the spec's, 1000); a slower emulator (a TCG guest) needs "
+                             "more, so that its packet rates stay well below what it forwards (docs/vm.md)")
     parser.add_argument("--link-backend", choices=("auto", "netem", "userspace"), default="auto",
                         help="the long haul's delay: auto (default) = tc netem where doctor finds it, else the "
                              "userspace link node; plan.json says which and why")
     args = parser.parse_args(argv)
     distances, modes, cases = S.checked_args(args)
     from testbed.doctor import plan_capabilities
-    from testbed.topo.spec import build_graph, load_spec
 
-    spec = load_spec(SPEC)
-    G0 = build_graph(spec if args.scale is None else replace(spec, scale=args.scale))
+    G0 = S.graph(SPEC, args.scale)
     long_haul, _why = S.long_haul_backend(plan_replica(G0, plan_capabilities(), S.overrides(link_backend=args.link_backend)),
                                           S.roles(G0))
     config = S.run_config(G0, SPEC, args, distances, modes, cases, long_haul)

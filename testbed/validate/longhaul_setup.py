@@ -397,6 +397,21 @@ def run_config(G, spec, args, distances, modes, cases, long_haul: str = "userspa
             "link_backend": getattr(args, "link_backend", "auto"), **validate_fields(G, long_haul)}
 
 
+def capture_lags(plan, case: str, r: Roles) -> dict:
+    """{capture name: :func:`netem_lag_s` of its port} for every capture of :func:`captures`."""
+    return {name: netem_lag_s(plan, node, nbr) for node, nbr, _way, _expr, name in captures(plan.graph, case, r)}
+
+
+def graph(spec_path, scale: float | None = None):
+    """The long-haul spec's graph, at ``scale`` instead of the spec's own when given (``--scale``)."""
+    from dataclasses import replace
+
+    from testbed.topo.spec import build_graph, load_spec
+
+    spec = load_spec(spec_path)
+    return build_graph(spec if scale is None else replace(spec, scale=scale))
+
+
 def netem_lag_s(plan, node, neighbour) -> float:
     """Seconds to take out of a capture's timestamps on ``node``'s port towards ``neighbour``: a port whose
     egress carries tc netem hands a frame to the capture tap only after netem's delay (the tap sits behind
