@@ -41,10 +41,16 @@ CHILD = textwrap.dedent("""
 """)
 
 
+
+def _hangup_default() -> None:
+    """The child's SIGHUP at its default: a replica keeps an inherited SIG_IGN (it was started with nohup,
+    testbed.emu.signals), and a test suite itself run under nohup would otherwise test nothing."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
 def _start_child():
     env = dict(os.environ, TESTBED_LOCK_WAIT=os.environ.get("TESTBED_LOCK_WAIT", "900"))
     proc = subprocess.Popen([sys.executable, "-c", CHILD], cwd=REPO, env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_hangup_default)
     line = proc.stdout.readline()
     if not line.startswith("READY"):
         proc.kill()

@@ -64,11 +64,17 @@ def _objects_left(record: dict) -> list:
     return left
 
 
+
+def _hangup_default() -> None:
+    """The child's SIGHUP at its default: a replica keeps an inherited SIG_IGN (it was started with nohup,
+    testbed.emu.signals), and a test suite itself run under nohup would otherwise test nothing."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
 def _start_waiting(spec, out, *flags):
     proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "up", str(spec), "--wait", "--out", str(out),
                              *flags],
                             cwd=REPO, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_hangup_default)
 
     def up():
         if proc.poll() is not None:
