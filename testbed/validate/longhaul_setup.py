@@ -342,8 +342,13 @@ def feedback_on_wire(mode: str, signal_ce: list, signal_cnp: list, cnp_times: li
     ECN, its first CNP out with fast CNP) to the first CNP captured at a sender after it; None when either
     is missing. All times from the kernel's capture clock (:func:`captures`)."""
     first = min(signal_cnp if mode == "fast-cnp" else signal_ce, default=None)
-    later = [t - first for t in cnp_times if first is not None and t >= first]
-    return min(later) if later else None
+    answer = _first_after(first, cnp_times)
+    return None if answer is None else answer - first
+
+
+def _first_after(t0: float | None, times) -> float | None:
+    """The earliest of ``times`` at or after ``t0`` (None when ``t0`` is None or none is)."""
+    return None if t0 is None else min((t for t in times if t >= t0), default=None)
 
 
 def feedback_parts(signal_ce: list, receivers: dict, sender_cnp: list) -> dict | None:
@@ -357,8 +362,8 @@ def feedback_parts(signal_ce: list, receivers: dict, sender_cnp: list) -> dict |
     if first is None:
         return None
     tr, h = first
-    tc = min((t for t in receivers[h][1] if t >= tr), default=None)
-    ts = min((t for t in sender_cnp if tc is not None and t >= tc), default=None)
+    tc = _first_after(tr, receivers[h][1])
+    ts = _first_after(tc, sender_cnp)
     if ts is None:
         return None
     return {"receiver": h, "to_receiver_s": tr - t0, "receiver_turnaround_s": tc - tr, "to_sender_s": ts - tc}
@@ -370,8 +375,8 @@ def feedback_delay(clock_epoch_us: float, first_signal_us: int, cnp_times: list)
     if not first_signal_us or not cnp_times:
         return None
     signal = (clock_epoch_us + first_signal_us) * 1e-6
-    later = [t - signal for t in cnp_times if t >= signal]
-    return min(later) if later else None
+    answer = _first_after(signal, cnp_times)
+    return None if answer is None else answer - signal
 
 
 def bottleneck_doc(plan, switch, neighbour) -> dict:
