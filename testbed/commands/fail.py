@@ -192,9 +192,73 @@ def ifdown_argv(names: list[str], down: bool) -> list[list[str]]:
     return [link_state_argv(n, not down) for n in names]
 
 
+def p4_link_intfs(p4: dict, what: str, a: str, b: str | None = None) -> list[dict]:
+    """The links of a BMv2 replica's record (``up.json``'s ``p4``) that ``fail link a b`` or ``fail switch
+    a`` cuts (pure).
+
+    Raises:
+        UsageError: no such link or switch.
+    """
+    links = p4.get("links", [])
+    if what == "link":
+        found = [lk for lk in links if set(lk["names"]) == {a, b}]
+        if not found:
+            raise UsageError(f"no link {a} - {b} in the running replica (`testbed exec` a node and `ip link`, "
+                             "or the shell's `links`, list them)")
+        return found
+    found = [lk for lk in links if a in lk["names"]]
+    if not found:
+        raise UsageError(f"no switch {a!r} in the running replica")
+    return found
+
+
+def _run_p4(args, doc: dict) -> int:
+    """A BMv2 replica (``testbed up --p4 fabric``): cut the links' switch ports as a cable cut would; its
+    failover driver sees the ports go down (netlink) and updates the tables. Waits for the driver's event."""
+    import time
+
+    from testbed.emu.ops import set_link_state
+    from testbed.p4rt.live import find_event, read_events
+    from testbed.poll import poll
+
+    require_root(f"testbed {'fail' if args.down else 'restore'} {args.what}")
+    links = p4_link_intfs(doc["p4"], args.what, args.s if args.what == "switch" else args.a,
+                          getattr(args, "b", None))
+    verb = "fail" if args.down else "restore"
+    kind = "link_down" if args.down else "link_up"
+    t0 = time.time()
+    set_link_state([i for lk in links for i in lk["intfs"]], up=not args.down)
+    path = Path(doc["p4"]["events"])
+
+    def seen():
+        docs = read_events(path)
+        found = [find_event(docs, kind, lk["nodes"], t0) for lk in links]
+        return found if all(found) else None
+    try:
+        got = poll(seen, timeout=10, interval=0.02, what=f"the BMv2 failover driver to see the {args.what} {verb}ed")
+    except TimeoutError as exc:
+        raise EmulationError(f"{exc} (events in {path})") from None
+    result = {"action": f"{verb} {args.what}", "method": "ifdown", "p4": True,
+              "interfaces": [i for lk in links for i in lk["intfs"]],
+              "events": [{**e, "detect_ms": (e["detected"] - t0) * 1e3,
+                          "repaired_ms": (e["programmed"] - t0) * 1e3} for e in got]}
+    if args.json:
+        print_json(result)
+    else:
+        for e in result["events"]:
+            out.print(f"{verb} link {' - '.join(map(str, e['target']))}: seen {e['detect_ms']:.1f} ms after the "
+                      f"cut, {e['route_changes']} route changes -> {e['table_ops']} table ops, tables updated "
+                      f"{e['repaired_ms']:.1f} ms after the cut (BMv2)")
+    return 0
+
+
 def _run(args) -> int:
     from controllers.launch import ApiError, find_controller
+    from testbed.emu import session
 
+    doc = session.read() if not args.api_port else None
+    if doc is not None and doc.get("p4"):
+        return _run_p4(args, doc)
     client = find_controller(args.api_port)
     verb = "fail" if args.down else "restore"
     try:

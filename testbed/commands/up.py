@@ -37,6 +37,8 @@ from testbed.errors import SpecError, UsageError
 
 #: P4 programs ``--p4`` can run on every switch (``aggregation`` needs its own scenario's entries).
 UP_P4_PROGRAMS = ("fabric",)
+#: The BMv2 failover driver's events (one JSON line each), in the replica's ``--out`` folder.
+P4_EVENTS = "p4-events.jsonl"
 
 
 def register(sub) -> None:
@@ -130,6 +132,7 @@ class _replica:
         self.controller = not self.p4 and (controller or needs_controller(G))
         self.rep = None
         self.ctl = None
+        self.failover = None
 
     def __enter__(self):
         from testbed.doctor import plan_capabilities
@@ -170,21 +173,16 @@ class _replica:
         return self.rep
 
     def _program_p4(self) -> None:
-        from testbed.p4rt import entries as E
-        from testbed.routing.brain import RoutingBrain
+        """Every BMv2 switch programmed from one routing brain, then kept on it: a link whose switch ports
+        go down (``testbed fail link``, the shell's ``fail``) is routed around (testbed/p4rt/live.py)."""
+        from testbed.p4rt.live import p4_failover
 
-        G = self.rep.G  # the plan's graph: hosts carry the addresses they got
-        brain = RoutingBrain(G)
-        brain.compute_all(0.0)
-        tables = brain.tables()
-        for sw in (n for n, d in G.nodes(data=True) if d["role"] != "host"):
-            prog = E.fabric_program(G, sw, tables.get(sw, {}).values())
-            client = self.rep.switch(sw).client()
-            client.apply(prog.entries)
-            for session_id, port in prog.mirrors:
-                client.mirroring_add(session_id, port)
+        self.failover = p4_failover(self.rep, events=self.out_dir / P4_EVENTS)
+        self.failover.__enter__()
 
     def __exit__(self, *exc):
+        if self.failover is not None:
+            self.failover.__exit__(*exc)
         if self.rep is not None:
             self.rep.__exit__(*exc)
         return False
@@ -204,7 +202,21 @@ def _session_doc(rep, G, spec_arg: str, out_dir: Path) -> dict:
     return {"pid": os.getpid(), "start": process_start(os.getpid()), "run_id": rep.run.run_id,
             "name": G.graph.get("name", "replica"), "spec": spec_arg, "out_dir": str(out_dir.resolve()),
             "started": _dt.datetime.now().isoformat(timespec="seconds"), "scale": rep.dilation.scale,
-            "nodes": nodes, "links": [[names[lk.u], names[lk.v]] for lk in rep.layout.links]}
+            "nodes": nodes, "links": [[names[lk.u], names[lk.v]] for lk in rep.layout.links],
+            **_p4_doc(rep, out_dir)}
+
+
+def _p4_doc(rep, out_dir: Path) -> dict:
+    """What ``testbed fail link`` needs to cut a link of a BMv2 replica: each link's switch-side interfaces
+    and where the failover driver writes its events (empty for an OVS replica)."""
+    if not any(s.kind == "bmv2" for s in rep.plan.switches):
+        return {}
+    from testbed.p4rt.live import switch_ends
+
+    names = rep.layout.names
+    links = [{"names": [names[u], names[v]], "nodes": [u, v], "intfs": intfs}
+             for (u, v), intfs in switch_ends(rep).items()]
+    return {"p4": {"events": str((out_dir / P4_EVENTS).resolve()), "links": links}}
 
 
 class ReplicaShell(cmd.Cmd):

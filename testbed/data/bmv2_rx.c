@@ -13,6 +13,13 @@
  *   a thread            every 100 ms writes $TESTBED_BMV2_RX_STATS (when set), atomically (tmp + rename):
  *                       {"buffer_bytes": N, "ports": {"s1-eth1": {"recv": R, "drop": D, "ifdrop": I, "frames": F}, ...}}
  *                       from pcap_stats (cumulative since the port opened; drop = the ring's tp_drops)
+ *   pcap_activate(p)    then pcap_setnonblock(p, 1): bmi reads a port only after select() said its fd is
+ *                       readable, so a read never needs to block -- but a port taken down makes the fd
+ *                       readable (the socket's ENETDOWN) and libpcap's blocking read then keeps polling
+ *                       that one port until a frame arrives on it: BMv2's single receive thread, and so
+ *                       every port of the switch, stopped until then (measured: a switch whose own port
+ *                       went down and up forwarded nothing until a frame was injected on that port).
+ *                       Non-blocking, the read returns "no packet" (bmi skips it) and the others go on.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -30,6 +37,7 @@ typedef struct pcap pcap_t;
 struct pcap_stat { unsigned int ps_recv, ps_drop, ps_ifdrop; };
 int pcap_stats(pcap_t *, struct pcap_stat *);
 int pcap_set_buffer_size(pcap_t *, int);
+int pcap_setnonblock(pcap_t *, int, char *);
 
 static struct { pcap_t *p; char dev[64]; unsigned frames; } ports[MAX_PORTS];
 static unsigned ring_frames;   /* tp_frame_nr of the last PACKET_RX_RING request (activates run one at a time) */
@@ -100,6 +108,10 @@ int pcap_activate(pcap_t *p)
     }
     ring_frames = 0;
     int rc = real(p);
+    if (rc >= 0) {
+        char errbuf[256 + 1];  /* PCAP_ERRBUF_SIZE */
+        pcap_setnonblock(p, 1, errbuf);
+    }
     pthread_mutex_lock(&lock);
     for (int i = 0; i < nports; i++)
         if (ports[i].p == p) ports[i].frames = ring_frames;
