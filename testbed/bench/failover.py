@@ -18,6 +18,10 @@ One replica of SPEC (OVS switches, the fabric controller), then:
        runtime); the controller polls port counters every 0.1 s, declares the link gray and reroutes;
        detection = injection -> the controller's gray-loss decision; reroute = injection -> the stream's
        last lost probe. Goal (issue 18): <= 1 s.
+    6. P4 (x N, on a second replica of SPEC with every switch on BMv2 fabric.p4: testbed/bench/p4_failover.py):
+       the same stream and cut rule; the BMv2 failover driver sees the port go down (netlink), asks the
+       same routing brain and rewrites only the entries that change (Thrift). Printed beside the
+       controller figure as a ratio, with detection / compute / table-write times apart.
     4. ECMP balance, for each method (NX multipath; OpenFlow 1.3 select groups) on the same replica:
        16 flows between the hosts of two pods, and 16 flows between one host pair differing only in UDP
        ports (RoCEv2 QPs); bytes on each uplink of the source pod from port counters; max/mean per tier
@@ -26,7 +30,8 @@ One replica of SPEC (OVS switches, the fabric controller), then:
     h(pod 0) --t--a--X--cr--a--t-- h(last pod)          X: the cut link
 
 JSON keys: controller_outage_ms_median, controller_outage_ms_p95, fast_failover_outage_ms_median/_p95,
-switch_loss_outage_ms_median/_p95, ecmp_max_over_mean, gray_detect_ms_median/_p95, gray_reroute_ms_median/_p95, repetitions, load (uptime before and after), (+ details).
+switch_loss_outage_ms_median/_p95, ecmp_max_over_mean, gray_detect_ms_median/_p95, gray_reroute_ms_median/_p95,
+p4_outage_ms_median/_p95 (+ p4_detect/_repaired), repetitions, load (uptime before and after), (+ details).
 Links are not shaped here (scale 1), so emulated and real-world times are the same: every millisecond is
 detection and control plane, on the wall clock. Resolution: the sending interval. Figures are noisy on a
 shared 2-core machine: the load is printed with them.
@@ -53,7 +58,7 @@ from testbed.routing.failover import link_event, loadavg
 from testbed.topo.graph import HOST, hosts
 
 REPO = Path(__file__).resolve().parent.parent.parent
-CASES = ("controller", "fast-failover", "switch", "ecmp", "gray")
+CASES = ("controller", "fast-failover", "switch", "ecmp", "gray", "p4")
 #: Issue 18's goal for a gray failure (10 % loss): detected and rerouted within this many ms.
 GRAY_GOAL_MS = 1000.0
 PROBE = [sys.executable, "-m", "testbed.links.probe"]
@@ -147,8 +152,19 @@ def summarize_gray(runs: list[dict]) -> dict:
             "gray_runs": runs}
 
 
+def summarize_p4(runs: list[dict]) -> dict:
+    """BMv2 failover figures (pure): outage, detection and repair (the last table write) after the cut."""
+    def col(key):
+        return [r[key] for r in runs]
+    return {"p4_outage_ms_median": _median(col("outage_ms")), "p4_outage_ms_p95": _p95(col("outage_ms")),
+            "p4_detect_ms_median": _median(col("detect_ms")), "p4_detect_ms_p95": _p95(col("detect_ms")),
+            "p4_repaired_ms_median": _median(col("repaired_ms")), "p4_repaired_ms_p95": _p95(col("repaired_ms")),
+            "p4_table_ops_median": _median(col("table_ops")), "p4_errors": sum(len(r["errors"]) for r in runs),
+            "p4_runs": runs}
+
+
 def summarize(controller: list[dict], fast: list[dict], ecmp: dict, switch: list[dict] | None = None,
-              gray: list[dict] | None = None) -> dict:
+              gray: list[dict] | None = None, p4: list[dict] | None = None) -> dict:
     c = [r["outage_ms"] for r in controller]
     f = [r["outage_ms"] for r in fast]
     w = [r["outage_ms"] for r in switch or []]
@@ -164,6 +180,7 @@ def summarize(controller: list[dict], fast: list[dict], ecmp: dict, switch: list
         "repetitions": min(len(c), len(f)) if f else len(c),
         "ecmp": ecmp, "controller_runs": controller, "fast_failover_runs": fast, "switch_loss_runs": switch or [],
         **summarize_gray(gray or []),
+        **summarize_p4(p4 or []),
     }
 
 
@@ -366,7 +383,13 @@ def run_bench(G, repetitions: int, interval: float, out_dir: Path, cases: tuple 
                                     for kind, pairs in ecmp_pairs(G).items()}
                 ctl.post("/ecmp", m="multipath")
     gray = run_gray(repetitions, out_dir / "gray") if "gray" in cases else []
-    return summarize(results["controller"], results["fast-failover"], ecmp, switch, gray)
+    p4 = []
+    if "p4" in cases:
+        from testbed.bench.p4_failover import run_p4
+
+        p4 = run_p4(G, repetitions, interval, out_dir / "p4", a[0], b[-1],
+                    log=lambda line: console.print(f"[dim]{line}[/dim]"))
+    return summarize(results["controller"], results["fast-failover"], ecmp, switch, gray, p4)
 
 
 def run_gray(repetitions: int, out_dir: Path) -> list[dict]:
@@ -421,6 +444,17 @@ def report_lines(doc: dict, reps: int) -> list[str]:
                      f"{_ms(doc['gray_reroute_ms_p95'])}; {doc['gray_valid']}/{doc['gray_trials']} trials valid; "
                      f"goal <= {doc['gray_goal_ms']:.0f} ms: {'met' if doc['gray_goal_met'] else 'NOT met'} "
                      "(scale 1: emulated = real-world; all of it is counter polling and control, on the wall clock)")
+    if doc["p4_runs"]:
+        ratio = ""
+        if doc["controller_runs"] and doc["controller_outage_ms_median"]:
+            ratio = (f"; {doc['p4_outage_ms_median'] / doc['controller_outage_ms_median']:.2f} x the OVS "
+                     f"controller's median ({_ms(doc['controller_outage_ms_median'])}, same run)")
+        lines.append(f"P4 (BMv2 fabric.p4, netlink + incremental tables) outage: median "
+                     f"{_ms(doc['p4_outage_ms_median'])}, p95 {_ms(doc['p4_outage_ms_p95'])} "
+                     f"({len(doc['p4_runs'])} cuts){ratio}; port seen down median {_ms(doc['p4_detect_ms_median'])} "
+                     f"(p95 {_ms(doc['p4_detect_ms_p95'])}), tables repaired median {_ms(doc['p4_repaired_ms_median'])} "
+                     f"(p95 {_ms(doc['p4_repaired_ms_p95'])}) after the cut, {doc['p4_table_ops_median']:g} table ops "
+                     f"per cut (median), {doc['p4_errors']} write errors")
     return lines
 
 

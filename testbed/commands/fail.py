@@ -12,6 +12,12 @@ The running replica is found through the run registry (``/run/scaleout-testbed/r
 Either way the switches report port-status and the controller reroutes; ``testbed controller status``
 shows the failover events with timestamps.
 
+A BMv2 replica (``testbed up SPEC --p4 fabric``) has no controller: ``fail link A B`` / ``restore link A B``
+(and ``fail switch S``: all its links) take the switch ends of the link down or up (``ip link``, needs
+root); the replica's failover driver sees the ports over netlink and updates the tables incrementally
+from the routing brain (:mod:`testbed.p4rt.live`). The command waits for the driver's event and prints
+when the port was seen and the tables were repaired, from the start of the cut.
+
 A gray failure (``fail gray A B --loss 10% [--one-way]``; undo: ``restore gray A B``) keeps the carrier up
 and makes the link lose that fraction of the frames crossing it (both ways, or only from A to B). It
 needs the link to be carried by a userspace link node (the plan gives one to a link with delay or loss,

@@ -166,6 +166,86 @@ class SwitchClient:
         self._call(f"table_delete {table} handle {handle}", self.standard.bm_mt_delete_entry, 0, t.name,
                    int(handle))
 
+    def send_writes(self, writes) -> list:
+        """Send table writes without waiting for each answer: BMv2 serves one connection's requests in order,
+        so the writes apply in the order given, and a batch costs about one round trip instead of one each.
+
+        Args:
+            writes: ``("add", table, action, match, params, priority)``, ``("modify", table, action, handle,
+                params)`` or ``("delete", table, handle)``. Every one is parsed before anything is sent.
+
+        Returns:
+            What :meth:`recv_writes` needs to collect the answers (call it before any other call).
+        """
+        calls = []
+        for w in writes:
+            kind, table = w[0], w[1]
+            t = self._table(table)
+            if kind == "add":
+                _, _, action, match, params, priority = w
+                a = self._action(t, action)
+                what = f"table_add {table} {action} {' '.join(map(str, match))}"
+                if len(match) != t.num_key_fields():
+                    raise P4RuntimeError(f"switch {self.name}: {what}: table needs {t.num_key_fields()} key fields")
+                args = (0, t.name, self._call(what, _cli.parse_match_key, t, [str(m) for m in match]), a.name,
+                        self._runtime_data(what, a, params), BmAddEntryOptions(priority=priority))
+                calls.append((what, self.standard.send_bm_mt_add_entry, args, self.standard.recv_bm_mt_add_entry))
+            elif kind == "modify":
+                _, _, action, handle, params = w
+                a = self._action(t, action)
+                what = f"table_modify {table} {action} handle {handle}"
+                args = (0, t.name, int(handle), a.name, self._runtime_data(what, a, params))
+                calls.append((what, self.standard.send_bm_mt_modify_entry, args,
+                              self.standard.recv_bm_mt_modify_entry))
+            elif kind == "delete":
+                what = f"table_delete {table} handle {w[2]}"
+                calls.append((what, self.standard.send_bm_mt_delete_entry, (0, t.name, int(w[2])),
+                              self.standard.recv_bm_mt_delete_entry))
+            else:
+                raise P4RuntimeError(f"switch {self.name}: unknown table write {kind!r}")
+        sent = []
+        for what, send, args, recv in calls:
+            try:
+                self._call(what, send, *args)
+            except P4RuntimeError as exc:
+                sent.append((what, exc))
+                break  # the connection is broken: what was sent before still gets its answers
+            sent.append((what, recv))
+        return sent
+
+    def recv_writes(self, sent) -> list:
+        """The answers of :meth:`send_writes`, in order: a handle (add), None (modify, delete), or the
+        :class:`P4RuntimeError` of a write that failed (the others are still read)."""
+        out = []
+        for what, recv in sent:
+            if isinstance(recv, P4RuntimeError):
+                out.append(recv)
+                continue
+            try:
+                out.append(self._call(what, recv))
+            except P4RuntimeError as exc:
+                out.append(exc)
+        return out
+
+    def table_dump(self, table: str) -> list[tuple]:
+        """Every entry of ``table`` as ``(match, action, params)`` in integers (an LPM field is ``(value,
+        prefix length)``), sorted: what :func:`testbed.p4rt.incremental.normalized` gives for an entry, so a
+        live switch can be compared with the program it should hold."""
+        t = self._table(table)
+        out = []
+        for e in self._call(f"table_dump {table}", self.standard.bm_mt_get_entries, 0, t.name):
+            match = []
+            for m in e.match_key:
+                if m.lpm is not None:
+                    match.append((int.from_bytes(m.lpm.key, "big"), m.lpm.prefix_length))
+                elif m.exact is not None:
+                    match.append(int.from_bytes(m.exact.key, "big"))
+                else:
+                    raise P4RuntimeError(f"switch {self.name}: table_dump {table}: only exact and LPM keys are read")
+            action = e.action_entry.action_name.rsplit(".", 1)[-1]
+            out.append((tuple(match), action, tuple(int.from_bytes(d, "big") for d in e.action_entry.action_data)))
+        return sorted(out)
+
     def table_clear(self, table: str) -> None:
         t = self._table(table)
         self._call(f"table_clear {table}", self.standard.bm_mt_clear_entries, 0, t.name, False)

@@ -158,6 +158,26 @@ def apply_ops(table: dict, ops: Iterable[TableOp]) -> dict:
     return table
 
 
+def _field_int(text: str):
+    """One CLI field as an integer: a decimal, a MAC, an IPv4 address, or ``addr/len`` -> (int, len)."""
+    import ipaddress
+
+    if "/" in text:
+        addr, plen = text.split("/")
+        return (int(ipaddress.IPv4Address(addr)), int(plen))
+    if ":" in text:
+        return int(text.replace(":", ""), 16)
+    if "." in text:
+        return int(ipaddress.IPv4Address(text))
+    return int(text, 0)
+
+
+def normalized(e: E.TableEntry) -> tuple:
+    """``(match, action, params)`` in integers: how :meth:`testbed.p4rt.client.SwitchClient.table_dump`
+    reads an entry back from a switch."""
+    return (tuple(_field_int(m) for m in e.match), e.action, tuple(_field_int(p) for p in e.params))
+
+
 def program_table(prog: E.FabricProgram) -> dict:
     """A fresh program as ``{entry_key: TableEntry}`` (what :func:`apply_ops` results compare against)."""
     return {entry_key(e): e for e in prog.entries}

@@ -70,6 +70,21 @@ class FakeSwitch:
                 out.append(self.table_add(e.table, e.action, e.match, e.params, e.priority))
         return out
 
+    def send_writes(self, writes):
+        """Applied at once (a real switch applies them in order too); answers handed out by recv_writes."""
+        out = []
+        for w in writes:
+            if w[0] == "add":
+                out.append(self.table_add(w[1], w[2], w[3], w[4], w[5]))
+            elif w[0] == "modify":
+                out.append(self.table_modify(w[1], w[2], w[3], w[4]))
+            else:
+                out.append(self.table_delete(w[1], w[2]))
+        return out
+
+    def recv_writes(self, sent):
+        return list(sent)
+
     def mirroring_add(self, session, port):
         self.mirrors.append((session, port))
 
@@ -251,3 +266,11 @@ def test_port_states_report_each_link_transition_once():
     assert st.update("b-eth2", False) == (("b", "h"), False)
     assert st.update("lo", False) is None
     assert PortStates({("a", "b"): ["x", "y"]}, up={"x": False}).link_up == {("a", "b"): False}
+
+
+def test_normalized_entries_are_integers_like_a_switch_reads_them_back():
+    from testbed.p4rt.incremental import normalized
+
+    lpm, nhop = E.route_entries("10.0.1.0/24", 3, (2,), "02:fe:00:00:00:01", "02:0a:00:00:00:0b")
+    assert normalized(lpm) == (((0x0A000100, 24),), "set_ecmp_group", (3, 1))
+    assert normalized(nhop) == ((3, 0), "set_nhop", (2, 0x02FE00000001, 0x020A0000000B))
