@@ -30,7 +30,7 @@ from testbed.emu.ops import set_link_state
 from testbed.errors import EmulationError
 from testbed.links.probe import outage
 from testbed.poll import poll, sleep_until
-from testbed.routing.brain import route_dict
+from testbed.routing.brain import RoutingBrain, route_dict
 from testbed.topo.graph import HOST
 
 
@@ -66,7 +66,7 @@ def p4_fabric(G, out_dir: Path, name: str = "bench-p4-failover"):
     with RunRegistry(name) as run:
         with Replica(plan, run=run, out_dir=out_dir, name=name,
                      switch_factory=plan_switch_factory(plan, log_dir=out_dir)) as rep:
-            with p4_failover(rep, events=out_dir / "p4-events.jsonl") as fo:
+            with p4_failover(rep, RoutingBrain(rep.G), events=out_dir / "p4-events.jsonl") as fo:
                 yield rep, fo
 
 

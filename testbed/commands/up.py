@@ -16,7 +16,9 @@ is no shell: the replica stays up until ``testbed down`` or a signal. One replic
 
 Switches: Open vSwitch in standalone mode for loop-free fabrics; a fabric with loops needs a routing
 brain, so it gets the os-ken fabric controller (``--controller`` forces it). ``--p4 fabric`` (or switches
-marked ``p4: fabric`` in the spec) runs BMv2 with ``p4/fabric.p4`` programmed by the same routing brain.
+marked ``p4: fabric`` in the spec) runs BMv2 with ``p4/fabric.p4`` programmed by the same routing brain, and
+kept on it: a link whose switch ports go down (``fail``, ``testbed fail link``) is routed around with
+incremental table writes (docs/sdn.md "P4 fabrics"; events in ``<out>/p4-events.jsonl``).
 """
 
 from __future__ import annotations
@@ -176,8 +178,9 @@ class _replica:
         """Every BMv2 switch programmed from one routing brain, then kept on it: a link whose switch ports
         go down (``testbed fail link``, the shell's ``fail``) is routed around (testbed/p4rt/live.py)."""
         from testbed.p4rt.live import p4_failover
+        from testbed.routing.brain import RoutingBrain
 
-        self.failover = p4_failover(self.rep, events=self.out_dir / P4_EVENTS)
+        self.failover = p4_failover(self.rep, RoutingBrain(self.rep.G), events=self.out_dir / P4_EVENTS)
         self.failover.__enter__()
 
     def __exit__(self, *exc):

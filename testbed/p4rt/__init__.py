@@ -35,4 +35,10 @@ Errors: :class:`testbed.p4rt.compile.P4CompileError` (compiler messages), :class
 failed; names switch and table), :class:`~testbed.errors.CapabilityError` (BMv2 absent).
 
 fabric.p4 specifics (ECMP, ECN, fast CNP) are in :mod:`testbed.p4rt.entries` and ``docs/p4.md``.
+
+Failover (the routing brain's southbound driver for BMv2; docs/sdn.md "P4 fabrics")::
+
+    from testbed.p4rt.live import p4_failover               # with p4_failover(rep, brain) as fo: fo.fabric.events
+    from testbed.p4rt.failover import P4Fabric              # brain -> incremental, pipelined table writes
+    from testbed.p4rt.incremental import diff_ops           # pure: RouteDiff -> TableOps per switch
 """

@@ -32,7 +32,6 @@ from typing import Callable, Mapping
 
 from testbed.p4rt import entries as E
 from testbed.p4rt.incremental import TableOp, diff_ops, entry_key
-from testbed.routing.brain import RouteDiff, RoutingBrain
 from testbed.topo.graph import switches
 
 
@@ -68,14 +67,17 @@ class P4Fabric:
     Args:
         G: the fabric graph (the plan's: hosts with ``ip``/``mac``, switches with ``dpid``, edges ``ports``).
         clients: ``{switch: SwitchClient}`` (one connection each, used from one thread at a time).
+        brain: the routing brain of ``G`` (``testbed.routing.brain.RoutingBrain(G)``), passed in by the
+            caller: this driver never computes a route itself (and testbed.p4rt stays below testbed.routing
+            in the import graph).
         on_event: called with every :class:`P4Event` (e.g. to append it to a file).
         clock: wall clock (tests pass a fake).
     """
 
-    def __init__(self, G, clients: Mapping, on_event: Callable | None = None, clock: Callable = time.time):
+    def __init__(self, G, clients: Mapping, brain, on_event: Callable | None = None, clock: Callable = time.time):
         self.G = G
         self.clients = dict(clients)
-        self.brain = RoutingBrain(G)
+        self.brain = brain
         self.installed: dict = {sw: {} for sw in switches(G)}  # {switch: {key: (TableEntry, handle)}}
         self.events: list[P4Event] = []
         self.on_event = on_event
@@ -135,7 +137,7 @@ class P4Fabric:
         counts["done_ms"] = (self.clock() - ev.detected) * 1e3
         ev.ops[sw] = counts
 
-    def _apply(self, kind: str, target: tuple, detected: float, diff: RouteDiff, first=()) -> P4Event:
+    def _apply(self, kind: str, target: tuple, detected: float, diff, first=()) -> P4Event:
         """Send every switch its operations (pipelined: all switches' batches go out before any answer is
         read, so the switches apply them in parallel), then collect the answers, ``first`` switches first."""
         computed = self.clock()

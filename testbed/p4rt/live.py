@@ -1,7 +1,7 @@
 """A running BMv2 fabric under the routing brain, with failover: the glue between a Replica, the driver
 (:mod:`testbed.p4rt.failover`) and the port watcher (:mod:`testbed.p4rt.linkwatch`).
 
-    with p4_failover(rep, events=out/"p4-events.jsonl") as fo:   # program every switch, start watching
+    with p4_failover(rep, RoutingBrain(rep.G), events=out/"p4-events.jsonl") as fo:   # program every switch, start watching
         ...  ip link set <intf> down  ->  fo.fabric.events[-1]   (also one JSON line per event)
 
 Used by ``testbed up --p4 fabric`` (so ``testbed fail link A B`` on it fails over), by ``testbed bench
@@ -28,8 +28,9 @@ def switch_ends(rep) -> dict:
 
 
 @contextmanager
-def p4_failover(rep, events: Path | None = None, resync_s: float | None = None):
-    """Program ``rep``'s BMv2 switches from one routing brain and keep them on it while links come and go.
+def p4_failover(rep, brain, events: Path | None = None, resync_s: float | None = None):
+    """Program ``rep``'s BMv2 switches from the routing brain ``brain`` (a ``RoutingBrain(rep.G)``) and keep
+    them on it while links come and go.
 
     Yields an object with ``fabric`` (:class:`~testbed.p4rt.failover.P4Fabric`) and ``watcher``
     (:class:`~testbed.p4rt.linkwatch.LinkWatcher`). The watcher stops before the caller tears the replica
@@ -54,7 +55,7 @@ def p4_failover(rep, events: Path | None = None, resync_s: float | None = None):
 
     live = SimpleNamespace(fabric=None, watcher=None)
     try:
-        live.fabric = P4Fabric(G, clients, on_event=record)
+        live.fabric = P4Fabric(G, clients, brain, on_event=record)
         live.fabric.program()
         live.watcher = LinkWatcher(live.fabric, switch_ends(rep),
                                    alive={s: rep.switch(s).connected for s in sws},

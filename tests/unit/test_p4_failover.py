@@ -97,7 +97,7 @@ class FakeSwitch:
 
 def _fabric(G):
     fakes = {sw: FakeSwitch(sw) for sw in switches(G)}
-    fab = P4Fabric(G, fakes, clock=lambda: 100.0)
+    fab = P4Fabric(G, fakes, RoutingBrain(G), clock=lambda: 100.0)
     fab.program()
     for f in fakes.values():
         f.calls.clear()
@@ -274,3 +274,42 @@ def test_normalized_entries_are_integers_like_a_switch_reads_them_back():
     lpm, nhop = E.route_entries("10.0.1.0/24", 3, (2,), "02:fe:00:00:00:01", "02:0a:00:00:00:0b")
     assert normalized(lpm) == (((0x0A000100, 24),), "set_ecmp_group", (3, 1))
     assert normalized(nhop) == ((3, 0), "set_nhop", (2, 0x02FE00000001, 0x020A0000000B))
+
+
+def test_a_switch_that_fails_its_writes_is_reported_and_the_others_are_repaired(fat_tree):
+    G = fat_tree
+    fab, fakes = _fabric(G)
+    before = {sw: f.table() for sw, f in fakes.items()}
+
+    def broken(writes):
+        raise RuntimeError("switch a2: cannot connect to Thrift port")
+    fakes["a2"].send_writes = broken
+    ev = fab.link_down("a0", "cr0")
+    assert ev.errors == ["a2: switch a2: cannot connect to Thrift port"] and "a2" not in ev.ops
+    after = _fresh(G, down_links=[("a0", "cr0")])
+    assert all(fakes[sw].table() == after[sw] for sw in after if sw != "a2")
+    assert fakes["a2"].table() == before["a2"] and fab.tables()["a2"] == before["a2"]  # the record stays true
+
+
+def test_p4_link_intfs_finds_links_and_a_switch_links_and_refuses_unknown_ones():
+    from testbed.commands.fail import p4_link_intfs
+    from testbed.errors import UsageError
+
+    p4 = {"links": [{"names": ["l0", "s0"], "nodes": ["l0", "s0"], "intfs": ["l0-eth2", "s0-eth1"]},
+                    {"names": ["l0", "s1"], "nodes": ["l0", "s1"], "intfs": ["l0-eth3", "s1-eth1"]},
+                    {"names": ["h0", "l0"], "nodes": ["h0", "l0"], "intfs": ["l0-eth1"]}]}
+    assert [lk["intfs"] for lk in p4_link_intfs(p4, "link", "s0", "l0")] == [["l0-eth2", "s0-eth1"]]
+    assert len(p4_link_intfs(p4, "switch", "l0")) == 3
+    with pytest.raises(UsageError, match="no link l0 - h9"):
+        p4_link_intfs(p4, "link", "l0", "h9")
+    with pytest.raises(UsageError, match="no switch 'x9'"):
+        p4_link_intfs(p4, "switch", "x9")
+
+
+def test_find_event_matches_kind_link_either_way_and_time():
+    from testbed.p4rt.live import find_event
+
+    docs = [{"kind": "link_down", "target": ["a", "b"], "detected": 5.0},
+            {"kind": "link_up", "target": ["b", "a"], "detected": 6.0}]
+    assert find_event(docs, "link_up", ["a", "b"], 5.5) is docs[1]
+    assert find_event(docs, "link_down", ["b", "a"], 5.5) is None
