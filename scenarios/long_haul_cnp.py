@@ -182,9 +182,9 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
                           "marks": neck["marks"]}, block, sat)
     return {**flows, **neck, "feedback_delay_s": feedback, "long_haul_backend": backend,
             "feedback_delay_switch_clock_s": S.feedback_delay(epoch, neck["first_signal_us"], times["crossing"]),
-            "feedback_parts": parts,
             "long_haul_netem_drops": netem_lost if backend == "netem" else None, "drops": dropped["tail"] + dropped["red"],
-            "bottleneck": S.bottleneck_doc(plan, bsw, bnbr), "marks_by_port": dropped["marks_by_port"],
+            "bottleneck": S.bottleneck_doc(plan, bsw, bnbr, len(S.crossing(case, r))),
+            "marks_by_port": dropped["marks_by_port"], "feedback_parts": parts,
             **{k: ev[k] for k in ("udp_rcvbuf_errors", "switch_socket_drops", "ring_drops", "ring_frames_min", "hops")},
             "switch_drops": dropped["by_switch"], "cpu": cpu.summary(), "elapsed_s": elapsed, "settled_s": watch.settled_s,
             "window_pkts": window, "saturation": sat, **checked, "senders": results,

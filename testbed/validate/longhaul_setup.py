@@ -379,15 +379,16 @@ def feedback_delay(clock_epoch_us: float, first_signal_us: int, cnp_times: list)
     return None if answer is None else answer - signal
 
 
-def bottleneck_doc(plan, switch, neighbour) -> dict:
-    """The congestion point's configuration, emulated and real (the fields validate's gain rows read)."""
+def bottleneck_doc(plan, switch, neighbour, flows: int) -> dict:
+    """The congestion point's configuration, emulated and real, and how many ``flows`` cross it (the fields
+    validate's gain rows read: the fluid model is run on those flows)."""
     port_no = plan.graph.edges[switch, neighbour]["ports"][switch]
     port = plan.switch(switch).port(port_no)
     return {"switch": switch, "port": port_no, "rate_pps": port.emulated_rate_pps,
             "kmin_pkts": port.ecn.kmin_pkts, "kmax_pkts": port.ecn.kmax_pkts,
             "real_rate_bps": plan.graph.edges[switch, neighbour]["rate_bps"],
             "kmin_bytes": port.ecn.kmin_pkts * FRAME_BYTES, "kmax_bytes": port.ecn.kmax_pkts * FRAME_BYTES,
-            "pmax": port.ecn.pmax}
+            "pmax": port.ecn.pmax, "flows": flows}
 
 
 def run_config(G, spec, args, distances, modes, cases, long_haul: str = "userspace") -> dict:
