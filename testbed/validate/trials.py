@@ -107,14 +107,18 @@ def feedback_bound_s(path_m: float, serialisation_s: float = 0.0) -> float:
 def feedback_paths_m(case: str, distance_m: float, local_m: float = 0.0) -> dict:
     """Fibre each mode's feedback crosses in the long-haul topology (sender - ToR - DCI == DCI - ToR - receiver).
 
-    ``sender-dci`` (congestion at the sender-side DCI): ECN goes DCI -> receiver -> sender, 2 x long haul;
-    fast CNP goes DCI -> sender. ``receiver-tor`` (at the receiver-side ToR): ECN goes ToR -> receiver ->
-    sender (1 x long haul); fast CNP goes ToR -> sender (1 x long haul). ``local_m`` is one campus' cabling.
+    From the congestion point's first signal leaving it (as the scenario measures) to a sender, with
+    ``local_m`` one campus' cabling (host - ToR - DCI). ``sender-dci`` (congestion at the sender-side DCI):
+    ECN goes DCI -> receiver (long haul + one campus) -> sender (one campus + long haul + one campus):
+    2 x long haul + 3 x local; fast CNP goes DCI -> sender, one campus. ``receiver-tor`` (at the
+    receiver-side ToR): ECN goes ToR -> receiver -> ToR -> DCI -> long haul -> sender, fast CNP ToR -> DCI
+    -> long haul -> sender: both 1 x long haul + 2 x local (they differ by the receiver's two host cables,
+    left out: metres).
     """
     if case == "sender-dci":
-        return {"ecn": 2 * distance_m + 4 * local_m, "fast-cnp": 2 * local_m}
+        return {"ecn": 2 * distance_m + 3 * local_m, "fast-cnp": local_m}
     if case == "receiver-tor":
-        return {"ecn": distance_m + 4 * local_m, "fast-cnp": distance_m + 2 * local_m}
+        return {"ecn": distance_m + 2 * local_m, "fast-cnp": distance_m + 2 * local_m}
     raise SpecError("case", f"unknown case {case!r}; allowed: sender-dci, receiver-tor")
 
 

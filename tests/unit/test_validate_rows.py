@@ -148,3 +148,17 @@ def test_long_haul_input_errors_name_the_field(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"config": {"line_rate_bps": 1e10}}))
     (tmp_path / "rows.json").write_text(json.dumps(_doc()["rows"]))
     assert load(tmp_path)["config"]["line_rate_bps"] == 1e10
+
+
+def test_feedback_excess_over_physics_flags_an_emulator_whose_own_transit_rivals_the_fibre():
+    """30 km: ECN's loop is 0.3 ms of fibre; 20 us of emulator transit is inside a tenth of it, 50 us is not.
+    0 km: the loop is a few metres, so the same 20 us of transit decides the feedback: the row fails."""
+    by = {r.metric: r for r in long_haul_rows(_doc(ecn_fb_ms=0.32), MODEL_S)}
+    ok = by["sender-dci 30 km: ecn feedback excess over physics"]
+    assert ok.passed and ok.kind == "bound" and 0.01 < ok.replica < 0.03
+    slow = {r.metric: r for r in long_haul_rows(_doc(ecn_fb_ms=0.35), MODEL_S)}
+    assert not slow["sender-dci 30 km: ecn feedback excess over physics"].passed
+    near = [_trial("sender-dci", 0, m, rep, 1000.0, 0.02) for rep in range(3) for m in ("ecn", "fast-cnp")]
+    rows = {r.metric: r for r in long_haul_rows({"config": _doc()["config"], "rows": near}, MODEL_S)}
+    assert not rows["sender-dci 0 km: ecn feedback excess over physics"].passed
+    assert not rows["sender-dci 0 km: fast-cnp feedback excess over physics"].passed

@@ -108,6 +108,9 @@ def test_feedback_physics():
     r = feedback_paths_m("receiver-tor", 30e3)
     assert r["ecn"] == r["fast-cnp"] == 30e3
     assert feedback_bound_s(1000.0, 2e-6) == pytest.approx(7e-6)
+    # with one campus' cabling (host 3 m + ToR-DCI 100 m) counted hop by hop along each path
+    assert feedback_paths_m("sender-dci", 30e3, 103) == {"ecn": 60e3 + 3 * 103, "fast-cnp": 103}
+    assert feedback_paths_m("receiver-tor", 30e3, 103) == {"ecn": 30e3 + 206, "fast-cnp": 30e3 + 206}
     with pytest.raises(SpecError, match="case"):
         feedback_paths_m("middle", 1.0)
 
