@@ -4,7 +4,8 @@
     h0 --\\                                                                          /-- h2
           x0 (ToR) -- d0 (DCI) ==[ long haul 0..100 km: netem or delay line ]== d1 (DCI) -- x1 (ToR)
     h1 --/            ^ case sender-dci: d0's egress onto the long haul         case receiver-tor: ^  \\-- h3
-                        10G, fed by two 10G senders (2:1)                     x1's ports to h2, h3 at 5G
+                        10G, fed by two 10G senders (2:1;                     x1's ports to h2, h3 at 5G
+                        N:1 with --incast N: h0..hN-1 -> hN..h2N-1)
 
     h0 -> h2 and h1 -> h3: soft-RDMA RC WRITEs with DCQCN (``testbed rdma write-lat``: one message in
     flight, so every message is a flow with its own completion time), all switches BMv2 + p4/fabric.p4.
@@ -182,9 +183,9 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
                           "marks": neck["marks"]}, block, sat)
     return {**flows, **neck, "feedback_delay_s": feedback, "long_haul_backend": backend,
             "feedback_delay_switch_clock_s": S.feedback_delay(epoch, neck["first_signal_us"], times["crossing"]),
-            "feedback_parts": parts,
             "long_haul_netem_drops": netem_lost if backend == "netem" else None, "drops": dropped["tail"] + dropped["red"],
-            "bottleneck": S.bottleneck_doc(plan, bsw, bnbr), "marks_by_port": dropped["marks_by_port"],
+            "bottleneck": S.bottleneck_doc(plan, bsw, bnbr, len(S.crossing(case, r))),
+            "marks_by_port": dropped["marks_by_port"], "feedback_parts": parts,
             **{k: ev[k] for k in ("udp_rcvbuf_errors", "switch_socket_drops", "ring_drops", "ring_frames_min", "hops")},
             "switch_drops": dropped["by_switch"], "cpu": cpu.summary(), "elapsed_s": elapsed, "settled_s": watch.settled_s,
             "window_pkts": window, "saturation": sat, **checked, "senders": results,
@@ -195,12 +196,14 @@ def main(argv=None) -> int:
     parser = scenario_parser(__doc__, prog=f"testbed run {NAME}")
     parser.add_argument("--distances", help="comma-separated km (default 0,10,30,50,100; --quick 30)")
     parser.add_argument("--modes", default=",".join(S.MODES), help="ecn,fast-cnp (default both)")
-    parser.add_argument("--cases", default=",".join(S.CASES), help="sender-dci,receiver-tor (default both)")
+    parser.add_argument("--cases", help="sender-dci,receiver-tor (default both; with --incast above 2: sender-dci)")
+    parser.add_argument("--incast", type=int, default=S.DEFAULT_INCAST,
+                        help=f"senders (and receivers) per campus, {S.MIN_INCAST}..{S.MAX_INCAST} (default 2): "
+                             "N senders at line rate into the sender-side DCI's one port, N:1")
     parser.add_argument("--size", default="1MB", help="message (flow) size (default 1MB)")
     parser.add_argument("--iters", type=int, default=None, help="messages per sender (default 8; --quick 2)")
     parser.add_argument("--repetitions", type=int, default=None,
-                        help="trials per distance, case and mode (default 5; --quick 1); the summary gives "
-                             "the mean and 95%% interval over the valid ones")
+                        help="trials per point (default 5; --quick 1): mean and 95%% interval over the valid ones")
     parser.add_argument("--window", type=int, default=None,
                         help="packets in flight per QP (default: 2 x the path's BDP, at least 128, so DCQCN and "
                              "not the window limits the senders, as a NIC's; the 30 km BDP is ~350 packets)")
@@ -210,22 +213,19 @@ def main(argv=None) -> int:
                              "path's BDP at the port's rate); config.json and the console say which")
     parser.add_argument("--pcap", action="store_true", help="per-port pcaps of every switch")
     parser.add_argument("--learn-qp", action="store_true",
-                        help="fast CNP learns each sender's QP from the ACKs (shows the learning delay) instead of "
-                             "the control plane preloading the switches' QP maps (default)")
+                        help="fast CNP learns the senders' QPs from ACKs (shows the delay), not preloaded (default)")
     parser.add_argument("--bench-pps", type=float, default=15000,
                         help="BMv2 forwarding rate on this machine (testbed bench p4), for saturation checks")
     parser.add_argument("--trial-timeout", type=float, default=180, help="seconds a trial may take")
     parser.add_argument("--scale", type=float, default=None,
-                        help="time dilation (default: the spec's, 1000); a slower emulator (a TCG guest) needs "
-                             "more, so that its packet rates stay well below what it forwards (docs/vm.md)")
+                        help="time dilation (default: the spec's, 1000); a slower emulator needs more (docs/vm.md)")
     parser.add_argument("--link-backend", choices=("auto", "netem", "userspace"), default="auto",
-                        help="the long haul's delay: auto (default) = tc netem where doctor finds it, else the "
-                             "userspace link node; plan.json says which and why")
+                        help="the long haul: auto (default) = tc netem where doctor finds it, else the link node")
     args = parser.parse_args(argv)
     distances, modes, cases = S.checked_args(args)
     from testbed.doctor import plan_capabilities
 
-    G0 = S.graph(SPEC, args.scale)
+    G0 = S.graph(SPEC, args.scale, args.incast)
     long_haul, _why = S.long_haul_backend(plan_replica(G0, plan_capabilities(), S.overrides(link_backend=args.link_backend)),
                                           S.roles(G0))
     config = S.run_config(G0, SPEC, args, distances, modes, cases, long_haul)

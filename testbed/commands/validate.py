@@ -226,7 +226,9 @@ def _document(rows: list, folder: Path, health: dict, args, seconds: float) -> d
     for case, points in gain_points(rows).items():
         path = plot_gain_vs_distance(points, plots / f"gain-vs-distance-{case}.png",
                                      predicted=[{"distance_km": p["distance_km"], "gain": p["predicted"]}
-                                                for p in points], title=f"fast CNP gain over ECN, {case}")
+                                                for p in points], title=f"fast CNP gain over ECN, {case}",
+                                     steady=[{"distance_km": p["distance_km"], "gain": p["steady_state"]}
+                                             for p in points if "steady_state" in p])
         for d in docs:
             if d["metric"].startswith(case) and "goodput ratio" in d["metric"]:
                 d["plot"] = str(path)

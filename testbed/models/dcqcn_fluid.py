@@ -61,6 +61,13 @@ class FluidParams:
         buffer_bytes: tail-drop limit of the queue (None: unlimited); drops are integrated.
         min_rate_bps: a floor under R_C, as NICs keep one (the paper's model has none).
         marking: open loop: a constant marking probability instead of p(q).
+        flow_bytes: what each flow sends before it stops (None: every flow sends for ever, the paper's
+            case). Not in the paper: finite flows let the model predict a transient (a short flow's
+            completion time), not only the steady state (see :attr:`Trajectory.finish_s`).
+        messages: with ``flow_bytes``, the flow sends it as this many equal messages, one at a time (as
+            ``write-lat`` does): after a message's last byte it pauses until that byte has left the
+            queue plus ``ack_delay_s`` (the acknowledgement's round trip), its DCQCN timers still running.
+        ack_delay_s: see ``messages``.
     """
 
     capacity_bps: float
@@ -83,6 +90,9 @@ class FluidParams:
     initial_alpha: float = 1.0
     min_rate_bps: float | None = None               # the NIC's rate floor (not in the paper; 0 without)
     marking: float | None = field(default=None)   # open loop: constant marking probability instead of p(q)
+    flow_bytes: tuple | None = None
+    messages: int = 1
+    ack_delay_s: float = 0.0
 
     def __post_init__(self):
         for name in ("capacity_bps", "line_rate_bps", "packet_bytes", "cnp_interval_s", "alpha_timer_s",
@@ -100,6 +110,13 @@ class FluidParams:
             raise SpecError("fluid.starts_s", "needs one non-negative start time per flow")
         if self.marking is not None and not 0 <= self.marking < 1:
             raise SpecError("fluid.marking", f"must be in [0, 1), got {self.marking!r}")
+        if self.flow_bytes is not None and (len(self.flow_bytes) != len(self.starts_s)
+                                            or min(self.flow_bytes) <= 0):
+            raise SpecError("fluid.flow_bytes", "needs one positive size per flow (as many as starts_s)")
+        if not (isinstance(self.messages, int) and self.messages >= 1):
+            raise SpecError("fluid.messages", f"must be a whole number >= 1, got {self.messages!r}")
+        if self.ack_delay_s < 0:
+            raise SpecError("fluid.ack_delay_s", f"must not be negative, got {self.ack_delay_s!r}")
 
     @property
     def flows(self) -> int:
@@ -136,13 +153,15 @@ class Trajectory:
     """Samples of one run: times (s), per-flow rates (bit/s), queue (bytes), alpha, marking probability."""
 
     t: np.ndarray
-    rates: np.ndarray        # shape (samples, flows)
+    rates: np.ndarray        # shape (samples, flows): what each flow sends (0 before it starts, paused or done)
     targets: np.ndarray
     alpha: np.ndarray
     queue: np.ndarray
     p: np.ndarray
     dropped_bytes: float
     params: FluidParams
+    finish_s: tuple = ()     # with flow_bytes: when each flow's last message completed (nan: not yet)
+    message_fct_s: tuple = ()  # with flow_bytes: per flow, each completed message's completion time
 
     def window(self, t0: float, t1: float) -> np.ndarray:
         return (self.t >= t0) & (self.t < t1)
@@ -193,6 +212,14 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
     rc, rt = [0.0] * n, [0.0] * n
     alpha = [p_.initial_alpha] * n
     active = [False] * n
+    per_msg = [math.inf] * n if p_.flow_bytes is None else [b / p_.packet_bytes / p_.messages for b in p_.flow_bytes]
+    left = list(per_msg)                 # packets of the current message still to send
+    msgs_left = [p_.messages] * n
+    resume = [0.0] * n                   # a paused flow sends again at this time (its message acknowledged)
+    msg_start = [0.0] * n
+    fcts: list[list[float]] = [[] for _ in range(n)]
+    done = [False] * n
+    finish = [math.nan] * n
     q = 0.0
     dropped = 0.0
     hist_exit = [0.0] * (steps + 1)
@@ -203,19 +230,23 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
     for step in range(steps + 1):
         now = step * dt
         for i in range(n):
-            if not active[i] and starts[i] <= now + 1e-12:
+            if not active[i] and not done[i] and starts[i] <= now + 1e-12:
                 rc[i] = rt[i] = line
                 alpha[i] = p_.initial_alpha
-                active[i] = True
+                active[i], msg_start[i] = True, now
+        sending = [active[i] and now >= resume[i] for i in range(n)]
+        for i in range(n):
+            if active[i] and sending[i] and left[i] <= 0.0:   # the previous message is acknowledged: the next
+                left[i], msg_start[i] = per_msg[i], now
         if p_.marking is not None:
             p_now = p_.marking
         else:
             p_now = 0.0 if q <= kmin else (p_.pmax * (q - kmin) / (kmax - kmin) if q <= kmax else 1.0)
         hist_p[step] = p_now
-        hist_r[step] = list(rc)
+        hist_r[step] = [rc[i] if sending[i] else 0.0 for i in range(n)]   # what the queue and its marks see
         hist_exit[step] = now + p_.feedback_delay_s + (q / cap if p_.queue_delay else 0.0)
         if step % every == 0 and k < ns:
-            out_t[k], out_r[k], out_rt[k], out_a[k], out_q[k], out_p[k] = now, rc, rt, alpha, q, p_now
+            out_t[k], out_r[k], out_rt[k], out_a[k], out_q[k], out_p[k] = now, hist_r[step], rt, alpha, q, p_now
             k += 1
         if step == steps:
             break
@@ -234,11 +265,15 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
             rd = [(1 - w) * h0[i] + w * h1[i] for i in range(n)]
         # log(1 - p): -inf at p = 1 makes (1 - p)^x = 0 and the event rates 0, as the limits say
         lq = ln(-pd) if pd < 1.0 else -math.inf
+        arriving = 0.0
         for i in range(n):
             if not active[i]:
                 continue
             r = rd[i]
-            if pd > 0.0 and r > 0.0:
+            if r <= 0.0:   # nothing sent tau* ago (a pause, the start): no marks, no bytes; the timer runs
+                a = a_alpha = ev_b = 0.0
+                ev_t, keep_b, keep_t = 1.0 / T, 1.0, 1.0
+            elif pd > 0.0:
                 a = -expm1(tau * r * lq)
                 a_alpha = -expm1(tau_a * r * lq)
                 xb, xt = -B * lq, -T * r * lq   # (1 - p)^-x - 1 overflows to inf: no events
@@ -247,7 +282,7 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
                 keep_b, keep_t = exp(F * B * lq), exp(F * T * r * lq)
             else:  # no marks: no cuts; every counter expiry is an increase
                 a = a_alpha = 0.0
-                ev_b, ev_t = r / B, (1.0 / T if r > 0.0 else 0.0)
+                ev_b, ev_t = r / B, 1.0 / T
                 keep_b = keep_t = 1.0
             d_alpha = g / tau_a * (a_alpha - alpha[i])
             d_rt = -(rt[i] - rc[i]) * a / tau + rai * (keep_b * ev_b + keep_t * ev_t)
@@ -255,7 +290,18 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
             alpha[i] = min(1.0, max(0.0, alpha[i] + d_alpha * dt))
             rt[i] = min(line, max(0.0, rt[i] + d_rt * dt))
             rc[i] = min(line, max(floor, rc[i] + d_rc * dt))
-        q = q + (sum(rc) - cap) * dt
+            if not sending[i]:
+                continue
+            arriving += rc[i]
+            left[i] -= rc[i] * dt
+            if left[i] <= 0.0:   # the message's last byte joins the queue now: acknowledged q/C + ack delay later
+                resume[i] = now + dt + q / cap + p_.ack_delay_s
+                fcts[i].append(resume[i] - msg_start[i])
+                msgs_left[i] -= 1
+                if msgs_left[i] == 0:
+                    active[i], done[i], finish[i] = False, True, resume[i]
+                    rc[i] = rt[i] = 0.0
+        q = q + (arriving - cap) * dt
         if q < 0.0:
             q = 0.0
         elif q > limit:
@@ -263,7 +309,7 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
             q = limit
     bits = pkt_bits
     return Trajectory(out_t[:k], out_r[:k] * bits, out_rt[:k] * bits, out_a[:k], out_q[:k] * p_.packet_bytes,
-                      out_p[:k], dropped * p_.packet_bytes, params)
+                      out_p[:k], dropped * p_.packet_bytes, params, tuple(finish), tuple(tuple(f) for f in fcts))
 
 
 # -- the equilibrium in closed form -----------------------------------------------------------------------

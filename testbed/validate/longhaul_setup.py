@@ -4,7 +4,7 @@ What ``scenarios/long_haul_cnp.py`` runs, per distance, case and mode::
 
     G (spec) --with_distance(km)--> --case_graph(case)--> case_plan(mode) -> plan_replica(...)
     roles(G)        senders (campus 0), receivers (campus 1), the DCI pair, the receivers' ToR
-    case_rates      sender-dci: the long haul at half the senders' sum (2:1);
+    case_rates      sender-dci: the long haul at one sender's line rate (N:1 for N senders, --incast);
                     receiver-tor: the receivers' ports at half the line rate, the long haul not the bottleneck
     bottleneck      the congestion point (switch, neighbour)
     overrides       RoCE frames, the RED rule (per-25G or BDP-relative), the long haul's backend, the CNP interval
@@ -18,6 +18,7 @@ Real-world units everywhere except where a name says ``emulated``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from testbed.errors import SpecError
 from testbed.plan import Overrides, plan_replica
@@ -27,6 +28,10 @@ DISTANCES_KM = (0, 10, 30, 50, 100)
 QUICK_DISTANCES_KM = (30,)
 MODES = ("ecn", "fast-cnp")
 CASES = ("sender-dci", "receiver-tor")
+#: ``--incast N``: N sender-receiver pairs; N:1 at the sender-side DCI (the only case it applies to: each
+#: receiver has its own port at its ToR, so the receiver-tor case stays 2 pairs, each 2:1 by rate).
+DEFAULT_INCAST, MIN_INCAST, MAX_INCAST = 2, 2, 8
+INCAST_CASES = ("sender-dci",)
 #: soft-RDMA IB path MTU; frames are Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + payload + ICRC 4.
 IB_MTU = 1024
 FRAME_BYTES = 14 + 20 + 8 + 12 + IB_MTU + 4
@@ -78,7 +83,10 @@ def case_rates(G, case: str, r: Roles) -> dict:
     rates = {frozenset((u, v)): d["rate_bps"] for u, v, d in G.edges(data=True)}
     host_rate = max(G.edges[s, next(iter(G.neighbors(s)))]["rate_bps"] for s in r.senders)
     if case == "sender-dci":
-        rates[frozenset(r.dci)] = host_rate * len(r.senders) / 2   # 2:1 onto the long haul
+        rates[frozenset(r.dci)] = host_rate    # N:1 onto the long haul: N senders at line rate into one port
+        for u, v in G.edges(r.dci[0]):         # and nothing before it narrower than the senders' sum
+            if G.nodes[v].get("role") != "dci":
+                rates[frozenset((u, v))] = max(rates[frozenset((u, v))], host_rate * len(r.senders))
     elif case == "receiver-tor":
         rates[frozenset(r.dci)] = host_rate * len(r.senders) * 2   # long haul not the bottleneck
         for h in r.receivers:
@@ -298,7 +306,15 @@ def checked_args(args) -> tuple[list, list, list]:
     distances = parse_list(args.distances or ",".join(map(str, default)), "--distances", float)
     if any(d < 0 or d > 2000 for d in distances):
         raise SpecError("--distances", f"each distance must be 0..2000 km, got {args.distances!r}")
-    return distances, parse_list(args.modes, "--modes", str, MODES), parse_list(args.cases, "--cases", str, CASES)
+    incast = getattr(args, "incast", DEFAULT_INCAST)
+    if not MIN_INCAST <= incast <= MAX_INCAST:
+        raise SpecError("--incast", f"must be {MIN_INCAST}..{MAX_INCAST} senders, got {incast}")
+    cases = parse_list(args.cases or ",".join(CASES if incast == DEFAULT_INCAST else INCAST_CASES), "--cases",
+                       str, CASES)
+    if incast != DEFAULT_INCAST and set(cases) - set(INCAST_CASES):
+        raise SpecError("--incast", f"{incast}:1 is built at the sender-side DCI (N senders into one port); at "
+                                    "the receiver's ToR each receiver has its own port, so use --cases sender-dci")
+    return distances, parse_list(args.modes, "--modes", str, MODES), cases
 
 
 def parse_list(text: str, field: str, cast, allowed=None) -> list:
@@ -379,15 +395,16 @@ def feedback_delay(clock_epoch_us: float, first_signal_us: int, cnp_times: list)
     return None if answer is None else answer - signal
 
 
-def bottleneck_doc(plan, switch, neighbour) -> dict:
-    """The congestion point's configuration, emulated and real (the fields validate's gain rows read)."""
+def bottleneck_doc(plan, switch, neighbour, flows: int) -> dict:
+    """The congestion point's configuration, emulated and real, and how many ``flows`` cross it (the fields
+    validate's gain rows read: the fluid model is run on those flows)."""
     port_no = plan.graph.edges[switch, neighbour]["ports"][switch]
     port = plan.switch(switch).port(port_no)
     return {"switch": switch, "port": port_no, "rate_pps": port.emulated_rate_pps,
             "kmin_pkts": port.ecn.kmin_pkts, "kmax_pkts": port.ecn.kmax_pkts,
             "real_rate_bps": plan.graph.edges[switch, neighbour]["rate_bps"],
             "kmin_bytes": port.ecn.kmin_pkts * FRAME_BYTES, "kmax_bytes": port.ecn.kmax_pkts * FRAME_BYTES,
-            "pmax": port.ecn.pmax}
+            "pmax": port.ecn.pmax, "flows": flows}
 
 
 def run_config(G, spec, args, distances, modes, cases, long_haul: str = "userspace") -> dict:
@@ -399,7 +416,8 @@ def run_config(G, spec, args, distances, modes, cases, long_haul: str = "userspa
             "frame_bytes": FRAME_BYTES, "cnp_interval_s": CNP_INTERVAL_S,
             "red": red_rule(G, getattr(args, "red", "per-25g")),
             "qp_map": "learned from ACKs" if args.learn_qp else "preloaded by the control plane",
-            "link_backend": getattr(args, "link_backend", "auto"), **validate_fields(G, long_haul)}
+            "link_backend": getattr(args, "link_backend", "auto"), "incast": getattr(args, "incast", DEFAULT_INCAST),
+            **validate_fields(G, long_haul)}
 
 
 def capture_lags(plan, case: str, r: Roles) -> dict:
@@ -407,13 +425,22 @@ def capture_lags(plan, case: str, r: Roles) -> dict:
     return {name: netem_lag_s(plan, node, nbr) for node, nbr, _way, _expr, name in captures(plan.graph, case, r)}
 
 
-def graph(spec_path, scale: float | None = None):
-    """The long-haul spec's graph, at ``scale`` instead of the spec's own when given (``--scale``)."""
+def graph(spec_path, scale: float | None = None, pairs: int | None = None):
+    """The long-haul spec's graph, at ``scale`` instead of the spec's own when given (``--scale``), with
+    ``pairs`` hosts in each campus instead of the spec's (``--incast``: N senders, N receivers). The changed
+    spec is validated again like any other."""
     from dataclasses import replace
 
-    from testbed.topo.spec import build_graph, load_spec
+    import yaml
+
+    from testbed.topo.spec import build_graph, load_spec, parse_spec
 
     spec = load_spec(spec_path)
+    if pairs is not None:
+        doc = yaml.safe_load(Path(spec_path).read_text())
+        for campus in doc["params"]["campuses"]:
+            campus.setdefault("params", {})["hosts"] = pairs
+        spec = parse_spec(doc, f"{spec_path} with --incast {pairs}")
     return build_graph(spec if scale is None else replace(spec, scale=scale))
 
 

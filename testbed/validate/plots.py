@@ -128,9 +128,11 @@ def plot_long_haul_timeseries(modes: dict, path: Path, title: str = "") -> Path:
 
 
 def plot_gain_vs_distance(points: list[dict], path: Path, predicted: list[dict] | None = None,
-                          title: str = "fast CNP gain over ECN") -> Path:
+                          title: str = "fast CNP gain over ECN", steady: list[dict] | None = None) -> Path:
     """``points``: ``{"distance_km", "mean", "low", "high"}`` (gain as a fraction); ``predicted``:
-    ``{"distance_km", "gain"}`` from :func:`testbed.validate.trials.predicted_gain`."""
+    ``{"distance_km", "gain"}``, the fluid model of the same flows
+    (:func:`testbed.validate.trials.predicted_flow_gain`); ``steady``: the same for long flows
+    (:func:`testbed.validate.trials.predicted_gain`), drawn dotted."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     pts = sorted(points, key=lambda p: p["distance_km"])
@@ -142,7 +144,12 @@ def plot_gain_vs_distance(points: list[dict], path: Path, predicted: list[dict] 
                         label="95% confidence")
     if predicted:
         pr = sorted(predicted, key=lambda p: p["distance_km"])
-        ax.plot([p["distance_km"] for p in pr], [p["gain"] * 100 for p in pr], "s--", label="fluid model")
+        ax.plot([p["distance_km"] for p in pr], [p["gain"] * 100 for p in pr], "s--",
+                label="fluid model, the same flows")
+    if steady:
+        st = sorted(steady, key=lambda p: p["distance_km"])
+        ax.plot([p["distance_km"] for p in st], [p["gain"] * 100 for p in st], "^:", color="grey",
+                label="fluid model, steady state (long flows)")
     ax.axhline(0, color="grey", lw=0.6)
     ax.set_xlabel("long-haul distance (km)")
     ax.set_ylabel("goodput gain (%)")

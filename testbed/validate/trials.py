@@ -18,6 +18,7 @@ Field names of a trial (see docs/validation.md, "What the long-haul scenario mus
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import replace
 
 from testbed.errors import SpecError
@@ -106,14 +107,18 @@ def feedback_bound_s(path_m: float, serialisation_s: float = 0.0) -> float:
 def feedback_paths_m(case: str, distance_m: float, local_m: float = 0.0) -> dict:
     """Fibre each mode's feedback crosses in the long-haul topology (sender - ToR - DCI == DCI - ToR - receiver).
 
-    ``sender-dci`` (congestion at the sender-side DCI): ECN goes DCI -> receiver -> sender, 2 x long haul;
-    fast CNP goes DCI -> sender. ``receiver-tor`` (at the receiver-side ToR): ECN goes ToR -> receiver ->
-    sender (1 x long haul); fast CNP goes ToR -> sender (1 x long haul). ``local_m`` is one campus' cabling.
+    From the congestion point's first signal leaving it (as the scenario measures) to a sender, with
+    ``local_m`` one campus' cabling (host - ToR - DCI). ``sender-dci`` (congestion at the sender-side DCI):
+    ECN goes DCI -> receiver (long haul + one campus) -> sender (one campus + long haul + one campus):
+    2 x long haul + 3 x local; fast CNP goes DCI -> sender, one campus. ``receiver-tor`` (at the
+    receiver-side ToR): ECN goes ToR -> receiver -> ToR -> DCI -> long haul -> sender, fast CNP ToR -> DCI
+    -> long haul -> sender: both 1 x long haul + 2 x local (they differ by the receiver's two host cables,
+    left out: metres).
     """
     if case == "sender-dci":
-        return {"ecn": 2 * distance_m + 4 * local_m, "fast-cnp": 2 * local_m}
+        return {"ecn": 2 * distance_m + 3 * local_m, "fast-cnp": local_m}
     if case == "receiver-tor":
-        return {"ecn": distance_m + 4 * local_m, "fast-cnp": distance_m + 2 * local_m}
+        return {"ecn": distance_m + 2 * local_m, "fast-cnp": distance_m + 2 * local_m}
     raise SpecError("case", f"unknown case {case!r}; allowed: sender-dci, receiver-tor")
 
 
@@ -144,4 +149,44 @@ def predicted_gain(base: FluidParams, distances_km, case: str = "sender-dci", du
         gain = util["fast-cnp"] / util["ecn"] - 1 if util["ecn"] > 0 else math.inf
         out.append({"distance_km": km, "utilisation": util, "gain": gain,
                     "feedback_s": {m: base.feedback_delay_s + propagation_s(p) for m, p in paths.items()}})
+    return out
+
+
+def predicted_flow_gain(base: FluidParams, distance_km: float, case: str = "sender-dci", local_m: float = 0.0,
+                        ack_delay_s: float = 0.0) -> dict:
+    """Fast CNP's goodput gain over ECN for the finite flows the experiment sends (the fluid model, extended).
+
+    :func:`predicted_gain` is the paper's steady state: long flows, the utilisation once the limit cycle has
+    settled. The long-haul trials send a few messages of a few MB, over in a few RTTs, so their goodput is a
+    transient: ECN's first cut arrives late, the queue overshoots past Kmax and the deep cuts that follow set
+    the completion time. This runs the same model with ``base.flow_bytes`` and ``base.messages`` (each
+    message paused for its acknowledgement, ``ack_delay_s``, the path's round trip), once per mode with that
+    mode's feedback delay (``base.feedback_delay_s`` + 5 us/km of :func:`feedback_paths_m` with ``local_m``),
+    and compares goodput as the replica counts it: every byte sent over the time the last flow completed.
+
+    Returns:
+        ``{"gain", "goodput_bps": {mode: ...}, "fct_p50_s": {mode: ...}, "queue_peak_bytes": {mode: ...},
+        "feedback_s": {mode: ...}}``.
+    """
+    if base.flow_bytes is None:
+        raise SpecError("fluid.flow_bytes", "predicted_flow_gain needs finite flows (flow_bytes)")
+    step = min(base.cnp_interval_s, base.alpha_timer_s, base.rate_increase_timer_s) / 10
+    total = sum(base.flow_bytes)
+    ideal = total * 8 / base.capacity_bps + base.messages * ack_delay_s + max(base.starts_s)
+    out: dict = {"goodput_bps": {}, "fct_p50_s": {}, "queue_peak_bytes": {}, "feedback_s": {}}
+    for mode, path in feedback_paths_m(case, distance_km * 1e3, local_m).items():
+        tau = base.feedback_delay_s + propagation_s(path)
+        params = replace(base, feedback_delay_s=tau, ack_delay_s=ack_delay_s)
+        for factor in (4, 16, 64):          # long enough for every flow to finish (DCQCN can cut deep)
+            tr = simulate(params, factor * ideal, dt_s=step)
+            if not any(math.isnan(f) for f in tr.finish_s):
+                break
+        else:
+            raise SpecError("fluid.flow_bytes", f"{mode}: the flows did not finish in {64 * ideal:.3g} s of model time")
+        fcts = sorted(f for flow in tr.message_fct_s for f in flow)
+        out["goodput_bps"][mode] = total * 8 / max(tr.finish_s)
+        out["fct_p50_s"][mode] = statistics.median(fcts)
+        out["queue_peak_bytes"][mode] = float(tr.queue.max())
+        out["feedback_s"][mode] = tau
+    out["gain"] = out["goodput_bps"]["fast-cnp"] / out["goodput_bps"]["ecn"] - 1
     return out

@@ -65,6 +65,7 @@ def test_fast_cnp_feedback_beats_ecn_across_30km(tmp_path, capsys, quiet_cpu):
         assert r["health"]["healthy"] and r["emulator_ok"] and not r["saturation"]
         assert r["throughput_mbps"] > 0 and 0 < r["fct_p50_ms"] <= r["fct_p99_ms"]
         assert set(r["bottleneck"]) >= {"real_rate_bps", "kmin_bytes", "kmax_bytes", "pmax"}
+        assert r["bottleneck"]["flows"] == 2                     # both senders cross the sender-side DCI
     # the conservation ledger ran: every element and wire of the replica balanced (nothing missing)
     trial = json.loads((out / "30km" / "sender-dci-fast-cnp" / "trial.json").read_text())
     hops = trial["hops"]

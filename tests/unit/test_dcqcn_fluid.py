@@ -110,3 +110,47 @@ def test_bad_parameters_name_the_field():
     with pytest.raises(SpecError, match="fluid.starts_s"):
         FluidParams(**G40, starts_s=())
     assert math.isfinite(fixed_point(FluidParams(**G40))["p"])
+
+
+# -- finite flows (the extension for short-flow experiments) ---------------------------------------------
+def test_an_uncongested_finite_flow_completes_at_line_rate_plus_its_acknowledgements():
+    """Capacity twice the line rate: no queue, no mark; each of 2 messages of 0.5 MB takes 0.5 MB / line rate,
+    then waits one acknowledgement delay (100 us): 0.4 + 0.1 ms each, 1.0 ms in all."""
+    p = FluidParams(capacity_bps=20e9, line_rate_bps=10e9, packet_bytes=1000, starts_s=(0.0,), flow_bytes=(1e6,),
+                    messages=2, ack_delay_s=100e-6)
+    tr = simulate(p, 0.003, dt_s=1e-6)
+    assert tr.finish_s[0] == pytest.approx(1.0e-3, abs=3e-6)
+    assert [f for f in tr.message_fct_s[0]] == pytest.approx([0.5e-3, 0.5e-3], abs=3e-6)
+    assert tr.queue.max() == 0.0
+
+
+def test_a_paused_flow_sends_nothing_while_it_waits_for_its_acknowledgement():
+    """At a 10G bottleneck one 10G flow builds no queue, yet its rate limiter (the state) keeps its rate in the
+    pause: the samples in the pause show the rate while the bottleneck is idle (utilisation < 1)."""
+    p = FluidParams(capacity_bps=10e9, line_rate_bps=10e9, packet_bytes=1000, starts_s=(0.0,), flow_bytes=(2e6,),
+                    messages=2, ack_delay_s=1e-3)
+    tr = simulate(p, 0.005, dt_s=1e-6)
+    first = 1e6 * 8 / 10e9                         # the first message is sent by 0.8 ms, the second from 1.8 ms
+    assert tr.utilisation(first + 0.1e-3, first + 0.9e-3) == pytest.approx(0.0, abs=1e-9)
+    assert tr.utilisation(0.1e-3, first - 0.1e-3) == pytest.approx(1.0)
+    assert tr.finish_s[0] == pytest.approx(2 * (first + 1e-3), abs=3e-6)
+
+
+def test_finite_flows_through_a_bottleneck_share_it_and_cannot_beat_its_capacity():
+    p = FluidParams(capacity_bps=10e9, line_rate_bps=10e9, packet_bytes=1082, kmin_bytes=40e3, kmax_bytes=160e3,
+                    pmax=0.2, feedback_delay_s=50e-6, starts_s=(0.0, 0.0), flow_bytes=(2e6, 2e6), queue_delay=True,
+                    rate_ai_bps=4e6, min_rate_bps=10e6)
+    tr = simulate(p, 0.05)
+    assert all(f == f for f in tr.finish_s)                           # both finished (not nan)
+    assert min(tr.finish_s) >= 4e6 * 8 / 10e9 * 0.99                   # the bottleneck's capacity bounds both
+    assert max(tr.finish_s) / min(tr.finish_s) < 1.05                  # symmetric flows finish together
+    assert tr.queue.max() > 160e3                                      # 2:1 at line rate overshoots Kmax first
+
+
+def test_finite_flow_parameters_name_the_field():
+    with pytest.raises(SpecError, match="fluid.flow_bytes"):
+        FluidParams(**G40, starts_s=(0.0, 0.0), flow_bytes=(1e6,))
+    with pytest.raises(SpecError, match="fluid.messages"):
+        FluidParams(**G40, flow_bytes=(1e6, 1e6), messages=0)
+    with pytest.raises(SpecError, match="fluid.ack_delay_s"):
+        FluidParams(**G40, flow_bytes=(1e6, 1e6), ack_delay_s=-1.0)

@@ -216,3 +216,36 @@ def test_learning_the_qp_map_is_a_flag(capsys):
     with pytest.raises(SystemExit):
         scen.main(["--help"])
     assert "--learn-qp" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("n", [4, 8])
+def test_incast_n_senders_into_the_sender_dci_port_and_nothing_narrower_before_it(n):
+    G = lh.graph(scen.SPEC, None, n)
+    r = lh.roles(G)
+    assert len(r.senders) == len(r.receivers) == n
+    plan = lh.case_plan(G, "sender-dci", "ecn")
+    sw, nbr = lh.bottleneck("sender-dci", r)
+    neck = plan.switch(sw).port(G.edges[sw, nbr]["ports"][sw])
+    line = G.edges[r.senders[0], next(iter(G.neighbors(r.senders[0])))]["rate_bps"]
+    assert neck.real_rate_bps == line                                       # n senders at line rate: n:1
+    tor = plan.switch(next(iter(G.neighbors(r.senders[0]))))
+    uplink = tor.port(G.edges[tor.node, sw]["ports"][tor.node])
+    assert uplink.real_rate_bps >= n * line                                 # the ToR's uplink is not the neck
+    assert len(lh.crossing("sender-dci", r)) == n
+    assert len(lh.qp_map_entries(plan, r)) == n
+
+
+def test_incast_options_are_checked_and_keep_to_the_case_they_apply_to():
+    from types import SimpleNamespace
+
+    def args(**kw):
+        base = dict(size="1MB", iters=None, repetitions=None, window=None, quick=True, distances=None,
+                    modes="ecn,fast-cnp", cases=None, incast=2)
+        return SimpleNamespace(**{**base, **kw})
+
+    assert lh.checked_args(args())[2] == list(lh.CASES)
+    assert lh.checked_args(args(incast=8))[2] == ["sender-dci"]           # the default narrows to where it applies
+    for bad, field in ((dict(incast=9), "--incast"), (dict(incast=1), "--incast"),
+                       (dict(incast=4, cases="receiver-tor"), "--incast")):
+        with pytest.raises(SpecError, match=field):
+            lh.checked_args(args(**bad))

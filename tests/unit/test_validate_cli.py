@@ -43,6 +43,6 @@ def test_long_haul_rows_from_a_results_folder(tmp_path):
     res = _testbed("--rows", "long-haul", "--long-haul", str(src), "--json", "--out", str(tmp_path / "out"))
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
-    assert out["measured"] == 3 and out["all_passed"] and out["missing"] == 0
+    assert out["measured"] == 5 and out["all_passed"] and out["missing"] == 0   # bound, saved, 2 excess, gain
     assert all(Path(r["plot"]).is_file() for r in out["rows"])
     assert any("gain-vs-distance" in r["plot"] for r in out["rows"])

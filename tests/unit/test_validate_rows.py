@@ -11,7 +11,7 @@ from testbed.models.dcqcn_fluid import FluidParams, simulate
 from testbed.validate import rows as R
 from testbed.validate.longhaul import gain_points, load, long_haul_rows
 from testbed.validate.replica import FRAME_BYTES, DcqcnRun
-from testbed.validate.trials import predicted_gain
+from testbed.validate.trials import predicted_flow_gain
 
 
 def test_goodput_reference_is_min_of_rate_and_window_over_rtt():
@@ -87,7 +87,8 @@ def _trial(case, km, mode, rep, thr, fb_ms, **kw):
     return {"case": case, "distance_km": km, "mode": mode, "repetition": rep, "throughput_mbps": thr,
             "feedback_delay_ms": fb_ms, "switch_cnps": 5 if mode == "fast-cnp" else 0, "cnps_at_senders": 7,
             "marks": 9, "unaccounted_losses": 0, "saturation": [],
-            "bottleneck": {"real_rate_bps": 10e9, "kmin_bytes": 40e3, "kmax_bytes": 160e3, "pmax": 0.2}, **kw}
+            "bottleneck": {"real_rate_bps": 10e9, "kmin_bytes": 40e3, "kmax_bytes": 160e3, "pmax": 0.2, "flows": 2},
+            **kw}
 
 
 MODEL_S = None   # simulated seconds of each fluid run: the default, as `testbed validate` uses (shorter runs have not settled)
@@ -95,14 +96,17 @@ MODEL_S = None   # simulated seconds of each fluid run: the default, as `testbed
 
 @functools.cache
 def _model_gain_30km() -> float:
-    """The fluid model's gain at 30 km for the trials' bottleneck, computed independently of longhaul.py."""
-    return predicted_gain(FluidParams(capacity_bps=10e9, line_rate_bps=10e9, packet_bytes=1082, kmin_bytes=40e3,
-                                      kmax_bytes=160e3, pmax=0.2, feedback_delay_s=5e-6, rate_ai_bps=4e6),
-                          [30], duration_s=MODEL_S)[0]["gain"]
+    """The fluid model's gain at 30 km for the trials' two flows of 2 x 1 MB through the bottleneck, set up here
+    from the trial fields by hand (not by longhaul.py): what the row must compare the replica with."""
+    base = FluidParams(capacity_bps=10e9, line_rate_bps=10e9, packet_bytes=1082, kmin_bytes=40e3, kmax_bytes=160e3,
+                       pmax=0.2, feedback_delay_s=5e-6, rate_ai_bps=4e6, min_rate_bps=10e6, queue_delay=True,
+                       flow_bytes=(2e6, 2e6), messages=2)
+    return predicted_flow_gain(base, 30, "sender-dci", 0.0, ack_delay_s=2 * 30e3 * 5e-9)["gain"]
 
 
 def _doc(ecn_fb_ms=0.32, fast_fb_ms=0.02, extra=()):
-    config = {"line_rate_bps": 10e9, "frame_bytes": 1082, "scale": 1000}
+    config = {"line_rate_bps": 10e9, "frame_bytes": 1082, "scale": 1000, "message_bytes": 1e6,
+              "messages_per_sender": 2}
     base = _model_gain_30km()
     rows = []
     for rep in range(5):
@@ -144,3 +148,17 @@ def test_long_haul_input_errors_name_the_field(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"config": {"line_rate_bps": 1e10}}))
     (tmp_path / "rows.json").write_text(json.dumps(_doc()["rows"]))
     assert load(tmp_path)["config"]["line_rate_bps"] == 1e10
+
+
+def test_feedback_excess_over_physics_flags_an_emulator_whose_own_transit_rivals_the_fibre():
+    """30 km: ECN's loop is 0.3 ms of fibre; 20 us of emulator transit is inside a tenth of it, 50 us is not.
+    0 km: the loop is a few metres, so the same 20 us of transit decides the feedback: the row fails."""
+    by = {r.metric: r for r in long_haul_rows(_doc(ecn_fb_ms=0.32), MODEL_S)}
+    ok = by["sender-dci 30 km: ecn feedback excess over physics"]
+    assert ok.passed and ok.kind == "bound" and 0.01 < ok.replica < 0.03
+    slow = {r.metric: r for r in long_haul_rows(_doc(ecn_fb_ms=0.35), MODEL_S)}
+    assert not slow["sender-dci 30 km: ecn feedback excess over physics"].passed
+    near = [_trial("sender-dci", 0, m, rep, 1000.0, 0.02) for rep in range(3) for m in ("ecn", "fast-cnp")]
+    rows = {r.metric: r for r in long_haul_rows({"config": _doc()["config"], "rows": near}, MODEL_S)}
+    assert not rows["sender-dci 0 km: ecn feedback excess over physics"].passed
+    assert not rows["sender-dci 0 km: fast-cnp feedback excess over physics"].passed

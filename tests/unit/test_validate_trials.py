@@ -1,6 +1,7 @@
 """Trial validity, confidence intervals, marking profiles, feedback physics and the fluid gain prediction."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -11,6 +12,7 @@ from testbed.validate.stats import confidence_interval, normalised_rms, relative
 from testbed.validate.trials import (
     feedback_bound_s,
     feedback_paths_m,
+    predicted_flow_gain,
     predicted_gain,
     trial_validity,
 )
@@ -106,6 +108,9 @@ def test_feedback_physics():
     r = feedback_paths_m("receiver-tor", 30e3)
     assert r["ecn"] == r["fast-cnp"] == 30e3
     assert feedback_bound_s(1000.0, 2e-6) == pytest.approx(7e-6)
+    # with one campus' cabling (host 3 m + ToR-DCI 100 m) counted hop by hop along each path
+    assert feedback_paths_m("sender-dci", 30e3, 103) == {"ecn": 60e3 + 3 * 103, "fast-cnp": 103}
+    assert feedback_paths_m("receiver-tor", 30e3, 103) == {"ecn": 30e3 + 206, "fast-cnp": 30e3 + 206}
     with pytest.raises(SpecError, match="case"):
         feedback_paths_m("middle", 1.0)
 
@@ -117,3 +122,24 @@ def test_fluid_model_predicts_a_gain_growing_with_distance():
     assert rows[0]["gain"] == pytest.approx(0.0, abs=1e-3)
     assert rows[1]["gain"] > 0.05
     assert rows[1]["feedback_s"]["ecn"] == pytest.approx(5e-6 + 500e-6)
+
+
+def test_short_flows_gain_more_from_fast_cnp_than_the_steady_state_and_only_at_the_sender_dci():
+    """2 flows of 2 x 1 MB at 30 km (the scenario's quick sizes): ECN's first cut comes 0.3 ms late, the
+    queue overshoots past Kmax and the deep cuts set the completion time, so fast CNP's transient gain is
+    far above the steady-state one; at the receiver-side ToR both feedbacks cross the long haul, no gain."""
+    base = FluidParams(capacity_bps=10e9, line_rate_bps=10e9, packet_bytes=1082, kmin_bytes=40e3,
+                       kmax_bytes=160e3, pmax=0.2, feedback_delay_s=5e-6, rate_ai_bps=4e6, min_rate_bps=10e6,
+                       queue_delay=True, starts_s=(0.0, 0.0), flow_bytes=(2e6, 2e6), messages=2)
+    rtt = 2 * 30e3 * 5e-9
+    dci = predicted_flow_gain(base, 30, "sender-dci", ack_delay_s=rtt)
+    steady = predicted_gain(replace(base, flow_bytes=None, queue_delay=False, min_rate_bps=None), [30],
+                            duration_s=0.12)[0]["gain"]
+    assert dci["gain"] > 0.5 > steady
+    assert dci["queue_peak_bytes"]["ecn"] > 160e3 > dci["queue_peak_bytes"]["fast-cnp"]
+    assert dci["goodput_bps"]["fast-cnp"] <= 10e9
+    tor = predicted_flow_gain(replace(base, capacity_bps=5e9, kmin_bytes=20e3, kmax_bytes=80e3, starts_s=(0.0,),
+                                      flow_bytes=(2e6,)), 30, "receiver-tor", ack_delay_s=rtt)
+    assert abs(tor["gain"]) < 0.02
+    with pytest.raises(SpecError, match="flow_bytes"):
+        predicted_flow_gain(replace(base, flow_bytes=None), 30)
