@@ -8,6 +8,7 @@
             |                                                 every ``resync_s``: sysfs operstate of every
             v                                                 port (a missed event, e.g. ENOBUFS) and
     P4Fabric.link_down / link_up / switch_down                whether each BMv2 process still runs
+                                                              (a pidfd per BMv2 process: its exit at once)
 
 Why netlink: BMv2 switches in a replica run in the root namespace on veth ports the replica made, so the
 state of each port is exactly what the kernel says about that interface. ``simple_switch`` itself only
@@ -132,9 +133,16 @@ class LinkWatcher:
     """
 
     def __init__(self, fabric, ends: Mapping[tuple, Iterable[str]], alive: Mapping[str, Callable] | None = None,
-                 resync_s: float = RESYNC_S, on_error: Callable | None = None):
+                 resync_s: float = RESYNC_S, on_error: Callable | None = None, pids: Mapping[str, int] | None = None):
         self.fabric = fabric
         self.alive = dict(alive or {})
+        # a pidfd turns readable when its process exits: a dead BMv2 is seen at once, not at the next resync
+        self.pidfds = {}
+        for sw, pid in (pids or {}).items():
+            try:
+                self.pidfds[os.pidfd_open(pid)] = sw
+            except (OSError, AttributeError):  # gone already, or no pidfd here: the resync's check remains
+                continue
         self.dead: set = set()
         self.resync_s = resync_s
         self.on_error = on_error
@@ -156,7 +164,7 @@ class LinkWatcher:
             os.write(self._stop_w, b"x")
             self._thread.join(timeout=10)
         self.sock.close()
-        for fd in (self._stop_r, self._stop_w):
+        for fd in (self._stop_r, self._stop_w, *self.pidfds):
             os.close(fd)
 
     def __enter__(self) -> "LinkWatcher":
@@ -177,25 +185,34 @@ class LinkWatcher:
             if self.on_error is not None:
                 self.on_error(exc)
 
+    def _switch_dead(self, sw, t: float) -> None:
+        if sw in self.dead:
+            return
+        self.dead.add(sw)
+        try:
+            self.fabric.switch_down(sw, detected=t)
+        except Exception as exc:  # noqa: BLE001 - the watcher must outlive one bad event
+            self.errors.append(f"switch_down {sw}: {exc}")
+
     def _resync(self) -> None:
         t = time.time()
         for name in list(self.states.port_up):
             self._handle(name, sysfs_up(name), t)
         for sw, alive in self.alive.items():
             if sw not in self.dead and not alive():
-                self.dead.add(sw)
-                try:
-                    self.fabric.switch_down(sw, detected=t)
-                except Exception as exc:  # noqa: BLE001
-                    self.errors.append(f"switch_down {sw}: {exc}")
+                self._switch_dead(sw, t)
 
     def _run(self) -> None:
         next_sync = time.monotonic() + self.resync_s
         while True:
             wait = max(0.0, next_sync - time.monotonic())
-            ready, _, _ = select.select([self.sock, self._stop_r], [], [], wait)
+            live_pidfds = [fd for fd, sw in self.pidfds.items() if sw not in self.dead]
+            ready, _, _ = select.select([self.sock, self._stop_r, *live_pidfds], [], [], wait)
             if self._stop_r in ready:
                 return
+            for fd in ready:
+                if fd in self.pidfds:
+                    self._switch_dead(self.pidfds[fd], time.time())
             if self.sock in ready:
                 try:
                     data = self.sock.recv(1 << 16)

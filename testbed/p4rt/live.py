@@ -59,6 +59,7 @@ def p4_failover(rep, brain, events: Path | None = None, resync_s: float | None =
         live.fabric.program()
         live.watcher = LinkWatcher(live.fabric, switch_ends(rep),
                                    alive={s: rep.switch(s).connected for s in sws},
+                                   pids={s: rep.switch(s).process.proc.pid for s in sws},
                                    resync_s=RESYNC_S if resync_s is None else resync_s).start()
         try:
             yield live

@@ -120,6 +120,61 @@ def test_bmv2_fabric_reroutes_a_cut_link_under_traffic(tmp_path):
     assert rec["restore_lost"] == 0, summary                  # make-before-break on the way back
 
 
+def test_a_killed_bmv2_spine_is_routed_around(tmp_path):
+    """Switch loss: the spine the stream crosses is SIGKILLed; its exit (a pidfd per BMv2 process) makes the
+    driver call the brain's switch_down, and the survivors get the difference. Bound: the process's exit
+    (measured here with our own pidfd: the kernel takes tens of ms to tear a BMv2 down, and the data plane
+    stops at the kill) + the same compute and write budget as the link cut."""
+    import select
+    import signal
+    import time
+
+    from testbed.bench.failover import Stream
+    from testbed.bench.p4_failover import p4_fabric, stream_links
+    from testbed.links.probe import outage
+    from testbed.p4rt import entries as E
+    from testbed.p4rt.incremental import normalized
+    from testbed.p4rt.linkwatch import RESYNC_S
+    from testbed.routing.brain import RoutingBrain
+    from testbed.topo.graph import switches
+
+    G, src, dst = _graph()
+    with p4_fabric(G, tmp_path, name="p4-kill-test") as (rep, fo):
+        rep.host(src).cmd(f"ping -c2 -W2 {rep.ip(dst)}")
+        stream = Stream(rep, src, dst, 5001, 43111, INTERVAL_S, 3.0, tmp_path, "kill")
+        spine = next(v for _, v in stream_links(rep, INTERVAL_S) if rep.G.nodes[v].get("role") == "spine")
+        proc = rep.switch(spine).process.proc
+        pidfd = os.pidfd_open(proc.pid)
+        t_kill = time.time()
+        os.kill(proc.pid, signal.SIGKILL)
+        select.select([pidfd], [], [], 10)
+        t_exit = time.time()
+        os.close(pidfd)
+        ev = poll(lambda: next((e for e in fo.fabric.events if e.kind == "switch_down"), None), timeout=10,
+                  interval=0.005, what=f"the driver to route around {spine}")
+        raw = stream.result()
+        live = {sw: {t: rep.switch(sw).client().table_dump(t) for t in ("ipv4_lpm", "ecmp_nhop")}
+                for sw in switches(rep.G) if sw != spine}
+        Gp = rep.G
+    brain = RoutingBrain(Gp, down_switches={spine})
+    brain.compute_all(0.0)
+    for sw, tables in live.items():
+        prog = E.fabric_program(Gp, sw, brain.tables().get(sw, {}).values())
+        want = {t: sorted(normalized(e) for e in prog.entries if e.table == t and not e.default)
+                for t in ("ipv4_lpm", "ecmp_nhop")}
+        assert tables == want, sw
+    o = outage(raw["send_times"], raw["seq"], INTERVAL_S, window=(t_kill - 0.002, float("inf")))
+    exit_s = t_exit - t_kill
+    bound_s = exit_s + T_COMPUTE_S + ev.table_ops * T_WRITE_PER_OP_S + 2 * INTERVAL_S
+    summary = (f"{spine} killed: exited after {exit_s * 1e3:.1f} ms, seen {(ev.detected - t_kill) * 1e3:.1f} ms, "
+               f"repaired {(ev.programmed - t_kill) * 1e3:.1f} ms after the kill ({ev.table_ops} ops); outage "
+               f"{o.outage_ms:.1f} ms (bound {bound_s * 1e3:.0f} ms)")
+    print(summary)
+    assert not ev.errors and spine not in ev.ops and ev.table_ops > 0
+    assert ev.detected - t_exit <= RESYNC_S, summary
+    assert 0 < o.outage_ms <= bound_s * 1e3, summary
+
+
 def _env():
     return dict(os.environ, TESTBED_LOCK_WAIT=os.environ.get("TESTBED_LOCK_WAIT", "900"), PYTHONPATH=str(REPO))
 
