@@ -22,8 +22,8 @@ point's first CE-marked frame or CNP on the wire -> the first CNP at a sender, b
 kernel clock) and drops, in real-world units (emulated / scale) with the emulated ones beside them. The
 run watches the emulator (switch CPU, machine CPU, delay-line lateness) and says when it saturated.
 
-Real fabric -> replica: ``scale`` from the spec (1000): 10G -> 10 Mbit/s, 30 km (150 us) -> 150 ms,
-DCQCN timers and the CNP interval x 1000; queues and RED thresholds stay in packets/bytes. Each distance's
+Real fabric -> replica: ``scale`` from the spec (2000): 10G -> 5 Mbit/s, 30 km (150 us) -> 300 ms,
+DCQCN timers and the CNP interval x 2000; queues and RED thresholds stay in packets/bytes. Each distance's
 ``timeline.png`` shows one trial per case and mode over time: the senders' DCQCN rates, the queue, CNPs.
 
 Every trial is checked before it is shown (``testbed.validate.trial_ledger``): its frame ledger names the
@@ -32,7 +32,7 @@ a host socket; found by conservation of frames at every element, ``testbed.links
 emulator losses, unaccounted losses or a saturated machine is INVALID with the reason. The pure set-up
 lives in ``testbed.validate.longhaul_setup``, the tables and plots in ``longhaul_report``.
 
-    sudo testbed run long_haul_cnp --quick        # 30 km, both modes, both cases, 1 repetition (~1 min)
+    sudo testbed run long_haul_cnp --quick        # 30 km, both modes, both cases, 1 repetition (~2 min)
     sudo testbed run long_haul_cnp                # 0, 10, 30, 50, 100 km, 5 repetitions each
 """
 
@@ -218,7 +218,7 @@ def main(argv=None) -> int:
                         help="BMv2 forwarding rate on this machine (testbed bench p4), for saturation checks")
     parser.add_argument("--trial-timeout", type=float, default=180, help="seconds a trial may take")
     parser.add_argument("--scale", type=float, default=None,
-                        help="time dilation (default: the spec's, 1000); a slower emulator needs more (docs/vm.md)")
+                        help="time dilation (default: the spec's, 2000); a slower emulator needs more (docs/vm.md)")
     parser.add_argument("--link-backend", choices=("auto", "netem", "userspace"), default="auto",
                         help="the long haul: auto (default) = tc netem where doctor finds it, else the link node")
     args = parser.parse_args(argv)

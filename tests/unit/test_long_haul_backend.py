@@ -28,13 +28,13 @@ def test_netem_where_the_kernel_has_it(G, case):
     backend, why = lh.long_haul_backend(plan, r)
     assert backend == "netem" and "kernel has netem" in why
     entry = next(e for e in plan.links if {e.u, e.v} == set(r.dci))
-    # each direction's one-way delay (30 km: 150 us real, x1000 emulated) in netem on its sending DCI's
+    # each direction's one-way delay (30 km: 150 us real, x scale emulated) in netem on its sending DCI's
     # egress; no tbf/RED there: BMv2 drains at the rate and marks with fabric.p4 (the plan once shaped only
     # non-BMv2 ends, so a netem long haul between two BMv2 switches got no tc at all)
     assert sorted(node for node, _ in entry.tc) == sorted(r.dci)
     for _node, cmds in entry.tc:
         argv = [" ".join(a) for a in cmds]
-        assert len(argv) == 1 and " netem delay 150000us" in argv[0], argv
+        assert len(argv) == 1 and f" netem delay {150 * G.graph['scale']:.0f}us" in argv[0], argv
     assert plan.to_json()["links"]   # plan.json carries every link's backend and reason
 
 

@@ -207,3 +207,17 @@ def test_plan_ecn_entry_becomes_the_switch_config():
     cfg = ecn_config(EcnEntry(10, 40, 0.2, "fast-cnp", 50e-6, 0.05))
     assert cfg.params() == ("10", "40", str(round(0.2 * 65536)), str(MODES["fast-cnp"]), "50000")
     assert ecn_config(None).mode == "off"
+
+
+def test_switches_run_niced_so_endpoint_bursts_do_not_stall_the_data_plane(monkeypatch):
+    import os
+
+    from testbed.p4rt.switch import SWITCH_NICE, niced
+
+    argv = ["simple_switch_fast", "--thrift-port", "9090", "prog.json"]
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert SWITCH_NICE < 0
+    assert niced(argv) == ["nice", "-n", str(SWITCH_NICE), *argv]      # nice execs: the pid is the switch's
+    assert niced(argv, 0) == argv
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)                   # raising priority needs root
+    assert niced(argv) == argv
