@@ -45,6 +45,7 @@ from testbed.errors import SpecError  # noqa: E402
 from testbed.links.probe import wait_finished  # noqa: E402
 from testbed.poll import poll, sleep_until  # noqa: E402
 from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # noqa: E402
+from testbed.units import FIBRE_DELAY_S_PER_M  # noqa: E402
 
 NAME = "dci_protection"
 PORT = 5301
@@ -90,11 +91,13 @@ def expected(detect_s: float, reconfig_s: float) -> dict:
             "bfd_detect_ms": packet_reroute_outage_s(50e-3, 3) * 1e3}
 
 
-def stream_outage(send_doc: dict, recv_doc: dict, window: tuple[float, float]) -> dict:
-    """Loss of the stream, counting only packets sent in ``window`` (from 2 ms before its start)."""
+def stream_outage(send_doc: dict, recv_doc: dict, window: tuple[float, float], lead_s: float) -> dict:
+    """Loss of the stream, counting only packets sent in ``window`` shifted ``lead_s`` earlier: a packet
+    still on the working fibre when it is cut was sent up to its propagation time before the cut."""
     from testbed.links.probe import outage
 
-    o = outage(send_doc["send_times"], recv_doc["seq"], send_doc["interval"], window=(window[0] - 0.002, window[1]))
+    o = outage(send_doc["send_times"], recv_doc["seq"], send_doc["interval"],
+               window=(window[0] - lead_s, window[1] - lead_s))
     return o.as_dict()
 
 
@@ -171,8 +174,8 @@ def run_mode(mode: str, res: Results, args) -> dict:
             monitor_errors = [rep.switch(n).monitor_error for n in nodes if rep.switch(n).monitor_error]
             health = ctl.get("/health") if ctl else None
     sent, got = json.loads((probe_dir / "send.json").read_text()), json.loads((probe_dir / "recv.json").read_text())
-    o = stream_outage(sent, got, (t_cut, t_repair))
-    back = stream_outage(sent, got, (t_repair, float("inf")))
+    lead = WORKING_M * FIBRE_DELAY_S_PER_M * args.scale + 0.002   # the working fibre (emulated) + 2 ms
+    o, back = (stream_outage(sent, got, w, lead) for w in ((t_cut, t_repair), (t_repair, float("inf"))))
     doc = {"mode": mode, "scale": args.scale, "interval_ms": args.interval * 1e3, **o,
            "outage_real_ms": round(o["outage_ms"] / args.scale, 3), "cut_at_s": round(t_cut - t_start, 3),
            "repair_at_s": round(t_repair - t_start, 3), "lost_after_repair": back["lost_in_window"],
