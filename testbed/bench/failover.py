@@ -111,6 +111,15 @@ def flow_links(G, before: dict, after: dict, min_bytes: int) -> list[tuple]:
     return out
 
 
+def path_cut(rep, G, links: list[tuple], routes: list[dict], stream, src, dst, tag: str) -> tuple:
+    """:func:`cut_candidate` towards ``dst``; none (the stream is ended first) is an :class:`EmulationError`."""
+    cut = cut_candidate(G, links, routes, f"{rep.ip(dst)}/32")
+    if cut is None:
+        stream.result()
+        raise EmulationError(f"{tag}: found no ECMP link on the path of {src} -> {dst} (links seen: {links})")
+    return cut
+
+
 def cut_candidate(G, links: list[tuple], routes: list[dict], dst_prefix: str):
     """The link to cut: on the flow's path, leaving the highest-tier switch that has ECMP alternatives."""
     ecmp = {r["switch"] for r in routes if r["prefix"] == dst_prefix and len(r["ports"]) > 1}
@@ -233,11 +242,7 @@ def one_cut(rep, ctl, G, src, dst, sport: int, interval: float, workdir: Path, t
     duration = 4.0
     stream = Stream(rep, src, dst, 5001, sport, interval, duration, workdir, tag)
     links = stream_links(ctl, G, interval)
-    prefix = f"{rep.ip(dst)}/32"
-    cut = cut_candidate(G, links, ctl.get("/routes"), prefix)
-    if cut is None:
-        stream.result()
-        raise EmulationError(f"{tag}: found no ECMP link on the path of {src} -> {dst} (links seen: {links})")
+    cut = path_cut(rep, G, links, ctl.get("/routes"), stream, src, dst, tag)
     intfs = [rep.intf_name(cut[0], cut[1])]
     t_cut = time.time()
     set_link_state(intfs, up=False)

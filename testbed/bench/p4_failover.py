@@ -25,9 +25,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from testbed.bench.failover import Stream, cut_candidate, flow_links
+from testbed.bench.failover import Stream, flow_links, path_cut
 from testbed.emu.ops import set_link_state
-from testbed.errors import EmulationError
 from testbed.links.probe import outage
 from testbed.poll import poll, sleep_until
 from testbed.routing.brain import RoutingBrain, route_dict
@@ -103,10 +102,7 @@ def one_p4_cut(rep, fo, src, dst, sport: int, interval: float, workdir: Path, ta
     stream = Stream(rep, src, dst, 5001, sport, interval, 4.0, workdir, tag)
     links = stream_links(rep, interval)
     routes = [route_dict(r) for r in fo.fabric.brain.routes.values()]
-    cut = cut_candidate(G, links, routes, f"{rep.ip(dst)}/32")
-    if cut is None:
-        stream.result()
-        raise EmulationError(f"{tag}: found no ECMP link on the path of {src} -> {dst} (links seen: {links})")
+    cut = path_cut(rep, G, links, routes, stream, src, dst, tag)
     intfs = [rep.intf_name(cut[0], cut[1])]
     t_cut = time.time()
     set_link_state(intfs, up=False)

@@ -218,7 +218,6 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
     resume = [0.0] * n                   # a paused flow sends again at this time (its message acknowledged)
     msg_start = [0.0] * n
     fcts: list[list[float]] = [[] for _ in range(n)]
-    done = [False] * n
     finish = [math.nan] * n
     q = 0.0
     dropped = 0.0
@@ -230,7 +229,7 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
     for step in range(steps + 1):
         now = step * dt
         for i in range(n):
-            if not active[i] and not done[i] and starts[i] <= now + 1e-12:
+            if not active[i] and msgs_left[i] and starts[i] <= now + 1e-12:   # 0 left: done
                 rc[i] = rt[i] = line
                 alpha[i] = p_.initial_alpha
                 active[i], msg_start[i] = True, now
@@ -299,7 +298,7 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
                 fcts[i].append(resume[i] - msg_start[i])
                 msgs_left[i] -= 1
                 if msgs_left[i] == 0:
-                    active[i], done[i], finish[i] = False, True, resume[i]
+                    active[i], finish[i] = False, resume[i]
                     rc[i] = rt[i] = 0.0
         q = q + (arriving - cap) * dt
         if q < 0.0:
