@@ -1,4 +1,4 @@
-"""Two DCQCN senders share one ECN-marking bottleneck and converge to fair shares (root, ~15 s).
+"""Two DCQCN senders share one ECN-marking bottleneck and converge to fair shares (root, ~19 s).
 
 The link engineer's delay line is the switch: 50 Mbit/s, RED marking CE on the queue. Host A has two
 addresses, host B two servers, so the two QPs are separate processes with separate rate limiters::
@@ -7,8 +7,14 @@ addresses, host B two servers, so the two QPs are separate processes with separa
                                             >-- delay line 50M, RED/ECN --<                      ns B
           10.77.0.3 QP2 (joins at 2 s)    ---/                                \\--- 10.77.0.4 server 2
 
-Line rate 1 Gbit/s at time-dilation scale 10 (100 Mbit/s emulated, DCQCN timers x 10). Over the last
-half of the run each sender's goodput is within 10% of the fair share (the mean of the two).
+Line rate 1 Gbit/s at time-dilation scale 10 (100 Mbit/s emulated, DCQCN timers x 10). Over the 9 s
+after both have settled each sender's goodput is within 10% of the fair share (the mean of the two).
+
+Why 9 s: idle, a 5 s window put the two within 3% of each other in every run; in one CI run
+(2026-12-02, late in `make test`) the same 5 s window read 25.2 and 20.6 Mbit/s, 10.1% off, with
+both DCQCN rates apart by as much. A short stretch of lost CPU (host steal) skews one sender's
+timers, and a longer window averages such a stretch out. The failure message says how much CPU
+the host took (``host_steal``).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import time
 import pytest
 
 from testbed.emu import ops
+from testbed.emu.health import CpuWatch
 from testbed.emu.registry import RunRegistry
 from testbed.links.model import LinkParams, RedParams
 from testbed.links.wire import MAC_A, MAC_B, open_wire
@@ -29,8 +36,8 @@ from testbed.links.wire import MAC_A, MAC_B, open_wire
 pytestmark = [pytest.mark.root]
 
 CLI = [sys.executable, "-m", "testbed.cli"]
-DURATION, STAGGER = 12.0, 2.0
-WINDOW = (6.0, 11.0)  # seconds after the first sender started
+DURATION, STAGGER = 16.0, 2.0
+WINDOW = (6.0, 15.0)  # seconds after the first sender started
 
 
 def _window(series_path, started_at, t0):
@@ -59,16 +66,17 @@ def test_two_senders_converge_to_fair_share(tmp_path):
             run.spawn(CLI + ["rdma", "server", "--once", "--bind", server_ip], netns=wire.ns_b,
                       log=tmp_path / f"server-{server_ip}.log")
         procs = []
-        for i, (src, dst) in enumerate(pairs):
-            if i:
-                time.sleep(STAGGER)  # noqa: TID251 - the experiment's stagger, not a wait for state
-            argv = CLI + ["rdma", "write-bw", dst, "--bind", src, "--size", "256KiB",
-                          "--duration", f"{DURATION - i * STAGGER:g}s", "--dcqcn", "--line-rate", "1G",
-                          "--scale", "10", "--timeout", "5ms", "--wait", "20s",
-                          "--series", str(tmp_path / f"series{i}.csv"), "--json"]
-            procs.append(subprocess.Popen(wire.exec_argv("a", argv), stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
-        outs = [p.communicate(timeout=DURATION + 120) for p in procs]
+        with CpuWatch([]) as cpu:   # the host's steal over the run, for the failure message
+            for i, (src, dst) in enumerate(pairs):
+                if i:
+                    time.sleep(STAGGER)  # noqa: TID251 - the experiment's stagger, not a wait for state
+                argv = CLI + ["rdma", "write-bw", dst, "--bind", src, "--size", "256KiB",
+                              "--duration", f"{DURATION - i * STAGGER:g}s", "--dcqcn", "--line-rate", "1G",
+                              "--scale", "10", "--timeout", "5ms", "--wait", "20s",
+                              "--series", str(tmp_path / f"series{i}.csv"), "--json"]
+                procs.append(subprocess.Popen(wire.exec_argv("a", argv), stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True))
+            outs = [p.communicate(timeout=DURATION + 120) for p in procs]
         wire.stop()
     for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-2000:]
@@ -78,7 +86,8 @@ def test_two_senders_converge_to_fair_share(tmp_path):
     rates, goodputs = zip(*(_window(tmp_path / f"series{i}.csv", r["started_at"], t0)
                             for i, r in enumerate(results)), strict=True)
     fair = sum(goodputs) / 2
-    detail = {"goodput_mbps": [g / 1e6 for g in goodputs], "dcqcn_rate_mbps": [r / 1e6 for r in rates]}
+    detail = {"goodput_mbps": [g / 1e6 for g in goodputs], "dcqcn_rate_mbps": [r / 1e6 for r in rates],
+              "cnps_rx": [r["cnps_rx"] for r in results], **cpu.summary()}
     for goodput in goodputs:
         assert abs(goodput - fair) / fair < 0.10, detail
     # together they use a good part of the bottleneck (less when the machine's CPUs are busy elsewhere)
