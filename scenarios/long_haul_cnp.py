@@ -161,8 +161,7 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
         elapsed, queue = time.monotonic() - started, sampler.stop()
         watch.stop(quiet_s=S.path_rtt_s(G, r.senders[0], r.receivers[0]) * plan.scale / 2 + 0.1)  # in flight
     results = [sender_result(p, out / f"sender-{s}.json", out / f"sender-{s}.log") for s, p in senders]
-    flows = summarise_write_lat(results)
-    neck = F.port_stats(clients[bsw], bport)
+    flows, neck = summarise_write_lat(results), F.port_stats(clients[bsw], bport)
     times = LC.capture_times(out, case, r, S.capture_lags(plan, case, r))   # behind a netem qdisc: stamped late
     feedback, parts = LC.feedback(times, mode)
     dropped = F.drops(clients, plan)
@@ -179,12 +178,13 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
                              {**dropped["by_switch"], "egress queues": {"tail": dropped["tail"]}},
                              ev["udp_rcvbuf_errors"], ev["switch_socket_drops"], watch.own_cpu(), hops=ev["hops"],
                              ring_drops=ev["ring_drops"])
-    checked = TL.verdict({"mode": mode, "switch_cnps": neck["switch_cnps"], "cnps_rx": flows["cnps_rx"],
-                          "marks": neck["marks"]}, block, sat)
+    neck_doc = S.bottleneck_doc(plan, bsw, bnbr, len(S.crossing(case, r)))
+    checked = TL.verdict({"mode": mode, "switch_cnps": neck["switch_cnps"], "cnps_rx": flows["cnps_rx"], "marks": neck["marks"],
+                          "feedback_check": S.feedback_check(plan, case, r, mode, feedback, neck_doc)}, block, sat)
     return {**flows, **neck, "feedback_delay_s": feedback, "long_haul_backend": backend,
             "feedback_delay_switch_clock_s": S.feedback_delay(epoch, neck["first_signal_us"], times["crossing"]),
             "long_haul_netem_drops": netem_lost if backend == "netem" else None, "drops": dropped["tail"] + dropped["red"],
-            "bottleneck": S.bottleneck_doc(plan, bsw, bnbr, len(S.crossing(case, r))),
+            "bottleneck": neck_doc,
             "marks_by_port": dropped["marks_by_port"], "feedback_parts": parts,
             **{k: ev[k] for k in ("udp_rcvbuf_errors", "switch_socket_drops", "ring_drops", "ring_frames_min", "hops")},
             "switch_drops": dropped["by_switch"], "cpu": cpu.summary(), "elapsed_s": elapsed, "settled_s": watch.settled_s,

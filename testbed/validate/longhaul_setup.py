@@ -175,6 +175,7 @@ def row(case: str, distance_km: float, mode: str, scale: float, t: dict, repetit
             "emulator_ok": t["emulator_ok"], "unaccounted_losses": t["unaccounted_losses"],
             "long_haul_backend": t.get("long_haul_backend"), "long_haul_netem_drops": t.get("long_haul_netem_drops"),
             "accounting": t["accounting"], "bottleneck": t["bottleneck"], "cnps_rx": t["cnps_rx"],
+            "feedback_check": t.get("feedback_check"),
             "throughput_mbps": round(t["goodput_bps"] * scale / 1e6, 1),
             "fct_p50_ms": real_ms(t["fct_p50_s"]), "fct_p99_ms": real_ms(t["fct_p99_s"]),
             "queue_peak_pkts": t["queue_peak"], "queue_mean_pkts": t["queue_mean"],
@@ -405,6 +406,17 @@ def bottleneck_doc(plan, switch, neighbour, flows: int) -> dict:
             "real_rate_bps": plan.graph.edges[switch, neighbour]["rate_bps"],
             "kmin_bytes": port.ecn.kmin_pkts * FRAME_BYTES, "kmax_bytes": port.ecn.kmax_pkts * FRAME_BYTES,
             "pmax": port.ecn.pmax, "flows": flows}
+
+
+def feedback_check(plan, case: str, r: Roles, mode: str, feedback_s: float | None, bottleneck: dict) -> dict | None:
+    """:func:`testbed.validate.trials.feedback_check` of one trial from its plan (``feedback_s``: emulated
+    seconds, as measured): the same figures ``testbed validate`` recomputes from the row and config.json."""
+    from testbed.validate.trials import feedback_check as check
+
+    G = plan.graph
+    real = None if feedback_s is None else feedback_s / plan.scale
+    return check(case, G.edges[r.dci].get("distance_m", 0.0), mode, real, validate_fields(G)["local_fibre_m"],
+                 bottleneck["real_rate_bps"], FRAME_BYTES)
 
 
 def run_config(G, spec, args, distances, modes, cases, long_haul: str = "userspace") -> dict:

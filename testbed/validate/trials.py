@@ -90,6 +90,10 @@ def trial_validity(trial: dict, mode: str | None = None) -> dict:
     elif lost > 0:
         reasons.append(f"{lost} lost frames are not accounted for")
     reasons += _health_reasons(trial)
+    check = trial.get("feedback_check")
+    if check and not check["ok"]:
+        reasons.append(f"{mode} feedback {check['excess_us']:.1f} us over physics, more than the "
+                       f"{check['allowance_us']:.1f} us allowed: the emulator's transit, not the fibre, set it")
     return {"valid": not reasons, "reasons": reasons}
 
 
@@ -120,6 +124,44 @@ def feedback_paths_m(case: str, distance_m: float, local_m: float = 0.0) -> dict
     if case == "receiver-tor":
         return {"ecn": distance_m + 2 * local_m, "fast-cnp": distance_m + 2 * local_m}
     raise SpecError("case", f"unknown case {case!r}; allowed: sender-dci, receiver-tor")
+
+
+#: How much of the ECN loop's light-in-fibre time the emulator's own transit (BMv2 hops, host scheduling, the
+#: delay line) may add to a trial's feedback delay before the emulator, not the fibre, decides the comparison
+#: between the modes.
+EXCESS_SHARE = 0.10
+#: ... and never less than a tenth of DCQCN's CNP interval (50 us): the senders act on feedback at that
+#: granularity, so a few us more do not change their loop; at 0 km the fibre allows a few metres (~1.5 us),
+#: which no emulator's transit could meet.
+EXCESS_FLOOR_S = 0.10 * 50e-6
+
+
+def feedback_serialisation_s(rate_bps: float | None, frame_bytes: int, mode: str) -> float:
+    """Serialisation on the feedback path at the bottleneck rate: with ECN the marked frame on its way on
+    (to the receiver) and the CNP; with fast CNP only the CNP (its start is the CNP leaving the switch)."""
+    if not rate_bps:
+        return 0.0
+    return ((frame_bytes if mode == "ecn" else 0) + CNP_FRAME_BYTES) * 8 / rate_bps
+
+
+def feedback_check(case: str, distance_m: float, mode: str, feedback_s: float | None, local_m: float,
+                   rate_bps: float | None, frame_bytes: int) -> dict | None:
+    """How far one trial's feedback delay (real seconds) lies above its physics bound, against what the
+    emulator may add (:data:`EXCESS_SHARE` of the ECN loop's bound, at least :data:`EXCESS_FLOOR_S`).
+
+    Returns ``{bound_us, excess_us, allowance_us, loop_us (ECN's bound), ok}``, or None when the trial measured no feedback.
+    A trial over the allowance is not a result of its mode (:func:`trial_validity`): its feedback was set
+    by the emulator. Below the bound is physics' row to judge (``testbed validate``), not this check.
+    """
+    if feedback_s is None:
+        return None
+    paths = feedback_paths_m(case, distance_m, local_m)
+    bound = feedback_bound_s(paths[mode], feedback_serialisation_s(rate_bps, frame_bytes, mode))
+    loop = feedback_bound_s(paths["ecn"], feedback_serialisation_s(rate_bps, frame_bytes, "ecn"))
+    allowance = max(EXCESS_SHARE * loop, EXCESS_FLOOR_S)
+    excess = feedback_s - bound
+    return {"bound_us": round(bound * 1e6, 3), "excess_us": round(excess * 1e6, 3),
+            "allowance_us": round(allowance * 1e6, 3), "loop_us": round(loop * 1e6, 3), "ok": excess <= allowance}
 
 
 def serialisation_s(hops_bps, frame_bytes: int) -> float:

@@ -162,3 +162,19 @@ def test_feedback_excess_over_physics_flags_an_emulator_whose_own_transit_rivals
     rows = {r.metric: r for r in long_haul_rows({"config": _doc()["config"], "rows": near}, MODEL_S)}
     assert not rows["sender-dci 0 km: ecn feedback excess over physics"].passed
     assert not rows["sender-dci 0 km: fast-cnp feedback excess over physics"].passed
+
+
+def test_a_trial_over_the_excess_allowance_is_left_out_but_its_excess_row_shows_it():
+    """One ECN trial whose feedback took 0.40 ms at 30 km (~99 us of emulator transit, a third of the loop) and
+    whose goodput would halve the ECN mean: it is no ECN result, so the gain row does not see it; the excess
+    row still reports it and fails."""
+    slow = _trial("sender-dci", 30, "ecn", 7, 500.0, 0.40)
+    rows = long_haul_rows(_doc(extra=[slow]), MODEL_S)
+    by = {r.metric: r for r in rows}
+    info = [r for r in rows if r.kind == "info"][0]
+    assert info.replica == 1.0 and "over physics" in info.note
+    excess = by["sender-dci 30 km: ecn feedback excess over physics"]
+    assert not excess.passed and excess.replica == pytest.approx(0.099, abs=1e-3) and "1 over the allowance" in excess.note
+    assert by["sender-dci 30 km: ECN feedback >= bound"].passed and "5 valid trials" in by[
+        "sender-dci 30 km: ECN feedback >= bound"].note
+    assert by["sender-dci 30 km: goodput ratio fast/ECN"].passed

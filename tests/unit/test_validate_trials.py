@@ -11,6 +11,7 @@ from testbed.plan.marking import marking_profile
 from testbed.validate.stats import confidence_interval, normalised_rms, relative_error, t_cdf, t_quantile
 from testbed.validate.trials import (
     feedback_bound_s,
+    feedback_check,
     feedback_paths_m,
     predicted_flow_gain,
     predicted_gain,
@@ -113,6 +114,33 @@ def test_feedback_physics():
     assert feedback_paths_m("receiver-tor", 30e3, 103) == {"ecn": 30e3 + 206, "fast-cnp": 30e3 + 206}
     with pytest.raises(SpecError, match="case"):
         feedback_paths_m("middle", 1.0)
+
+
+def test_feedback_check_allows_a_tenth_of_the_ecn_loop_and_at_least_5_us():
+    """By hand: 30 km, sender-dci, no local cabling, 10 Gbit/s: ECN's loop is 60 km of fibre (300 us) plus a
+    1082-byte frame and a 78-byte CNP serialised (0.928 us); a tenth of it is 30.09 us of emulator transit."""
+    ser = (1082 + 78) * 8 / 10e9
+    ok = feedback_check("sender-dci", 30e3, "ecn", 320e-6, 0.0, 10e9, 1082)
+    assert ok["ok"] and ok["bound_us"] == pytest.approx(300 + ser * 1e6, abs=1e-3)
+    assert ok["allowance_us"] == pytest.approx(30.0 + ser * 1e5, abs=1e-3)
+    assert ok["excess_us"] == pytest.approx(20 - ser * 1e6, abs=1e-3)
+    assert not feedback_check("sender-dci", 30e3, "ecn", 335e-6, 0.0, 10e9, 1082)["ok"]
+    # fast CNP's own bound is a CNP's serialisation, but its allowance is still the ECN loop's tenth
+    fast = feedback_check("sender-dci", 30e3, "fast-cnp", 25e-6, 0.0, 10e9, 1082)
+    assert fast["ok"] and fast["bound_us"] == pytest.approx(78 * 8 / 10e9 * 1e6, abs=1e-3)
+    # 0 km: the loop is 3 x 103 m (1.5 us), so the floor decides: 4 us over is allowed, 6 us is not
+    assert feedback_check("sender-dci", 0.0, "ecn", 1.545e-6 + ser + 4e-6, 103, 10e9, 1082)["ok"]
+    near = feedback_check("sender-dci", 0.0, "ecn", 1.545e-6 + ser + 6e-6, 103, 10e9, 1082)
+    assert not near["ok"] and near["allowance_us"] == pytest.approx(5.0)
+    assert feedback_check("receiver-tor", 30e3, "ecn", None, 0.0, 10e9, 1082) is None
+
+
+def test_a_trial_whose_feedback_the_emulator_set_is_invalid():
+    check = feedback_check("receiver-tor", 30e3, "fast-cnp", 290e-6, 103, 10e9, 1082)   # 129 us over 151 us
+    v = trial_validity({**GOOD, "feedback_check": check})
+    assert not v["valid"] and "over physics" in v["reasons"][0] and "emulator's transit" in v["reasons"][0]
+    assert trial_validity({**GOOD, "feedback_check": feedback_check("receiver-tor", 30e3, "fast-cnp", 155e-6, 103,
+                                                                    10e9, 1082)})["valid"]
 
 
 def test_fluid_model_predicts_a_gain_growing_with_distance():
