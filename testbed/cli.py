@@ -72,6 +72,25 @@ def add_verbs(parser, dest: str = "verb", metavar: str = "VERB"):
     return verbs
 
 
+def _port_type(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+        if not low <= value <= 65535:
+            raise argparse.ArgumentTypeError(f"must be a port in {low}..65535, got {text!r}")
+        return value
+    parse.__name__ = "port"
+    return parse
+
+
+#: argparse ``type=`` for a port to connect to: 1..65535 (a bad one is argparse's one line naming the flag).
+port = _port_type(1)
+#: argparse ``type=`` for a port to bind: 0..65535, 0 = a free one the kernel picks.
+bind_port = _port_type(0)
+
+
 def register_all(sub, package: str, names) -> None:
     """Let each module ``package.NAME`` add its parser; a module absent from this build is left out
     (an import error inside a present module still raises)."""

@@ -31,8 +31,8 @@ class Dilation:
     scale: float = 1.0
 
     def __post_init__(self):
-        if not (isinstance(self.scale, (int, float)) and self.scale > 0):
-            raise SpecError("scale", f"must be a positive number, got {self.scale!r}")
+        if not (isinstance(self.scale, (int, float)) and 0 < self.scale < float("inf")):
+            raise SpecError("scale", f"must be a positive finite number, got {self.scale!r}")
 
     def rate(self, real_bps: float) -> float:
         """Emulated rate for a real one (bits/s)."""

@@ -14,9 +14,9 @@ A scenario is ``scenarios/NAME.py`` with a module docstring (diagram + what it s
         sys.exit(run_main(main))
 
 It runs as ``sudo python scenarios/NAME.py [--quick] [--out DIR] [--json]`` and as ``testbed run NAME``
-with the same flags. Results go to ``results/NAME/<timestamp>/``: config.json, metrics.json, summary.json,
-plots, logs, and status.json (ok / failed / interrupted / refused, with the reason) written last. Nothing
-is created before the checks that can refuse a run.
+with the same flags. Results go to ``results/NAME/<timestamp>/``: config.json, plan.json, metrics.json,
+summary.json, plots, logs, and status.json (ok / failed / interrupted / refused, with the reason) written
+last. Nothing is created before the checks that can refuse a run.
 """
 
 from __future__ import annotations
@@ -124,8 +124,9 @@ class Results:
     The folder is made only when the run first needs it (``res.dir``, ``write_json``, ``path``), so a run
     refused by its checks (not root, bad flags, a busy machine) leaves nothing behind. Once made, it holds
     ``config.json`` and ``status.json`` (``running``, with the pid); leaving the ``with`` block writes
-    ``metrics.json`` if the scenario did not, then ``status.json`` again, last: ok / failed / interrupted /
-    refused with the reason (see :data:`STATUSES`). ``testbed results`` lists them.
+    ``metrics.json`` if the scenario did not (an ok run only), ``plan.json`` if no replica wrote one in the
+    folder itself (an index of the sub-folders' plans), then ``status.json`` again, last: ok / failed /
+    interrupted / refused with the reason (see :data:`STATUSES`). ``testbed results`` lists them.
     """
 
     def __init__(self, name: str, args: argparse.Namespace, config: dict | None = None):
@@ -162,6 +163,8 @@ class Results:
         try:
             if status == "ok" and "metrics.json" not in self._written:
                 self.write_json("metrics.json", self._metrics_index())
+            if not (self._dir / "plan.json").exists():
+                self.write_json("plan.json", self._plan_index())
             self._write_status(status, reason)
         except (OSError, TestbedError) as err:
             console.print(f"[red]cannot write the status of {self._dir}: {err}[/red]")
@@ -198,6 +201,14 @@ class Results:
         rest is (so every results folder has the same entry point)."""
         return {"scenario": self.name, "summary": self.summary,
                 "files": sorted(n for n in self._written if n not in ("config.json", "status.json", "summary.json"))}
+
+    def _plan_index(self) -> dict:
+        """plan.json of a run whose replicas wrote their plans in sub-folders (one per mode or trial), or that
+        emulates without a replica plan (a fan-in of link cores, soft-RDMA ranks): where the plans are."""
+        plans = sorted(str(p.relative_to(self._dir)) for p in self._dir.rglob("plan.json"))
+        note = ("the replicas' plans, one per sub-folder" if plans else "no replica plan: this scenario "
+                "builds its emulation itself; its parameters are in config.json")
+        return {"scenario": self.name, "plans": plans, "note": note}
 
     def path(self, name: str) -> Path:
         return self.dir / name

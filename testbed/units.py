@@ -11,6 +11,7 @@ Internal units are SI base units: bits/s, bytes, seconds, metres.
 
 from __future__ import annotations
 
+import math
 import re
 
 from testbed.errors import SpecError
@@ -42,6 +43,8 @@ def _parse(value, field: str, table: dict, what: str, examples: str) -> float:
         number = float(m.group(1)) * table[unit]
     else:
         raise SpecError(field, f"expected a {what} such as {examples}, got {type(value).__name__}")
+    if not math.isfinite(number):  # YAML's .inf/.nan, or '1e400' overflowing
+        raise SpecError(field, f"expected a finite {what} such as {examples}, got {value!r}")
     if number < 0:
         raise SpecError(field, f"must not be negative, got {value!r}")
     return number

@@ -73,8 +73,11 @@ class Options:
                                  ("--iters", a.iters, 1), ("--warmup", a.warmup, 0), ("--root", a.root, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise SpecError(flag, f"must be an integer >= {low}, got {value!r}")
+        if a.chunks > S.MAX_CHUNKS:
+            raise SpecError("--chunks", f"must be an integer in 1..{S.MAX_CHUNKS}, got {a.chunks}")
         if a.root >= a.ranks:
             raise SpecError("--root", f"must be a rank 0..{a.ranks - 1}, got {a.root}")
+        check_job_count(a.fabric, a.jobs)
         sizes = []
         for text in str(a.sizes).split(","):
             size = int(parse_size(text.strip(), "--sizes"))
@@ -103,6 +106,14 @@ class Options:
         return cls(a.fabric, a.collective, a.algorithm, a.ranks if trace is None else trace["ranks"], tuple(sizes),
                    places * a.jobs if len(places) == 1 else places, a.jobs, bool(a.pods), a.chunks, a.iters,
                    a.warmup, float(a.skew), a.root, rate, trace)
+
+
+def check_job_count(fabric: str, jobs: int) -> None:
+    """Refuse more jobs than ``fabric`` has hosts before a policy tuple of that length is made (``--jobs
+    1e20`` must be one line, not an OverflowError); placement then checks that the ranks fit."""
+    hosts = sum(1 for _, d in fabric_graph(fabric).nodes(data=True) if d["role"] == "host")
+    if jobs > hosts:
+        raise SpecError("--jobs", f"{jobs} jobs do not fit: fabric {fabric} has {hosts} hosts")
 
 
 def load_trace_file(path: str) -> dict:

@@ -129,6 +129,10 @@ def _finish(collective, algorithm, ranks, buffers, count, root=0, counts=None) -
                     tuple(hazard_deps(r) for r in ranks))
 
 
+#: Most pipeline chunks per step: each is a message per rank and step, so the ops grow with it.
+MAX_CHUNKS = 1024
+
+
 def segments(count: int, parts: int) -> list[tuple[int, int]]:
     """``parts`` contiguous ``(offset, count)`` ranges covering ``count`` elements (sizes differ by <= 1)."""
     bounds = [count * i // parts for i in range(parts + 1)]
@@ -144,8 +148,8 @@ def _check(n: int, count: int, chunks: int) -> None:
         raise SpecError("ranks", f"a collective needs at least 2 ranks, got {n!r}")
     if isinstance(count, bool) or not isinstance(count, int) or count < n:
         raise SpecError("count", f"must be an integer >= the number of ranks ({n}), got {count!r}")
-    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
-        raise SpecError("chunks", f"must be an integer >= 1, got {chunks!r}")
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= MAX_CHUNKS:
+        raise SpecError("chunks", f"must be an integer in 1..{MAX_CHUNKS}, got {chunks!r}")
 
 
 # -- ring family ----------------------------------------------------------------------------------

@@ -20,6 +20,9 @@ import argparse
 from testbed.cli import add_verbs
 from testbed.console import out, print_json, require_root
 
+#: Largest ranks x buffer ``collective schedule`` executes (every rank's buffers are numpy arrays here).
+SCHEDULE_MEMORY = 256 << 20
+
 
 def _common(p, run: bool) -> None:
     from testbed.collective.experiment import DEFAULT_LINK_RATE, FABRICS
@@ -85,6 +88,9 @@ def schedule(args) -> int:
         raise SpecError("--skew", f"must be a finite number >= 1, got {args.skew!r}")
     if args.ranks > 64:
         raise SpecError("--ranks", f"at most 64 ranks, got {args.ranks}")
+    if size * max(args.ranks, 1) > SCHEDULE_MEMORY:
+        raise SpecError("--size", f"the schedule runs in memory: ranks x size at most {SCHEDULE_MEMORY >> 20} MiB, "
+                                  f"got {args.ranks} x {args.size}")
     counts = S.skewed_counts(args.ranks, size // 4, 0, args.skew) if args.skew != 1 and args.ranks >= 2 else None
     sched = S.build(args.collective, args.ranks, size // 4, args.algorithm, args.chunks, 0, counts)
     bufs, stats = simulate(sched, [verify.initial_buffers(sched, r) for r in range(sched.n)])
@@ -121,7 +127,7 @@ def trace(args) -> int:
 
 def place(args) -> int:
     from testbed.collective import placement as P
-    from testbed.collective.experiment import FABRICS, Options, fabric_graph, place_jobs
+    from testbed.collective.experiment import FABRICS, Options, check_job_count, fabric_graph, place_jobs
     from testbed.errors import SpecError
 
     if args.fabric not in FABRICS:
@@ -132,6 +138,7 @@ def place(args) -> int:
             raise SpecError("--placement", f"unknown policy {x!r}; allowed: {', '.join(P.POLICIES)}")
     if args.jobs < 1 or len(places) not in (1, args.jobs):
         raise SpecError("--placement", f"give one policy or one per job ({args.jobs})")
+    check_job_count(args.fabric, args.jobs)
     G = fabric_graph(args.fabric)
     opts = Options(fabric=args.fabric, ranks=args.ranks, jobs=args.jobs, pods=args.pods,
                    placement=places * args.jobs if len(places) == 1 else places)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from testbed.cli import add_verbs
+from testbed.cli import add_verbs, port
 from testbed.console import out, print_json
 from testbed.errors import EmulationError
 
@@ -18,7 +18,7 @@ def register(sub) -> None:
     parser = sub.add_parser("controller", help="status of the running fabric controller", description=__doc__)
     verbs = add_verbs(parser)
     status = verbs.add_parser("status", help="health, topology as seen, failover events")
-    status.add_argument("--api-port", type=int, help="controller API port (default: from the run registry)")
+    status.add_argument("--api-port", type=port, help="controller API port (default: from the run registry)")
     status.add_argument("--paths", nargs=2, metavar=("SRC", "DST"), help="also show the paths SRC -> DST")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=_status)

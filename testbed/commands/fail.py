@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.cli import add_verbs
+from testbed.cli import add_verbs, port
 from testbed.console import out, print_json, require_root
 from testbed.errors import EmulationError, UsageError
 
@@ -49,7 +49,7 @@ def register(sub) -> None:
         switch.add_argument("s")
         for p in (link, switch):
             p.add_argument("--method", choices=METHODS, default="portmod")
-            p.add_argument("--api-port", type=int, help="controller API port (default: from the run registry)")
+            p.add_argument("--api-port", type=port, help="controller API port (default: from the run registry)")
             p.add_argument("--json", action="store_true")
             p.set_defaults(func=_run, down=(verb == "fail"))
         gray = what.add_parser("gray", help=f"{verb} a gray failure (loss, carrier up) on a link-node link")

@@ -103,9 +103,13 @@ def run_stats(args) -> int:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
         raise UsageError(f"{path}: no such stats file") from None
+    except (IsADirectoryError, UnicodeDecodeError):
+        raise UsageError(f"{path}: not a delay-line stats file (give the stats JSON a delay line wrote)") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path}: not a delay-line stats file ({exc})") from None
-    if "directions" not in doc:
+    if not isinstance(doc, dict) or "directions" not in doc:
         raise UsageError(f"{path}: not a delay-line stats file (no 'directions')")
     if args.json:
         print_json({k: v for k, v in doc.items()})

@@ -7,9 +7,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.table import Table
 
-from testbed.cli import add_verbs
+from testbed.cli import add_verbs, port
 from testbed.console import out, print_json
 from testbed.errors import UsageError
 from testbed.units import parse_duration, parse_size
@@ -36,7 +38,7 @@ def register(sub) -> None:
     e.set_defaults(func=_entries)
 
     k = verbs.add_parser("counters", help="read fabric.p4 counters of a running switch")
-    k.add_argument("--thrift-port", type=int, required=True)
+    k.add_argument("--thrift-port", type=port, required=True)
     k.add_argument("--ports", default="1-8", help="port range for marks/cnps (default 1-8)")
     k.add_argument("--json", action="store_true")
     k.set_defaults(func=_counters)
@@ -46,6 +48,8 @@ def _compile(args) -> int:
     from testbed.p4rt.compile import compile_p4
     from testbed.scenario import REPO_ROOT
 
+    if args.program is not None and not Path(args.program).is_file():
+        raise UsageError(f"PROGRAM {args.program}: no such P4 source file; give a .p4 file (default p4/fabric.p4)")
     path = compile_p4(args.program or REPO_ROOT / "p4" / "fabric.p4")
     if args.json:
         print_json({"json": str(path)})

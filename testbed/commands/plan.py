@@ -28,8 +28,8 @@ def _plan(args) -> int:
     from testbed.plan import ASSUMED, Overrides, plan_replica
     from testbed.topo.spec import build_graph, load_spec, resolve_spec
 
-    if args.scale is not None and not args.scale > 0:
-        raise SpecError("--scale", f"must be a positive number, got {args.scale:g}")
+    if args.scale is not None and not 0 < args.scale < float("inf"):
+        raise SpecError("--scale", f"must be a positive finite number, got {args.scale:g}")
     spec = load_spec(resolve_spec(args.spec))
     _beyond_limits(spec, args)
     G = build_graph(spec)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from testbed.cli import add_verbs
+from testbed.cli import add_verbs, bind_port
 from testbed.console import console, print_json
 from testbed.dilation import Dilation
 from testbed.errors import SpecError, UsageError
@@ -80,7 +80,7 @@ def _perftest_parser(verbs) -> None:
     p.add_argument("-s", "--size", default="65536", help="message size, as the client's -s (default 65536)")
     p.add_argument("-q", "--qps", type=int, default=1, help="QPs, as the client's -q (default 1)")
     p.add_argument("-m", "--mtu", type=int, default=1024, help="largest path MTU to agree on (default 1024)")
-    p.add_argument("-p", "--port", type=int, default=18515, help="TCP port (default 18515)")
+    p.add_argument("-p", "--port", type=bind_port, default=18515, help="TCP port (default 18515)")
     p.add_argument("--bind", metavar="ADDR", help="listen address (default: see 'testbed rdma server')")
     p.add_argument("--timeout", default="300s", help="give up when the test has not ended after this long")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -115,7 +115,7 @@ def _pingpong_parser(verbs) -> None:
                          description="Speak rdma-core's ibv_rc_pingpong (TCP 18515 records LID:QPN:PSN:GID, then "
                                      "a SEND ping-pong) so either side can be the real tool on a kernel rxe host.")
     p.add_argument("host", metavar="HOST", nargs="?", help="server to connect to (omit to be the server)")
-    p.add_argument("-p", "--port", type=int, default=18515, help="TCP port (default 18515)")
+    p.add_argument("-p", "--port", type=bind_port, default=18515, help="TCP port (default 18515)")
     p.add_argument("-s", "--size", default="4096", help="message size (default 4096)")
     p.add_argument("-n", "--iters", type=int, default=1000, help="exchanges (default 1000)")
     p.add_argument("-r", "--rx-depth", type=int, default=500, help="receives posted (default 500)")
@@ -156,8 +156,8 @@ def _ports(p) -> None:
     from testbed.rdma.oob import DEFAULT_PORT
     from testbed.roce.opcodes import ROCE_UDP_PORT
 
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP exchange port (default {DEFAULT_PORT})")
-    p.add_argument("--roce-port", type=int, default=ROCE_UDP_PORT,
+    p.add_argument("--port", type=bind_port, default=DEFAULT_PORT, help=f"TCP exchange port (default {DEFAULT_PORT})")
+    p.add_argument("--roce-port", type=bind_port, default=ROCE_UDP_PORT,
                    help=f"UDP port of the RoCE endpoint (default {ROCE_UDP_PORT})")
 
 

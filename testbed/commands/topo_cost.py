@@ -43,7 +43,7 @@ def _sizes(text: str) -> list[int]:
         mult = 1024 if item.endswith("k") else 1
         try:
             n = int(float(item[:-1] if mult > 1 else item) * mult)
-        except ValueError:
+        except (ValueError, OverflowError):  # 'x', 'nan'; 'inf', '1e400'
             raise UsageError(f"--hosts: {item!r} is not a count such as 512, 8k or 128k") from None
         if n < 1:
             raise UsageError(f"--hosts: {item!r} must be >= 1")

@@ -96,6 +96,9 @@ def _clos_bom(kind, hosts, speed, prices, tiers, host_len, form="fixed", copies=
     radix = prices.radix(speed, form)
     per, level_links = clos_counts(hosts, radix, tiers)
     roles = roles or ("leaf", "spine", "core", "tier4", "tier5", "tier6")
+    if tiers > len(roles):
+        raise Infeasible(f"{hosts:,} hosts need a {tiers}-tier Clos of {radix}-port switches; "
+                         f"this model prices at most {len(roles)} tiers")
     switches = {(roles[i], form): (copies * n, radix) for i, n in enumerate(per)}
     links = [LinkTier("host", copies * hosts, host_len, host=True)]
     for level in range(1, tiers):

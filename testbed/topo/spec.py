@@ -486,7 +486,15 @@ def _generator(kind: str, params):
 
 def build_graph(spec: Spec) -> nx.Graph:
     """The fabric graph of ``spec``: structure from the generator, rates/delays per tier, backends,
-    addresses, and ``G.graph`` = {name, kind, mtu, spec, scale, dilation, buffer_bytes}."""
+    addresses, and ``G.graph`` = {name, kind, mtu, spec, scale, dilation, buffer_bytes}.
+
+    Raises:
+        SpecError: the graph would be beyond :data:`~testbed.topo.counts.GRAPH_LIMIT` (sized in closed
+            form first, so a fat-tree k=1024 is refused at once instead of exhausting memory).
+    """
+    from testbed.topo.counts import check_graph_size
+
+    check_graph_size(spec)
     b = Builder(LinkTable(dict(spec.links)), name=spec.name, kind=spec.kind, mtu=spec.mtu)
     G = _generator(spec.kind, spec.params)(b)
     for _, data in G.nodes(data=True):

@@ -88,6 +88,8 @@ def _spec_files(tmp):
         "huge": b"# " + b"x" * (2 << 20) + b"\n",
         "bad-k": b"name: x\nkind: fat-tree\nparams: {k: 3}\n",
         "unknown-kind": b"name: x\nkind: hypercube\n",
+        "nan-rate": b"name: x\nkind: fat-tree\nparams: {k: 4}\nlinks: {default: {rate: .nan}}\n",
+        "inf-distance": b"name: x\nkind: fat-tree\nparams: {k: 4}\nlinks: {host: {distance: .inf}}\n",
     }
     paths = {}
     for name, data in files.items():
@@ -98,7 +100,7 @@ def _spec_files(tmp):
 
 
 SPEC_CASES = ["binary", "latin1", "nested-flow", "nested-block", "self-anchor", "not-a-mapping", "bad-yaml",
-              "huge", "bad-k", "unknown-kind"]
+              "huge", "bad-k", "unknown-kind", "nan-rate", "inf-distance"]
 
 
 @pytest.mark.parametrize("case", SPEC_CASES)
@@ -152,7 +154,34 @@ BAD_ARGV = {
     "bench-rdma-mtu": (lambda t, f: ["bench", "rdma", "--mtu", "1500"], "--mtu"),
     "bench-rdma-size": (lambda t, f: ["bench", "rdma", "--size", "0"], "--size"),
     "bench-unknown": (lambda t, f: ["bench", "warp"], "warp"),
+    # Numbers beyond a float, ports beyond 16 bits, folders given as files: each once an internal error.
+    "cost-hosts-inf": (lambda t, f: ["topo", "cost", "--hosts", "inf"], "--hosts"),
+    "cost-hosts-overflow": (lambda t, f: ["topo", "cost", "--hosts", "1e400"], "--hosts"),
+    "bench-collective-sizes-overflow": (lambda t, f: ["bench", "collective", "--sizes", "1e400"], "--sizes"),
+    "link-plan-queue-overflow": (lambda t, f: ["link", "plan", "--queue", "1e400"], "queue"),
+    "pfc-headroom-rate-overflow": (lambda t, f: ["pfc", "headroom", "--rate", "1e400"], "--rate"),
+    "pfc-headroom-huge-spec": (lambda t, f: ["pfc", "headroom", _huge_rails(t)], "500,000"),
+    "plan-scale-inf": (lambda t, f: ["plan", "fat-tree-k4", "--scale", "inf"], "--scale"),
+    "controller-api-port-neg": (lambda t, f: ["controller", "status", "--api-port", "-1"], "--api-port"),
+    "controller-api-port-huge": (lambda t, f: ["controller", "status", "--api-port", "9" * 20], "--api-port"),
+    "p4-thrift-port-neg": (lambda t, f: ["p4", "counters", "--thrift-port", "-1"], "--thrift-port"),
+    "p4-compile-missing": (lambda t, f: ["p4", "compile", f"{t}/none.p4"], "PROGRAM"),
+    "rdma-server-port-neg": (lambda t, f: ["rdma", "server", "--port", "-1"], "--port"),
+    "rdma-roce-port-huge": (lambda t, f: ["rdma", "write-bw", "127.0.0.1", "--roce-port", "65536"], "--roce-port"),
+    "link-stats-folder": (lambda t, f: ["link", "stats", str(t)], "not a delay-line stats file"),
+    "collective-schedule-size-huge": (lambda t, f: ["collective", "schedule", "--size", "9" * 20], "--size"),
+    "collective-schedule-chunks-huge": (lambda t, f: ["collective", "schedule", "--chunks", "9" * 20], "chunks"),
+    "collective-place-jobs-huge": (lambda t, f: ["collective", "place", "--jobs", "9" * 20], "--jobs"),
+    "collective-run-jobs-huge": (lambda t, f: ["collective", "run", "--jobs", "9" * 20], "--jobs"),
+    "collective-run-chunks-huge": (lambda t, f: ["collective", "run", "--chunks", "5000"], "--chunks"),
 }
+
+
+def _huge_rails(tmp) -> str:
+    """A rail-optimized fabric of 8 million NICs: a kind that once had no closed-form size."""
+    path = tmp / "rails.yaml"
+    path.write_text("name: rails\nkind: rail-optimized\nparams: {servers: 1000000, gpus_per_server: 8}\n")
+    return str(path)
 
 
 def _huge(tmp) -> str:

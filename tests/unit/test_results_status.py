@@ -15,7 +15,7 @@ import pytest
 from testbed import cli
 from testbed.emu.signals import Terminated
 from testbed.errors import EmulationError, NotRootError, SpecError, UsageError
-from testbed.scenario import Results
+from testbed.scenario import Results, available
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,13 +36,38 @@ def test_ok_run_writes_config_metrics_summary_then_status(tmp_path):
         assert _status(out)["status"] == "running" and _status(out)["pid"] == os.getpid()
         res.finish({"pairs": 3})
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["config.json", "metrics.json", "rows.json", "status.json", "summary.json"]
+    assert names == ["config.json", "metrics.json", "plan.json", "rows.json", "status.json", "summary.json"]
     assert _status(out)["status"] == "ok" and _status(out)["ended"]
     # status.json is written last: no file is newer.
     assert max(p.stat().st_mtime_ns for p in out.iterdir()) == (out / "status.json").stat().st_mtime_ns
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["summary"] == {"pairs": 3} and metrics["files"] == ["rows.json"]
     assert json.loads((out / "config.json").read_text())["config"] == {"k": 4}
+
+
+def test_plan_json_indexes_the_replicas_plans_or_says_there_is_none(tmp_path):
+    nested = tmp_path / "nested"
+    with Results("dci_protection", _args(nested)) as res:
+        for mode in ("ocs", "ip"):  # what Replica(out_dir=res.dir / mode) writes
+            (res.dir / mode).mkdir()
+            (res.dir / mode / "plan.json").write_text("{}")
+        res.finish({})
+    doc = json.loads((nested / "plan.json").read_text())
+    assert doc["plans"] == ["ip/plan.json", "ocs/plan.json"]
+    none = tmp_path / "none"
+    with pytest.raises(EmulationError), Results("pfc_incast", _args(none)) as res:
+        res.write_json("rows.json", [])
+        raise EmulationError("boom")  # a failed run says what it built too
+    assert json.loads((none / "plan.json").read_text())["plans"] == []
+    assert "no replica plan" in json.loads((none / "plan.json").read_text())["note"]
+
+
+def test_a_replicas_own_plan_json_is_kept(tmp_path):
+    out = tmp_path / "run"
+    with Results("demo", _args(out)) as res:
+        (res.dir / "plan.json").write_text('{"switches": []}')
+        res.finish({})
+    assert json.loads((out / "plan.json").read_text()) == {"switches": []}
 
 
 def test_metrics_written_by_the_scenario_is_kept(tmp_path):
@@ -119,7 +144,7 @@ def test_results_lists_each_status_and_failed_filters(tmp_path, capsys):
     assert "killed" in captured.out and captured.err == ""  # a table of data: stdout
 
 
-@pytest.mark.parametrize("scenario", ["demo", "long_haul_cnp", "fabric_failover", "innetwork_allreduce"])
+@pytest.mark.parametrize("scenario", available())
 def test_scenarios_as_non_root_refuse_and_leave_no_folder(tmp_path, scenario):
     if os.geteuid() == 0 and not shutil.which("setpriv"):
         pytest.fail("setpriv (util-linux) is needed to drop root; `make setup` installs it")

@@ -88,6 +88,13 @@ def test_formula_counts_equal_the_built_graphs():
     assert sizing.clos_tiers(8192, 128) == 2 and sizing.clos_tiers(8193, 128) == 3
 
 
+def test_sizes_beyond_the_priced_tiers_are_infeasible_rows_not_a_crash():
+    # 10^20 hosts need an 11-tier Clos of 128-port switches; the model names 5 tiers (once an IndexError)
+    rows = {r["kind"]: r for r in sizing.study(sizing.KINDS, [10 ** 20], 400, Prices.from_table())}
+    assert "11-tier" in rows["fat-tree"]["infeasible"] and "at most 5 tiers" in rows["fat-tree"]["infeasible"]
+    assert all("infeasible" in r for r in rows.values())
+
+
 def test_large_sizes_by_formula_and_infeasible_rows():
     P = Prices.from_table()
     rows = {(r["kind"], r["hosts"]): r for r in sizing.study(sizing.KINDS, [1024, 131072], 400, P)}
