@@ -358,7 +358,9 @@ def _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed,
               "mtu": cfg.mtu, "retransmissions": stat("retransmissions"), "timeouts": stat("timeouts"),
               "naks": stat("naks_rx"), "cnps_rx": stat("cnps_rx"), "dropped_tx": stat("dropped_tx"),
               "read_retries": stat("read_retries"),
-              "tx_packets": stat("tx_packets"), "rx_packets": stat("rx_packets"),
+              "tx_packets": stat("tx_packets"), "rx_packets": stat("rx_packets"), "tx_bytes": stat("tx_bytes"),
+              "pacing_lost_bytes": stat("pacing_lost_bytes"),
+              "pacing_late_max_s": max(q.stats.pacing_late_max_s for q in qps),
               "local": {"qpn": qp0.qpn, "psn": records[0]["psn"], "ip": dev.ip, "rkey": mr.rkey, "addr": mr.addr,
                         "sport": qp0.sport},
               "remote": {"qpn": rq0["qpn"], "psn": rq0["psn"], "ip": rq0["ip"], "rkey": rmr["rkey"],
@@ -417,4 +419,8 @@ def report_text(r: dict) -> str:
     lines.append(bar)
     lines.append(f" retransmissions {r['retransmissions']}  timeouts {r['timeouts']}  NAKs {r['naks']}  "
                  f"CNPs {r['cnps_rx']}" + (f"  verified {r['verified']}" if "verified" in r else ""))
+    if r.get("pacing_lost_bytes"):   # the DCQCN pacer woke late (the CPU, not the protocol, held it back)
+        lost = r["pacing_lost_bytes"] / (r["pacing_lost_bytes"] + r.get("tx_bytes", 0))
+        lines.append(f" pacing: {lost:.1%} of the DCQCN allowance lost to late wake-ups "
+                     f"(up to {r.get('pacing_late_max_s', 0.0) * 1e3:.3g} ms late)")
     return "\n".join(lines)

@@ -160,6 +160,10 @@ class QpStats:
     read_retries: int = 0
     ud_dropped_rx: int = 0      # UD: bad Q_Key, no receive posted, or too long for it
     acked_bytes: int = 0   # payload of completed work requests
+    # DCQCN allowance (bytes) the requester could not use: it was waiting for tokens, and its loop woke so
+    # late that they overflowed the burst cap. A NIC's pacer never does; a sender the CPU held back does.
+    pacing_lost_bytes: int = 0
+    pacing_late_max_s: float = 0.0   # the latest wake-up after a pacing deadline
 
 
 @dataclass
@@ -362,7 +366,11 @@ class QueuePair(Responder):
         if rp is not None:
             rp.advance(now)
             rate = rp.rate / 8
-            self._tokens = min(self._tokens + (now - self._refill) * rate, 16.0 * (self.cfg.mtu + 100))
+            gained, cap = self._tokens + (now - self._refill) * rate, 16.0 * (self.cfg.mtu + 100)
+            if self.pace_due is not None:   # it stopped for tokens: time past the deadline is lateness
+                self.stats.pacing_late_max_s = max(self.stats.pacing_late_max_s, now - self.pace_due)
+                self.stats.pacing_lost_bytes += int(max(0.0, gained - cap))
+            self._tokens = min(gained, cap)
             self._refill = now
         self.pace_due = None
         sent = self._pump_responses(now, budget) if self._rsp_q else 0

@@ -7,6 +7,7 @@ the fields that :func:`testbed.validate.trials.trial_validity` and ``testbed val
 
     frames(results, switch_cnps)         -> sent, delivered per direction (data; ACK/NAK/CNP)
     places(hops, ring_drops)             -> {place: frames} the emulator lost, found by frame conservation
+    sender_pacing(results)               -> how much DCQCN allowance the senders lost to late wake-ups
     verdict(trial, ledger_doc, sat)      -> {accounting, unaccounted_losses, health, emulator_ok, validity}
     label(validity)                      -> "valid" | "INVALID: first reason (+n more)"
 
@@ -17,6 +18,17 @@ from __future__ import annotations
 
 from testbed.links import accounting
 from testbed.validate.trials import trial_validity
+
+
+def sender_pacing(results: list[dict]) -> dict:
+    """``{lost_share, late_max_ms, by_sender: [lost share, ...]}``: per sender, allowance lost over allowance
+    (sent + lost); the worst sender decides. Results without the fields (older senders) read 0."""
+    shares = []
+    for x in results:
+        lost, sent = int(x.get("pacing_lost_bytes", 0)), int(x.get("tx_bytes", 0))
+        shares.append(round(lost / (lost + sent), 5) if lost + sent else 0.0)
+    late = max((float(x.get("pacing_late_max_s", 0.0)) for x in results), default=0.0)
+    return {"lost_share": max(shares, default=0.0), "late_max_ms": round(late * 1e3, 3), "by_sender": shares}
 
 
 def frames(results: list[dict], switch_cnps: int = 0) -> tuple[dict, dict]:
@@ -127,4 +139,6 @@ def metrics_block(results: list[dict], switch_cnps: int, link_stats: dict, switc
     doc = accounting.metrics_block(sent, delivered, link_stats, losses, counted, processes, found)
     if hops:
         doc["accounting"]["hops"] = hops
+    # recorded, not yet judged: how much allowance a healthy trial loses at scale 2000 is still to be measured
+    doc["emulator"]["sender_pacing"] = sender_pacing(results)
     return doc

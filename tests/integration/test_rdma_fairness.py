@@ -14,7 +14,8 @@ Why 9 s: idle, a 5 s window put the two within 3% of each other in every run; in
 (2026-12-02, late in `make test`) the same 5 s window read 25.2 and 20.6 Mbit/s, 10.1% off, with
 both DCQCN rates apart by as much. A short stretch of lost CPU (host steal) skews one sender's
 timers, and a longer window averages such a stretch out. The failure message says how much CPU
-the host took (``host_steal``).
+the host took (``host_steal``) and what share of its DCQCN allowance each sender lost to late wake-ups
+(``pacing_lost``).
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def test_two_senders_converge_to_fair_share(tmp_path):
                             for i, r in enumerate(results)), strict=True)
     fair = sum(goodputs) / 2
     detail = {"goodput_mbps": [g / 1e6 for g in goodputs], "dcqcn_rate_mbps": [r / 1e6 for r in rates],
-              "cnps_rx": [r["cnps_rx"] for r in results], **cpu.summary()}
+              "cnps_rx": [r["cnps_rx"] for r in results], **cpu.summary(),
+              "pacing_lost": [r["pacing_lost_bytes"] / max(1, r["pacing_lost_bytes"] + r["tx_bytes"]) for r in results]}
     for goodput in goodputs:
         assert abs(goodput - fair) / fair < 0.10, detail
     # together they use a good part of the bottleneck (less when the machine's CPUs are busy elsewhere)

@@ -47,6 +47,9 @@ def test_bandwidth_tests_verify(server, test, size):
     if test == "send_bw":
         assert r["server"]["received"] == 20
     assert "BW average[MB/sec]" in report_text(r)
+    assert r["pacing_lost_bytes"] == 0 and r["tx_bytes"] >= 20 * size and "pacing:" not in report_text(r)
+    late = report_text({**r, "pacing_lost_bytes": r["tx_bytes"] // 9, "pacing_late_max_s": 0.0042})
+    assert "pacing: 10.0% of the DCQCN allowance lost to late wake-ups (up to 4.2 ms late)" in late
 
 
 def test_write_latency(server):

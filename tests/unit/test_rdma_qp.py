@@ -184,3 +184,23 @@ def test_garbage_datagrams_are_counted_not_raised():
     for data in (b"", b"\x11" * 15, bytes([0x11]) + bytes(15), bytes([0x0C]) + bytes(40), bytes([0x06]) + bytes(20)):
         net.b.on_datagram(memoryview(data), len(data), False, 0.0)
     assert net.b.stats.malformed_rx >= 3 and net.b.state is QpState.RTS
+
+
+@pytest.mark.parametrize("rate, lost", [(10e6, False), (1e9, True)])
+def test_a_sender_that_wakes_late_for_its_pacing_counts_the_allowance_it_lost(rate, lost):
+    """The in-memory wire wakes the QPs every 1 ms when nothing is in flight. At 10 Mbit/s a millisecond of
+    tokens (1,250 bytes) fits the 16-MTU burst cap: the pacer loses nothing. At 1 Gbit/s it brings 125 kB,
+    of which all but the cap (~18 kB) is allowance the sender could not use: a CPU-bound sender's mark."""
+    params = DcqcnParams(line_rate=rate)
+    net = Net(cfg_a=QpConfig(dcqcn=params), cfg_b=QpConfig(dcqcn=params))
+    size = 100_000
+    src, dst = payload(size), bytearray(size)
+    ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
+    net.a.post_write(1, ma, 0, size, mb.addr, mb.rkey)
+    assert net.wait(net.cq_a)[0].status is WcStatus.SUCCESS and dst == src
+    s = net.a.stats
+    share = s.pacing_lost_bytes / (s.pacing_lost_bytes + s.tx_bytes)
+    if lost:
+        assert share > 0.5 and 0.5e-3 < s.pacing_late_max_s <= 1e-3 + 1e-9
+    else:
+        assert s.pacing_lost_bytes == 0 and s.pacing_late_max_s <= 1e-3

@@ -43,3 +43,13 @@ def test_a_fast_cnp_trial_needs_switch_cnps_and_cnps_at_the_senders():
     assert TL.label(v) == f"INVALID: {v['reasons'][0]} (+1 more)"
     sat = TL.verdict({"mode": "ecn", "switch_cnps": 0, "cnps_rx": 3, "marks": 3}, clean, ["machine CPU 99%"])
     assert sat["health"] == {"healthy": False, "reasons": ["machine CPU 99%"]} and not sat["validity"]["valid"]
+
+
+def test_the_senders_lost_pacing_allowance_is_recorded_per_sender_and_the_worst_decides():
+    """1.5 % lost (15 kB of 985 + 15 kB) on one sender, 3 % on the other: the worst is the trial's figure."""
+    def paced(lost, sent=1_000_000, late=0.0004):
+        return {**_sender(), "tx_bytes": sent - lost, "pacing_lost_bytes": lost, "pacing_late_max_s": late}
+
+    doc = TL.metrics_block([paced(15_000), paced(30_000, late=0.0123)], 0, {}, {})
+    assert doc["emulator"]["sender_pacing"] == {"lost_share": 0.03, "late_max_ms": 12.3, "by_sender": [0.015, 0.03]}
+    assert TL.sender_pacing([_sender()]) == {"lost_share": 0.0, "late_max_ms": 0.0, "by_sender": [0.0]}
