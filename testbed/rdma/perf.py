@@ -392,6 +392,12 @@ def _verified(test, size, src, work, server, server_seed) -> bool:
     return server.get("sha256") == hashlib.sha256(src[:size]).hexdigest()
 
 
+def pacing_lost_share(r: dict) -> float:
+    """The share of its DCQCN allowance a sender's result lost to late wake-ups (lost / (sent + lost))."""
+    lost = int(r.get("pacing_lost_bytes", 0))
+    return lost / (lost + int(r.get("tx_bytes", 0))) if lost else 0.0
+
+
 def report_text(r: dict) -> str:
     """The result laid out like perftest's ib_write_bw / ib_write_lat / ib_read_bw / ib_atomic_bw."""
     title = {"write_bw": "RDMA_Write BW Test", "send_bw": "Send BW Test", "write_lat": "RDMA_Write Latency Test",
@@ -420,7 +426,6 @@ def report_text(r: dict) -> str:
     lines.append(f" retransmissions {r['retransmissions']}  timeouts {r['timeouts']}  NAKs {r['naks']}  "
                  f"CNPs {r['cnps_rx']}" + (f"  verified {r['verified']}" if "verified" in r else ""))
     if r.get("pacing_lost_bytes"):   # the DCQCN pacer woke late (the CPU, not the protocol, held it back)
-        lost = r["pacing_lost_bytes"] / (r["pacing_lost_bytes"] + r.get("tx_bytes", 0))
-        lines.append(f" pacing: {lost:.1%} of the DCQCN allowance lost to late wake-ups "
+        lines.append(f" pacing: {pacing_lost_share(r):.1%} of the DCQCN allowance lost to late wake-ups "
                      f"(up to {r.get('pacing_late_max_s', 0.0) * 1e3:.3g} ms late)")
     return "\n".join(lines)

@@ -23,10 +23,9 @@ from testbed.validate.trials import trial_validity
 def sender_pacing(results: list[dict]) -> dict:
     """``{lost_share, late_max_ms, by_sender: [lost share, ...]}``: per sender, allowance lost over allowance
     (sent + lost); the worst sender decides. Results without the fields (older senders) read 0."""
-    shares = []
-    for x in results:
-        lost, sent = int(x.get("pacing_lost_bytes", 0)), int(x.get("tx_bytes", 0))
-        shares.append(round(lost / (lost + sent), 5) if lost + sent else 0.0)
+    from testbed.rdma.perf import pacing_lost_share
+
+    shares = [round(pacing_lost_share(x), 5) for x in results]
     late = max((float(x.get("pacing_late_max_s", 0.0)) for x in results), default=0.0)
     return {"lost_share": max(shares, default=0.0), "late_max_ms": round(late * 1e3, 3), "by_sender": shares}
 

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from testbed.errors import SpecError
 from testbed.models.dcqcn_fluid import FluidParams, simulate
+from testbed.rdma.dcqcn import DcqcnParams
 from testbed.units import FIBRE_DELAY_S_PER_M
 
 MODES = ("ecn", "fast-cnp")
@@ -133,7 +134,7 @@ EXCESS_SHARE = 0.10
 #: ... and never less than a tenth of DCQCN's CNP interval (50 us): the senders act on feedback at that
 #: granularity, so a few us more do not change their loop; at 0 km the fibre allows a few metres (~1.5 us),
 #: which no emulator's transit could meet.
-EXCESS_FLOOR_S = 0.10 * 50e-6
+EXCESS_FLOOR_S = 0.10 * DcqcnParams.cnp_interval
 
 
 def feedback_serialisation_s(rate_bps: float | None, frame_bytes: int, mode: str) -> float:

@@ -33,6 +33,7 @@ from testbed.emu.health import CpuWatch
 from testbed.emu.registry import RunRegistry
 from testbed.links.model import LinkParams, RedParams
 from testbed.links.wire import MAC_A, MAC_B, open_wire
+from testbed.rdma.perf import pacing_lost_share
 
 pytestmark = [pytest.mark.root]
 
@@ -89,7 +90,7 @@ def test_two_senders_converge_to_fair_share(tmp_path):
     fair = sum(goodputs) / 2
     detail = {"goodput_mbps": [g / 1e6 for g in goodputs], "dcqcn_rate_mbps": [r / 1e6 for r in rates],
               "cnps_rx": [r["cnps_rx"] for r in results], **cpu.summary(),
-              "pacing_lost": [r["pacing_lost_bytes"] / max(1, r["pacing_lost_bytes"] + r["tx_bytes"]) for r in results]}
+              "pacing_lost": [pacing_lost_share(r) for r in results]}
     for goodput in goodputs:
         assert abs(goodput - fair) / fair < 0.10, detail
     # together they use a good part of the bottleneck (less when the machine's CPUs are busy elsewhere)
