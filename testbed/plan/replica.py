@@ -54,8 +54,9 @@ ETHERNET_HEADER = 14
 EXTERNAL_ROLES = ("ocs",)
 #: BMv2's egress queue depth is 19 bits wide.
 MAX_QDEPTH = (1 << 19) - 1
-#: DCQCN's CNP interval and QP retransmission timeout of the real fabric (DOMAIN.md).
-CNP_INTERVAL_S = 50e-6
+#: DCQCN's CNP interval (DcqcnParams owns it; the switch rate-limits its own CNPs the same way) and the QP
+#: retransmission timeout of the real fabric (DOMAIN.md).
+CNP_INTERVAL_S = DcqcnParams.cnp_interval
 QP_TIMEOUT_S = 50e-3
 
 

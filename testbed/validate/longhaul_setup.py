@@ -22,6 +22,7 @@ from pathlib import Path
 
 from testbed.errors import SpecError
 from testbed.plan import Overrides, plan_replica
+from testbed.plan.replica import CNP_INTERVAL_S
 from testbed.topo.builder import set_link
 
 DISTANCES_KM = (0, 10, 30, 50, 100)
@@ -38,8 +39,6 @@ FRAME_BYTES = 14 + 20 + 8 + 12 + IB_MTU + 4
 #: RED thresholds (testbed.plan.marking): per 25G of port rate (Alibaba's production rule, the default) or
 #: relative to the path's bandwidth-delay product (Juniper's long-haul profile); Pmax 20 % in both.
 RED_RULES, PMAX = ("per-25g", "bdp"), 0.2
-#: Real-world DCQCN CNP interval; the switch rate-limits its own CNPs the same way.
-CNP_INTERVAL_S = 50e-6
 #: Real-world sampling interval of a trial's timeline (senders' DCQCN rate, the congestion point's queue):
 #: 50 us, a sixth of the 30 km round trip; x scale emulated (50 ms at 1000: 40 Thrift reads a second). At
 #: 30 km the bottleneck switch's CPU was 17-34 % with a sampler (every 25 us) and 16-34 % in the sweep without.
