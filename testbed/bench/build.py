@@ -1,13 +1,15 @@
-"""``testbed bench build [SPEC]``: how long a replica takes to build and tear down, and what it costs.
+"""``testbed bench build [SPEC ...]``: how long a replica takes to build and tear down, and what it costs.
 
-With SPEC it builds that fabric, one after the other under one run lock:
+With SPECs it builds each fabric in turn, both ways one after the other under one run lock:
 
     replica   testbed.emu.Replica (offloads off, static ARP, rate shaping per --links, readiness polled)
     plain     Mininet building the identical graph through a Topo with no extras (same OVS switch class,
               datapath and fail mode; no shaping, no offload changes, no ARP, no readiness wait)
 
 and reports nodes, links, build seconds, teardown seconds and peak memory (RSS of this process and its
-node shells plus ovs-vswitchd, above the baseline, sampled every 50 ms) for each, and replica/plain ratios.
+node shells plus ovs-vswitchd, above the baseline, sampled every 50 ms) for each, and replica/plain ratios,
+one row per spec in one table (``testbed bench build fat-tree-k4 fat-tree-k8 fat-tree-k16``). Every spec is
+checked (name, size, memory for the links mode asked for) before anything is built.
 Looped fabrics (fat-tree, torus, ...) are built with OVS in ``secure`` fail mode pointing at a port
 nobody listens on, so no switch forwards (no broadcast storm) and no controller time is counted;
 loop-free ones use ``standalone`` as a replica would.
@@ -16,15 +18,17 @@ Without SPEC it runs the emulation core's sweep: loop-free spine-leaf fabrics of
 built as a Replica, pinged from the first host to all others (flow setup), iperf3 across it unshaped (what
 the OVS userspace datapath forwards), torn down.
 
-``--json`` keys: with SPEC: spec, nodes, switches, hosts, links, replica{build_s, teardown_s,
-peak_memory_mb}, plain{...}, build_ratio, teardown_ratio, memory_ratio, runs; without: cases[{switches,
-hosts, links, build_s, ping_s, teardown_s, tcp_bps}].
+``--json``: with SPECs a list, one object per spec in the order given: spec, nodes, switches, hosts, links,
+replica{build_s, teardown_s, peak_memory_mb}, plain{...} (null with --no-plain), build_ratio,
+teardown_ratio, memory_ratio, runs, load_before, load_after; without: cases[{switches, hosts, links,
+build_s, ping_s, teardown_s, tcp_bps}].
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import threading
 import time
@@ -43,8 +47,9 @@ LINK_MODES = ("htb", "spec", "none")
 def register(sub) -> None:
     parser = sub.add_parser("build", help="replica build/teardown time and memory vs plain Mininet",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("spec", metavar="SPEC", nargs="?",
-                        help="spec file or shipped example (e.g. fat-tree-k8); omit for the spine-leaf sweep")
+    parser.add_argument("specs", metavar="SPEC", nargs="*",
+                        help="spec files or shipped examples (e.g. fat-tree-k4 fat-tree-k8), one table row "
+                             "each; omit for the spine-leaf sweep")
     parser.add_argument("--links", choices=LINK_MODES, default="htb",
                         help="replica link emulation: htb = rate shaping only (default), spec = the full "
                              "link layer (delay lines where the spec has delays), none")
@@ -72,6 +77,51 @@ def ratios(replica: dict, plain: dict | None) -> dict:
 
 def median_run(runs: list[dict]) -> dict:
     return {key: round(statistics.median(r[key] for r in runs), 3) for key in runs[0]}
+
+
+TABLE_METRICS = (("build_s", "build s"), ("teardown_s", "teardown s"), ("peak_memory_mb", "peak MB"))
+TABLE_RATIOS = (("build_ratio", "build"), ("teardown_ratio", "teardown"), ("memory_ratio", "memory"))
+
+
+def _cell(value) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def table(docs: list[dict]) -> list[str]:
+    """The side-by-side table of several specs' results (pure): a two-line header, one row per spec.
+
+    Columns: spec, nodes, links, replica and plain for build s, teardown s and peak MB, the replica/plain
+    ratios, and the 1-minute load average before -> after; ``-`` where plain was not built.
+    """
+    head = ["spec", "nodes", "links"] + ["replica", "plain"] * len(TABLE_METRICS) + \
+        [label for _, label in TABLE_RATIOS] + ["before->after"]
+    rows = []
+    for d in docs:
+        plain = d["plain"] or {}
+        row = [d["spec"], str(d["nodes"]), str(d["links"])]
+        for key, _ in TABLE_METRICS:
+            row += [_cell(d["replica"][key]), _cell(plain.get(key))]
+        row += [_cell(d[key]) for key, _ in TABLE_RATIOS]
+        row.append(f"{d['load_before'].split(', ')[0]}->{d['load_after'].split(', ')[0]}")
+        rows.append(row)
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    # the first header line: each label centred over the columns it spans (replica + plain, the ratios)
+    spans = [("", 3)] + [(label, 2) for _, label in TABLE_METRICS] + [("replica/plain", len(TABLE_RATIOS)),
+                                                                      ("load", 1)]
+    top, i = [], 0
+    for label, n in spans:
+        width = sum(widths[i:i + n]) + 2 * (n - 1)
+        if len(label) > width:  # widen the span's last column to fit its label
+            widths[i + n - 1] += len(label) - width
+            width = len(label)
+        top.append(label.center(width))
+        i += n
+
+    def line(cells):
+        rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
+        return "  ".join([cells[0].ljust(widths[0]), *rest])
+
+    return ["  ".join(top).rstrip()] + [line(r).rstrip() for r in (head, *rows)]
 
 
 def sizes(quick: bool) -> list[tuple[int, int]]:
@@ -133,14 +183,45 @@ def _controller(G: nx.Graph):
     return ("127.0.0.1", port)
 
 
-def _build_replica(G: nx.Graph, run, links: str, out_dir) -> dict:
-    from testbed.doctor import plan_capabilities
-    from testbed.emu import Replica
-    from testbed.links.node import DelayLineNode
+def _plan(G: nx.Graph, links: str, capabilities=None):
+    """The replica plan ``bench build`` builds for ``--links`` (pure with the default, worst-case,
+    capabilities: no netem, so every delayed link a userspace delay line)."""
     from testbed.plan import Overrides, plan_replica
+    from testbed.plan.replica import ASSUMED
 
     mode = {"none": "off", "htb": "rates", "spec": "spec"}[links]
-    plan = plan_replica(G, plan_capabilities(), Overrides(links=mode))
+    return plan_replica(G, capabilities or ASSUMED, Overrides(links=mode))
+
+
+def check_fits(G: nx.Graph, plan, available_mib: float | None = None) -> None:
+    """Refuse (SpecError, exit 2) a replica whose *planned* links do not fit in memory here.
+
+    ``limits.check_buildable`` sizes the worst case (every delayed link a userspace delay line: 2,048 for a
+    fat-tree k=16, 91 GB); ``--links htb|none`` plans none, so the estimate is taken from this plan with
+    the same per-object figures and headroom.
+    """
+    from testbed.errors import SpecError
+    from testbed.plan import limits
+
+    delayed = sum(1 for e in plan.links if e.backend == "userspace")
+    bmv2 = sum(1 for sw in plan.switches if sw.kind == "bmv2")
+    need = (G.number_of_nodes() * limits.MIB_PER_NODE_SHELL
+            + (len(plan.links) + delayed) * limits.MIB_PER_LINK
+            + bmv2 * limits.MIB_PER_BMV2 + delayed * limits.MIB_PER_DELAY_LINE)
+    available = limits.mem_available_mib() if available_mib is None else available_mib
+    if available is not None and need > available * (1 - limits.HEADROOM):
+        raise SpecError(G.graph.get("name", "spec"),
+                        f"the replica needs about {need:,.0f} MiB ({G.number_of_nodes()} nodes, "
+                        f"{len(plan.links)} links, {bmv2} BMv2, {delayed} delay lines) but only "
+                        f"{available:,.0f} MiB are available ({limits.HEADROOM:.0%} kept free); use a "
+                        "smaller spec, --links htb or none, or free memory")
+
+
+def _build_replica(G: nx.Graph, plan, run, out_dir) -> dict:
+    """Build and tear down ``plan``'s replica once: seconds for each, peak memory."""
+    from testbed.emu import Replica
+    from testbed.links.node import DelayLineNode
+
     rep = Replica(plan, controller=_controller(G), run=run, name="bench-build", out_dir=out_dir, wait_connected=0,
                   link_node_class=DelayLineNode)
     with _MemorySampler() as mem:
@@ -190,18 +271,32 @@ def _build_plain(G: nx.Graph, run) -> dict:
     return {"build_s": round(t1 - t0, 3), "teardown_s": round(t2 - t1, 3), "peak_memory_mb": mem.peak_mb}
 
 
-def load_graph(args) -> nx.Graph:
-    """The fabric of SPEC, refused up front (exit 2) when a flag is wrong or this machine cannot build it."""
-    from testbed.plan.limits import check_buildable, refuse_huge
+def load_graphs(args) -> list[tuple[nx.Graph, object]]:
+    """(graph, worst-case replica plan) of every SPEC, in order; all refused up front (exit 2, one line)
+    when a flag or any spec is wrong or this machine cannot build it, so nothing is built for a bad list.
+    Pure but for /proc/meminfo: no root, no probes."""
+    from testbed.plan.limits import MAX_INTERFACES, refuse_huge
     from testbed.topo.spec import build_graph, load_spec, resolve_spec
 
     if args.repeat < 1:
         raise UsageError(f"--repeat must be >= 1, got {args.repeat}")
-    spec = load_spec(resolve_spec(args.spec))
-    refuse_huge(spec)
-    G = build_graph(spec)
-    check_buildable(G)
-    return G
+    specs = [load_spec(resolve_spec(name)) for name in args.specs]  # every name first: cheap and exact
+    for spec in specs:
+        refuse_huge(spec)
+    out = []
+    for spec in specs:
+        G = build_graph(spec)
+        plan = _plan(G, args.links)
+        if 2 * len(plan.links) > MAX_INTERFACES:
+            raise UsageError(f"{spec.name}: the replica needs {2 * len(plan.links)} interfaces; one machine "
+                             f"builds at most {MAX_INTERFACES}: use a smaller spec")
+        other = sorted({sw.kind for sw in plan.switches} - {"ovs"})
+        if other:
+            raise UsageError(f"{spec.name}: its switches are {', '.join(other)}; bench build times OVS "
+                             "replicas against plain Mininet (OVS) only")
+        check_fits(G, plan)
+        out.append((G, plan))
+    return out
 
 
 def load_average() -> str:
@@ -209,7 +304,7 @@ def load_average() -> str:
     return ", ".join(f"{x:.2f}" for x in cpustat.load_average())
 
 
-def _spec_bench(args, G: nx.Graph) -> dict:
+def _spec_bench(args, G: nx.Graph, plan) -> dict:
     from testbed.emu import RunRegistry
 
     doc = {"spec": G.graph["name"], "kind": G.graph["kind"], "nodes": G.number_of_nodes(),
@@ -223,21 +318,31 @@ def _spec_bench(args, G: nx.Graph) -> dict:
                 console.print(f"[dim]plain Mininet build {i + 1}/{args.repeat}[/dim]")
                 plain_runs.append(_build_plain(G, run))
             console.print(f"[dim]replica build {i + 1}/{args.repeat}[/dim]")
-            replica_runs.append(_build_replica(G, run, args.links, args.out))
+            replica_runs.append(_build_replica(G, plan, run, args.out))
     doc["replica"] = median_run(replica_runs)
     doc["plain"] = median_run(plain_runs) if plain_runs else None
     doc.update(ratios(doc["replica"], doc["plain"]))
     doc["runs"] = {"replica": replica_runs, "plain": plain_runs}
     doc["load_after"] = load_average()
-    if not args.json:
-        r, p = doc["replica"], doc["plain"] or {}
-        out.print(f"{doc['spec']}: {doc['nodes']} nodes ({doc['switches']} switches), {doc['links']} links, "
-                  f"links={args.links}; load average {doc['load_before']} before, {doc['load_after']} after")
-        for key, label in (("build_s", "build s"), ("teardown_s", "teardown s"), ("peak_memory_mb", "peak MB")):
-            out.print(f"  {label:12s} replica {r[key]:>8g}   plain {p.get(key, float('nan')):>8g}")
-        out.print(f"  ratios: build {doc['build_ratio']}, teardown {doc['teardown_ratio']}, "
-                  f"memory {doc['memory_ratio']}")
+    console.print(f"[dim]{doc['spec']}: replica build {doc['replica']['build_s']} s, teardown "
+                  f"{doc['replica']['teardown_s']} s[/dim]")
     return doc
+
+
+def _specs_bench(args, graphs) -> list[dict]:
+    """Every spec in turn, planned with this machine's capabilities (probed once); the table (stdout) once
+    all are measured."""
+    from testbed.doctor import plan_capabilities
+
+    caps = plan_capabilities()
+    docs = [_spec_bench(args, G, _plan(G, args.links, caps)) for G, _ in graphs]
+    if not args.json:
+        out.print(f"bench build, links={args.links}, medians of {args.repeat} build(s) of each kind; "
+                  f"load average {docs[0]['load_before']} before, {docs[-1]['load_after']} after "
+                  f"({os.cpu_count()} cores)")
+        for line in table(docs):
+            out.print(line, soft_wrap=True)
+    return docs
 
 
 def _iperf(rep, src, dst) -> float:
@@ -280,9 +385,9 @@ def _sweep(args) -> dict:
 
 
 def _main(args) -> int:
-    G = load_graph(args) if args.spec else None
+    graphs = load_graphs(args) if args.specs else None
     require_root("testbed bench build")
-    doc = _spec_bench(args, G) if args.spec else _sweep(args)
+    doc = _specs_bench(args, graphs) if args.specs else _sweep(args)
     if args.json:
         print_json(doc)
     return 0

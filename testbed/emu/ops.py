@@ -322,31 +322,58 @@ def _route_request(net: str, index: int) -> bytes:
     return bytes(msg.data)
 
 
+#: Requests per sendmsg in :func:`send_batch`. Every request's ack is its own skb of about 1 KiB truesize
+#: in the socket's receive buffer (212,992 bytes by default): 680 neighbours in one 32 KiB chunk, as a
+#: fat-tree k=16 host has (1,023), overran it (ENOBUFS) and failed the build; 128 acks fit with room.
+REQUESTS_PER_CHUNK = 128
+
+#: Receive buffer asked for (the kernel caps it at net.core.rmem_max): room for the acks of a chunk.
+RCVBUF_BYTES = 1 << 20
+
+
+def chunk_bounds(sizes: list[int], chunk_bytes: int = 32768, per_chunk: int = REQUESTS_PER_CHUNK):
+    """[(start, end)] of consecutive requests (of byte ``sizes``) sent in one sendmsg: at most ``per_chunk``
+    of them, and none added once the chunk reaches ``chunk_bytes`` (pure)."""
+    bounds, i = [], 0
+    while i < len(sizes):
+        start, size = i, 0
+        while i < len(sizes) and size < chunk_bytes and i - start < per_chunk:
+            size += sizes[i]
+            i += 1
+        bounds.append((start, i))
+    return bounds
+
+
 def send_batch(requests: list[bytearray], *, what: str, chunk_bytes: int = 32768) -> None:
-    """Send encoded rtnetlink requests in as few sendmsg calls as fit ``chunk_bytes``, numbering them, then
-    read every ack (one round trip per chunk, not per request: ``ip -batch`` speed without a process).
+    """Send encoded rtnetlink requests in chunks (:func:`chunk_bounds`: up to 32 KiB and
+    :data:`REQUESTS_PER_CHUNK` requests), numbering them, then read every ack (one round trip per chunk,
+    not per request: ``ip -batch`` speed without a process).
 
     Raises:
-        EmulationError: the kernel refused a request (its errno, and which request).
+        EmulationError: the kernel refused a request (its errno, and which request), or the acks overran
+            the socket (ENOBUFS).
     """
     from pyroute2.netlink import NLMSG_ERROR
 
     NETLINK_ROUTE = 0
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
     try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
         sock.bind((0, 0))
-        seq, i = 0, 0
-        while i < len(requests):
+        seq = 0
+        for start, end in chunk_bounds([len(r) for r in requests], chunk_bytes):
             buf, sent = bytearray(), {}
-            while i < len(requests) and len(buf) < chunk_bytes:
+            for i in range(start, end):
                 seq += 1
                 struct.pack_into("=I", requests[i], _SEQ_OFFSET, seq)
                 buf += requests[i]
                 sent[seq] = i
-                i += 1
             sock.sendall(bytes(buf))
             while sent:
-                data = sock.recv(1 << 20)
+                try:
+                    data = sock.recv(1 << 20)
+                except OSError as exc:  # ENOBUFS: acks lost; which requests took effect is unknown
+                    raise EmulationError(f"cannot set {what}: {len(sent)} acks unread: {exc.strerror}") from None
                 offset = 0
                 while offset + 16 <= len(data):
                     length, kind, _, ack_seq = struct.unpack_from("=IHHI", data, offset)

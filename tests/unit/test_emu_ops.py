@@ -68,3 +68,14 @@ def test_host_config_requests_decode_to_what_ip_neigh_and_route_replace_send():
     assert route["header"]["type"] == RTM_NEWROUTE and route["header"]["flags"] == flags
     assert route["dst_len"] == 24 and route.get_attr("RTA_DST") == "10.1.0.0" and route.get_attr("RTA_OIF") == 7
     assert route["scope"] == 253 and route["table"] == 254  # on-link, main table: `route replace NET dev D`
+
+
+def test_chunk_bounds_cap_requests_and_bytes():
+    from testbed.emu.ops import REQUESTS_PER_CHUNK, chunk_bounds
+
+    assert chunk_bounds([]) == []
+    bounds = chunk_bounds([48] * 1023)  # a fat-tree k=16 host's neighbours: 1,023 acks at most 128 at a time
+    assert bounds[0] == (0, REQUESTS_PER_CHUNK) and bounds[-1][1] == 1023
+    assert all(b - a <= REQUESTS_PER_CHUNK for a, b in bounds)
+    assert all(a == prev_end for (a, _), (_, prev_end) in zip(bounds[1:], bounds, strict=False))
+    assert chunk_bounds([100] * 10, chunk_bytes=250) == [(0, 3), (3, 6), (6, 9), (9, 10)]

@@ -32,3 +32,59 @@ def test_bench_build_is_registered(capsys):
         cli.main(["bench", "build", "--help"])
     assert exc.value.code == 0
     assert "plain Mininet" in capsys.readouterr().out
+
+
+def _doc(spec, nodes, links, build, teardown, plain=None):
+    replica = {"build_s": build, "teardown_s": teardown, "peak_memory_mb": 40.5}
+    doc = {"spec": spec, "nodes": nodes, "links": links, "replica": replica, "plain": plain,
+           "load_before": "0.78, 0.52, 0.24", "load_after": "1.60, 0.83, 0.38"}
+    doc.update(ratios(replica, plain))
+    return doc
+
+
+def test_table_puts_specs_side_by_side_in_the_order_given():
+    from testbed.bench.build import table
+
+    plain = {"build_s": 2.0, "teardown_s": 8.0, "peak_memory_mb": 45.0}
+    docs = [_doc("fat-tree-k4", 36, 48, 1.5, 2.0, plain), _doc("big-switch", 33, 32, 0.9, 1.25),
+            _doc("fat-tree-k16", 1344, 3072, 912.25, 61.5)]
+    lines = table(docs)
+    assert len(lines) == 2 + len(docs)                          # two header lines, one row per spec
+    assert lines[0].split() == ["build", "s", "teardown", "s", "peak", "MB", "replica/plain", "load"]
+    assert lines[1].split() == ["spec", "nodes", "links", "replica", "plain", "replica", "plain", "replica",
+                                "plain", "build", "teardown", "memory", "before->after"]
+    rows = [line.split() for line in lines[2:]]
+    assert [r[0] for r in rows] == ["fat-tree-k4", "big-switch", "fat-tree-k16"]
+    assert rows[0] == ["fat-tree-k4", "36", "48", "1.5", "2", "2", "8", "40.5", "45", "0.75", "0.25", "0.9",
+                       "0.78->1.60"]
+    assert rows[2][:7] == ["fat-tree-k16", "1344", "3072", "912.25", "-", "61.5", "-"]  # no plain: dashes
+    assert rows[2][9:12] == ["-", "-", "-"]
+    # right-aligned columns: every row's numbers end where the header's labels do
+    header = lines[1] + " "
+    ends = [i for i in range(len(lines[1])) if header[i] != " " and header[i + 1] == " "]
+    for line in lines[2:]:
+        assert [i for i in ends[1:] if i < len(line) and line[i] != " "] == ends[1:]
+
+
+def test_bench_build_refuses_a_bad_spec_among_good_ones_before_building(capsys, monkeypatch):
+    from testbed import cli
+    from testbed.bench import build
+
+    def built(*_):
+        raise AssertionError("a replica was built for a refused list")
+
+    monkeypatch.setattr(build, "_spec_bench", built)
+
+    assert cli.main(["bench", "build", "fat-tree-k4", "no-such-fabric", "fat-tree-k8"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no-such-fabric" in err and "Traceback" not in err
+
+
+def test_bench_build_refuses_a_bmv2_spec_before_building(capsys, monkeypatch):
+    from testbed import cli
+    from testbed.bench import build
+
+    monkeypatch.setattr(build, "_spec_bench", lambda *_: pytest.fail("built"))
+    assert cli.main(["bench", "build", "fat-tree-k4", "long-haul"]) == 2
+    err = capsys.readouterr().err
+    assert "long-haul" in err and "bmv2" in err and len(err.strip().splitlines()) == 1

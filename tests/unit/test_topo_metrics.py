@@ -129,6 +129,7 @@ def test_layout_puts_tiers_in_rows():
 SHIPPED_COUNTS = {
     "fat-tree-k4": (20, 16, 48),            # 5k^2/4 switches, k^3/4 hosts, k^3/4 + 2 * k^3/4 links
     "fat-tree-k8": (80, 128, 384),
+    "fat-tree-k16": (320, 1024, 3072),
     "spine-leaf": (8, 48, 64),              # 4 leaves + 4 spines; 4 x 12 hosts; 48 + 4 x 4
     "big-switch": (1, 32, 32),
     "torus-2d": (16, 16, 48),               # 4x4 switches, 1 host each; 16 + 2 x 16 torus links
