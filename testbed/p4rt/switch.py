@@ -87,8 +87,14 @@ class Bmv2Config:
         return Path(self.log_dir) / f"{self.name}.pkt.log.txt"
 
 
+#: Priority queues per egress port (simple_switch's target option): p4/fabric.p4 sends CNPs in priority 6
+#: (strict priority over data, as switches carrying RoCE are configured). BMv2 drops a packet whose
+#: priority has no queue, so every switch gets all eight; queue rate and depth apply to each of them.
+PRIORITY_QUEUES = 8
+
+
 def switch_argv(cfg: Bmv2Config, binary: str) -> list[str]:
-    """Command line of the switch (pure)."""
+    """Command line of the switch (pure). Target options (after ``--``) come last."""
     argv = [binary, "--thrift-port", str(cfg.thrift_port), "--device-id", str(cfg.device_id),
             "--notifications-addr", f"ipc:///tmp/bmv2-testbed-{cfg.thrift_port}-notifications.ipc"]
     for port in sorted(cfg.ports):
@@ -99,6 +105,7 @@ def switch_argv(cfg: Bmv2Config, binary: str) -> list[str]:
         argv += [f"--pcap={cfg.pcap_dir}"]
     argv += list(cfg.extra_args)
     argv.append(str(cfg.json_path))
+    argv += ["--", "--priority-queues", str(PRIORITY_QUEUES)]
     return argv
 
 

@@ -314,6 +314,25 @@ def test_cnp_rate_limit_one_per_interval_per_flow(sw):
     assert [p[BTH].dqpn for p in wire.wait(1, 1) if BTH in p] == [0x98]
 
 
+def test_cnp_overtakes_a_queue_of_data_in_its_priority_queue(sw):
+    """A CNP sent behind a queue of data on a slow port leaves right after the frame in service, not
+    last: CNPs travel in strict priority (BMv2 counts a queue's rate in packets, so behind N frames a
+    74-byte CNP would wait N full-MTU slots, which on the long haul was tens of us of false feedback)."""
+    from scapy.all import IP, UDP, Ether
+
+    from testbed.roce.layers import BTH, cnp
+
+    client, wire = sw
+    data = [_udp("10.0.4.9", src="10.0.1.5", ident=100 + i) for i in range(5)]   # below kmax: none dropped
+    wire.send(1, data)
+    wire.send(1, Ether(src=SENDER_MAC, dst=ROUTER_MAC) / IP(src="10.0.1.5", dst="10.0.4.9") /
+              UDP(sport=0xC002, dport=4791) / cnp(0x321))
+    got = wire.wait(4, 6, what="5 data frames and the CNP out of the 20 pps port")
+    order = ["cnp" if BTH in p else p[IP].id for p in got]
+    assert order.index("cnp") <= 1, f"the CNP waited behind the data queue: {order}"
+    assert [o for o in order if o != "cnp"] == [100 + i for i in range(5)]   # data keeps its order
+
+
 def test_malformed_truncated_and_unroutable_packets_are_dropped_and_counted(sw):
     from scapy.all import IP, UDP, Ether, Raw
 

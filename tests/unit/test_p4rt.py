@@ -50,7 +50,9 @@ def test_switch_argv_ports_sorted_thrift_and_json_last():
     assert argv[argv.index("--device-id") + 1] == "3"
     i = [a for k, a in zip(argv[:-1], argv[1:], strict=True) if k == "-i"]
     assert i == ["1@s1-eth1", "2@s1-eth2"]
-    assert argv[-1] == "/x/fabric.json"
+    cut = argv.index("--")                                     # target options after the JSON
+    assert argv[cut - 1] == "/x/fabric.json"
+    assert argv[cut + 1:] == ["--priority-queues", "8"]        # fabric.p4's CNP priority 6 needs a queue
     assert "--log-file" not in argv and not any(a.startswith("--pcap") for a in argv)
     assert any("9091" in a for a in argv if a.startswith("ipc://"))  # unique notification socket
 
