@@ -193,30 +193,6 @@ def _plan(G: nx.Graph, links: str, capabilities=None):
     return plan_replica(G, capabilities or ASSUMED, Overrides(links=mode))
 
 
-def check_fits(G: nx.Graph, plan, available_mib: float | None = None) -> None:
-    """Refuse (SpecError, exit 2) a replica whose *planned* links do not fit in memory here.
-
-    ``limits.check_buildable`` sizes the worst case (every delayed link a userspace delay line: 2,048 for a
-    fat-tree k=16, 91 GB); ``--links htb|none`` plans none, so the estimate is taken from this plan with
-    the same per-object figures and headroom.
-    """
-    from testbed.errors import SpecError
-    from testbed.plan import limits
-
-    delayed = sum(1 for e in plan.links if e.backend == "userspace")
-    bmv2 = sum(1 for sw in plan.switches if sw.kind == "bmv2")
-    need = (G.number_of_nodes() * limits.MIB_PER_NODE_SHELL
-            + (len(plan.links) + delayed) * limits.MIB_PER_LINK
-            + bmv2 * limits.MIB_PER_BMV2 + delayed * limits.MIB_PER_DELAY_LINE)
-    available = limits.mem_available_mib() if available_mib is None else available_mib
-    if available is not None and need > available * (1 - limits.HEADROOM):
-        raise SpecError(G.graph.get("name", "spec"),
-                        f"the replica needs about {need:,.0f} MiB ({G.number_of_nodes()} nodes, "
-                        f"{len(plan.links)} links, {bmv2} BMv2, {delayed} delay lines) but only "
-                        f"{available:,.0f} MiB are available ({limits.HEADROOM:.0%} kept free); use a "
-                        "smaller spec, --links htb or none, or free memory")
-
-
 def _build_replica(G: nx.Graph, plan, run, out_dir) -> dict:
     """Build and tear down ``plan``'s replica once: seconds for each, peak memory."""
     from testbed.emu import Replica
@@ -275,7 +251,7 @@ def load_graphs(args) -> list[tuple[nx.Graph, object]]:
     """(graph, worst-case replica plan) of every SPEC, in order; all refused up front (exit 2, one line)
     when a flag or any spec is wrong or this machine cannot build it, so nothing is built for a bad list.
     Pure but for /proc/meminfo: no root, no probes."""
-    from testbed.plan.limits import MAX_INTERFACES, refuse_huge
+    from testbed.plan.limits import check_buildable, refuse_huge
     from testbed.topo.spec import build_graph, load_spec, resolve_spec
 
     if args.repeat < 1:
@@ -287,14 +263,11 @@ def load_graphs(args) -> list[tuple[nx.Graph, object]]:
     for spec in specs:
         G = build_graph(spec)
         plan = _plan(G, args.links)
-        if 2 * len(plan.links) > MAX_INTERFACES:
-            raise UsageError(f"{spec.name}: the replica needs {2 * len(plan.links)} interfaces; one machine "
-                             f"builds at most {MAX_INTERFACES}: use a smaller spec")
         other = sorted({sw.kind for sw in plan.switches} - {"ovs"})
         if other:
             raise UsageError(f"{spec.name}: its switches are {', '.join(other)}; bench build times OVS "
                              "replicas against plain Mininet (OVS) only")
-        check_fits(G, plan)
+        check_buildable(G, plan=plan)   # interfaces and memory of the plan for --links, not the worst case
         out.append((G, plan))
     return out
 

@@ -44,15 +44,16 @@ class Estimate:
     memory_mib: float
 
 
-def estimate(G) -> Estimate:
+def estimate(G, plan=None) -> Estimate:
     """What the replica of ``G`` creates and the memory it needs (pure).
 
-    Delay lines are counted from the replica plan on a machine without netem/RED (the worst case, and
-    this machine's): each userspace link gets a delay-line node (two more interfaces and a process).
+    Delay lines are counted from ``plan``, by default the replica plan on a machine without netem/RED (the
+    worst case, and this machine's): each userspace link gets a delay-line node (two more interfaces and a
+    process). ``bench build --links htb`` passes its own plan, which has none.
     """
     from testbed.plan.replica import plan_replica
 
-    plan = plan_replica(G)
+    plan = plan or plan_replica(G)
     bmv2 = sum(1 for s in plan.switches if s.kind == "bmv2")
     delayed = sum(1 for e in plan.links if e.backend == "userspace")
     links = len(plan.links)
@@ -74,13 +75,14 @@ def mem_available_mib(meminfo: str | None = None) -> float | None:
     return None
 
 
-def check_buildable(G, available_mib: float | None = None) -> Estimate:
+def check_buildable(G, available_mib: float | None = None, plan=None) -> Estimate:
     """Raise :class:`SpecError` (exit 2) when the replica of ``G`` cannot be built here; the estimate otherwise.
 
     Args:
         available_mib: memory available (default: MemAvailable now).
+        plan: the replica plan to size (default: the worst case, :func:`estimate`).
     """
-    est = estimate(G)
+    est = estimate(G, plan)
     name = G.graph.get("name", "spec")
     if est.interfaces > MAX_INTERFACES:
         raise SpecError(name, f"the replica needs {est.interfaces} interfaces ({est.links} links); one machine "
