@@ -41,9 +41,9 @@ def style(G: nx.Graph) -> str:
     return "tiers"
 
 
-def _host_ring(G: nx.Graph, pos: dict, radius: float, outward: dict | None = None) -> None:
+def _host_ring(G: nx.Graph, pos: dict, radius: float, outward: dict | None = None, spread: float = 0.6) -> None:
     """Place each host near its (first) switch: on a small ring, or along ``outward[switch]`` (a unit
-    direction) when given."""
+    direction) when given, ``spread * radius`` apart side by side."""
     import math
 
     by_switch: dict = {}
@@ -56,8 +56,8 @@ def _host_ring(G: nx.Graph, pos: dict, radius: float, outward: dict | None = Non
         for i, h in enumerate(hs):
             if outward is not None and sw in outward:
                 ox, oy = outward[sw]
-                spread = (i - (len(hs) - 1) / 2) * 0.6 * radius
-                pos[h] = (cx + ox * radius * 1.8 - oy * spread, cy + oy * radius * 1.8 + ox * spread)
+                side = (i - (len(hs) - 1) / 2) * spread * radius
+                pos[h] = (cx + ox * radius * 1.8 - oy * side, cy + oy * radius * 1.8 + ox * side)
             else:  # fanned around the up-right diagonal, which no grid link uses
                 a = math.pi / 4 + (i - (len(hs) - 1) / 2) * min(0.45, 1.4 / len(hs))
                 pos[h] = (cx + radius * math.cos(a), cy + radius * math.sin(a))
@@ -100,9 +100,10 @@ def _group_layout(G: nx.Graph) -> dict:
         for ri, r in enumerate(members):
             a = ga + 2 * math.pi * ri / len(members)
             pos[r] = (gx + small * math.cos(a), gy + small * math.sin(a))
-            norm = math.hypot(pos[r][0], pos[r][1]) or 1.0
-            outward[r] = (pos[r][0] / norm, pos[r][1] / norm)
-    _host_ring(G, pos, 0.12, outward)
+            # Away from the group's own centre, not the big circle's: a router on the inner side of its
+            # group would otherwise put its hosts inside the group, on the local links.
+            outward[r] = (math.cos(a), math.sin(a))
+    _host_ring(G, pos, 0.14, outward, spread=1.1)
     return pos
 
 
@@ -203,6 +204,6 @@ def draw(G: nx.Graph, out, title: str | None = None) -> Path:
         ax.set_aspect("equal")
         ax.margins(0.12)  # room for the arcs outside the outermost rows
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    fig.savefig(out, dpi=120, bbox_inches="tight")  # no empty band around a circle or grid
     plt.close(fig)
     return out

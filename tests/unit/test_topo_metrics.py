@@ -205,4 +205,13 @@ def test_grid_and_group_layouts_show_structure():
     nearest = min(((a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2) ** 0.5
                   for g, a in centres.items() for h, b in centres.items() if g != h)
     assert max(spread(ps) for ps in groups.values()) < nearest  # a group is tighter than the gap to the next
+    # Hosts outside their group's ring of routers (not on its local links), no two nodes on top of each other.
+    for h, d in D.nodes(data=True):
+        if d["role"] == "host":
+            (r,) = D.neighbors(h)
+            cx, cy = centres[D.nodes[r]["group"]]
+            assert ((pos[h][0] - cx) ** 2 + (pos[h][1] - cy) ** 2) > ((pos[r][0] - cx) ** 2 + (pos[r][1] - cy) ** 2)
+    points = list(pos.values())
+    assert min(((a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2) ** 0.5
+               for i, a in enumerate(points) for b in points[i + 1:]) > 0.12
     assert style(gen.fat_tree(4)) == "tiers"
