@@ -18,15 +18,23 @@ Without SPEC it runs the emulation core's sweep: loop-free spine-leaf fabrics of
 built as a Replica, pinged from the first host to all others (flow setup), iperf3 across it unshaped (what
 the OVS userspace datapath forwards), torn down.
 
+A replica's teardown is timed until its run holds nothing more (shells exited, interfaces gone), and
+printed step by step on stderr (``teardown: bridges 92.2 s, links 20.7 s, ...``; ``runs.replica[i].
+teardown_stages_s``). ``--kill`` measures the crash path instead: the replica is built in a child process
+(:mod:`testbed.bench.hold`) that is SIGKILLed once up, and "teardown" is ``testbed clean`` removing what
+it left (``left``: what clean could not remove, 0 when healthy); plain Mininet is not run with it (its
+``mn -c`` removes every bridge on the machine, other people's too).
+
 ``--json``: with SPECs a list, one object per spec in the order given: spec, nodes, switches, hosts, links,
-replica{build_s, teardown_s, peak_memory_mb}, plain{...} (null with --no-plain), build_ratio,
-teardown_ratio, memory_ratio, runs, load_before, load_after; without: cases[{switches, hosts, links,
-build_s, ping_s, teardown_s, tcp_bps}].
+replica{build_s, teardown_s, peak_memory_mb}, plain{...} (null with --no-plain or --kill), build_ratio,
+teardown_ratio, memory_ratio, teardown_by, runs, load_before, load_after; without: cases[{switches, hosts,
+links, build_s, ping_s, teardown_s, tcp_bps}].
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -55,6 +63,10 @@ def register(sub) -> None:
                              "link layer (delay lines where the spec has delays), none")
     parser.add_argument("--repeat", type=int, default=1, help="builds of each kind; medians are reported")
     parser.add_argument("--no-plain", action="store_true", help="skip the plain Mininet comparison")
+    parser.add_argument("--kill", action="store_true",
+                        help="crash instead of tearing down: build the replica in a child process, SIGKILL "
+                             "it once up and time `testbed clean` (replica only: plain Mininet's `mn -c` "
+                             "removes everyone's bridges)")
     parser.add_argument("--quick", action="store_true", help="sweep: two small fabrics only")
     parser.add_argument("--out", metavar="DIR", help="folder for replica logs (default: none)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -76,7 +88,9 @@ def ratios(replica: dict, plain: dict | None) -> dict:
 
 
 def median_run(runs: list[dict]) -> dict:
-    return {key: round(statistics.median(r[key] for r in runs), 3) for key in runs[0]}
+    """Median of each figure over ``runs`` (per-stage breakdowns stay in ``runs``)."""
+    return {key: round(statistics.median(r[key] for r in runs), 3) for key, value in runs[0].items()
+            if isinstance(value, (int, float))}
 
 
 TABLE_METRICS = (("build_s", "build s"), ("teardown_s", "teardown s"), ("peak_memory_mb", "peak MB"))
@@ -205,8 +219,52 @@ def _build_replica(G: nx.Graph, plan, run, out_dir) -> dict:
         rep.__enter__()
         t1 = time.perf_counter()
         rep.__exit__(None, None, None)
+        run.sweep()  # what the replica left to its run (shells still exiting): part of the teardown
         t2 = time.perf_counter()
-    return {"build_s": round(t1 - t0, 3), "teardown_s": round(t2 - t1, 3), "peak_memory_mb": mem.peak_mb}
+    stages = {**rep.teardown_s, **{f"registry {k}": v for k, v in run.timings.items()}}
+    console.print("[dim]teardown: " + ", ".join(f"{k} {v:.1f} s" for k, v in stages.items()) + "[/dim]")
+    return {"build_s": round(t1 - t0, 3), "teardown_s": round(t2 - t1, 3), "peak_memory_mb": mem.peak_mb,
+            "teardown_stages_s": stages}
+
+
+def _build_killed(spec: str, links: str, out_dir) -> dict:
+    """Build ``spec``'s replica in a child (:mod:`testbed.bench.hold`), SIGKILL it once up, so none of its
+    teardown runs, and time what ``testbed clean`` then does: seconds to build (child start to up), to
+    clean, peak memory, and what clean could not remove (``left``: must be 0)."""
+    import signal
+    import subprocess
+    import sys
+
+    from testbed.emu.registry import clean_runs, release_lock, try_lock
+    from testbed.errors import EmulationError
+
+    argv = [sys.executable, "-m", "testbed.bench.hold", spec, "--links", links]
+    if out_dir:
+        argv += ["--out", str(out_dir)]
+    with _MemorySampler() as mem:
+        t0 = time.perf_counter()
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        line = child.stdout.readline()  # "up" once built; EOF when the child failed (its error on stderr)
+        if line.strip() != "up":
+            child.wait()
+            raise EmulationError(f"bench build --kill: the replica of {spec} did not come up in the child "
+                                 f"(exit {child.returncode}); see its error above")
+        t1 = time.perf_counter()
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        t2 = time.perf_counter()
+        lock = try_lock()
+        try:
+            reports = clean_runs(only_dead=True, require_identity=lock is None)
+        finally:
+            release_lock(lock)
+        t3 = time.perf_counter()
+    left = sum(len(r["failed"]) + len(r["kept"]) for r in reports)
+    removed = sum(len(r["removed"]) for r in reports)
+    console.print(f"[dim]testbed clean after SIGKILL: {removed} objects removed in {t3 - t2:.1f} s, "
+                  f"{left} left[/dim]")
+    return {"build_s": round(t1 - t0, 3), "teardown_s": round(t3 - t2, 3), "peak_memory_mb": mem.peak_mb,
+            "left": left}
 
 
 def _build_plain(G: nx.Graph, run) -> dict:
@@ -243,6 +301,7 @@ def _build_plain(G: nx.Graph, run) -> dict:
             t1 = time.perf_counter()
         finally:
             net.stop()
+            run.sweep()
         t2 = time.perf_counter()
     return {"build_s": round(t1 - t0, 3), "teardown_s": round(t2 - t1, 3), "peak_memory_mb": mem.peak_mb}
 
@@ -277,7 +336,7 @@ def load_average() -> str:
     return ", ".join(f"{x:.2f}" for x in cpustat.load_average())
 
 
-def _spec_bench(args, G: nx.Graph, plan) -> dict:
+def _spec_bench(args, spec: str, G: nx.Graph, plan) -> dict:
     from testbed.emu import RunRegistry
 
     doc = {"spec": G.graph["name"], "kind": G.graph["kind"], "nodes": G.number_of_nodes(),
@@ -285,8 +344,13 @@ def _spec_bench(args, G: nx.Graph, plan) -> dict:
            "looped": is_looped(G), "links_mode": args.links, "scale": G.graph["scale"], "repeat": args.repeat}
     replica_runs, plain_runs = [], []
     doc["load_before"] = load_average()
-    with RunRegistry("bench-build") as run:
+    doc["teardown_by"] = "testbed clean after SIGKILL" if args.kill else "the replica's teardown"
+    if args.kill:
         for i in range(args.repeat):
+            console.print(f"[dim]replica build {i + 1}/{args.repeat}, then SIGKILL and testbed clean[/dim]")
+            replica_runs.append(_build_killed(spec, args.links, args.out))
+    with contextlib.nullcontext() if args.kill else RunRegistry("bench-build") as run:
+        for i in range(0 if args.kill else args.repeat):
             if not args.no_plain:
                 console.print(f"[dim]plain Mininet build {i + 1}/{args.repeat}[/dim]")
                 plain_runs.append(_build_plain(G, run))
@@ -308,8 +372,11 @@ def _specs_bench(args, graphs) -> list[dict]:
     from testbed.doctor import plan_capabilities
 
     caps = plan_capabilities()
-    docs = [_spec_bench(args, G, _plan(G, args.links, caps)) for G, _ in graphs]
+    docs = [_spec_bench(args, spec, G, _plan(G, args.links, caps)) for spec, (G, _) in zip(args.specs, graphs,
+                                                                                          strict=True)]
     if not args.json:
+        if args.kill:
+            out.print("teardown s = `testbed clean` after SIGKILL of the process that built the replica")
         out.print(f"bench build, links={args.links}, medians of {args.repeat} build(s) of each kind; "
                   f"load average {docs[0]['load_before']} before, {docs[-1]['load_after']} after "
                   f"({os.cpu_count()} cores)")

@@ -28,6 +28,7 @@ runs whose owner is dead.  Usable without Mininet::
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import fcntl
@@ -41,7 +42,7 @@ from pathlib import Path
 import psutil
 
 from testbed.console import console
-from testbed.emu import ops
+from testbed.emu import ops, rcu
 from testbed.emu.signals import deferred_signals, terminate_raises
 from testbed.errors import EmulationError, NotRootError, TestbedError
 from testbed.poll import poll
@@ -119,6 +120,7 @@ class RunRegistry:
         self.path = self.root / "runs" / f"{self.run_id}.json"
         self.objects: list[dict] = []
         self._lock_fd: int | None = None
+        self.timings: dict = {}
         self._active = False
         self._signals = None
 
@@ -156,14 +158,24 @@ class RunRegistry:
 
     def cleanup(self) -> dict:
         """Remove every recorded object (newest first) and the record; returns what was done."""
-        report = remove_objects(self.objects)
+        report = self.sweep()
         if not report["failed"]:
             self.path.unlink(missing_ok=True)
-            self.objects = []
             self._active = False
         else:
-            self._save()
             console.print(f"[red]could not remove {report['failed']}; run `sudo testbed clean`[/red]")
+        return report
+
+    def sweep(self) -> dict:
+        """Remove every object recorded so far and go on recording (``bench build`` builds several replicas
+        in one run, and a teardown is only over once these are gone). The seconds of each step are kept in
+        ``self.timings``: where a large teardown spends its time."""
+        self.timings = {}
+        report = remove_objects(self.objects, timings=self.timings)
+        if not report["failed"]:
+            self.objects = []
+        if self._active:
+            self._save()
         return report
 
     # ----------------------------------------------------------------------------- the lock
@@ -373,7 +385,14 @@ KILL_GRACE_S = 3.0
 _STEP_ERRORS = (OSError, EmulationError, TimeoutError, subprocess.SubprocessError)
 
 
-def remove_objects(objects: list[dict], dry_run: bool = False, require_identity: bool = False) -> dict:
+def expedited_rcu():
+    """Expedited RCU grace periods for a teardown (:mod:`testbed.emu.rcu`: ovs-vswitchd waits one grace
+    period per port it removes), the kernel's setting restored after, also after a crash."""
+    return rcu.expedited(state_dir(), same_process, process_start(os.getpid()))
+
+
+def remove_objects(objects: list[dict], dry_run: bool = False, require_identity: bool = False,
+                   timings: dict | None = None) -> dict:
     """Remove recorded objects: processes first, then bridges, links, namespaces.
 
     Only objects that still exist *and* are still the same object are touched: a process whose start
@@ -388,6 +407,8 @@ def remove_objects(objects: list[dict], dry_run: bool = False, require_identity:
         require_identity: keep (report as "kept") bridges and root-namespace links recorded by name only
             (a run killed before noting their uuid/ifindex): while another run holds the lock, the same
             name may be that run's.
+        timings: when given, receives the seconds each step took (``processes``, ``bridges``, ``links``,
+            ``namespaces``): where a large teardown spends its time.
 
     Returns:
         {"removed": [desc...], "gone": [desc...], "kept": [desc...], "failed": [desc...]}
@@ -400,15 +421,24 @@ def remove_objects(objects: list[dict], dry_run: bool = False, require_identity:
         for obj in by_kind[kind]:
             report["failed"].append(f"{describe(obj)}: unknown object kind {kind!r} in run record")
     in_ns = [o for o in by_kind.get("link", []) if o.get("netns")]
-    steps = ((_kill_all, by_kind.get("process", [])),
-             (lambda objs, dry, rep: _remove_bridges(objs, dry, require_identity, rep), by_kind.get("bridge", [])),
-             (lambda objs, dry, rep: _remove_links(objs, dry, require_identity, rep),
+    steps = (("processes", _kill_all, by_kind.get("process", [])),
+             ("bridges", lambda objs, dry, rep: _remove_bridges(objs, dry, require_identity, rep),
+              by_kind.get("bridge", [])),
+             ("links", lambda objs, dry, rep: _remove_links(objs, dry, require_identity, rep),
               [o for o in by_kind.get("link", []) if not o.get("netns")]),
-             (_remove_each, in_ns + by_kind.get("netns", [])))
-    for step, objs in steps:
+             ("namespaces", _remove_each, in_ns + by_kind.get("netns", [])))
+    kernel_work = any(by_kind.get(k) for k in ("bridge", "link", "netns"))
+    with expedited_rcu() if kernel_work and not dry_run else contextlib.nullcontext():
+        _run_steps(steps, dry_run, report, timings)
+    return report
+
+
+def _run_steps(steps, dry_run: bool, report: dict, timings: dict | None) -> None:
+    for label, step, objs in steps:
         if not objs:
             continue
         before = sum(len(v) for v in report.values())
+        t0 = time.perf_counter()
         try:
             step(objs, dry_run, report)
         except _STEP_ERRORS as exc:
@@ -416,7 +446,8 @@ def remove_objects(objects: list[dict], dry_run: bool = False, require_identity:
                 report["failed"].extend(f"{describe(o)}: {exc}" for o in objs)
             else:
                 report["failed"].append(f"{len(objs)} {objs[0]['kind']} objects: {exc}")
-    return report
+        if timings is not None:
+            timings[label] = round(time.perf_counter() - t0, 3)
 
 
 def polite_signal(obj: dict) -> int:

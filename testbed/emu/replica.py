@@ -28,14 +28,27 @@ import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from testbed.console import console, require_root
 from testbed.emu import ops
-from testbed.emu.registry import RunRegistry
+from testbed.emu.registry import RunRegistry, expedited_rcu
 from testbed.emu.signals import deferred_signals
 from testbed.errors import CapabilityError, EmulationError, SpecError
 from testbed.poll import poll
+
+
+class _Laps:
+    """``lap(name)`` records the seconds since the previous lap under ``name`` in ``into``."""
+
+    def __init__(self, into: dict):
+        self.into, self.t = into, time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.into[name] = round(now - self.t, 3)
+        self.t = now
 
 
 def _mininet():
@@ -89,6 +102,9 @@ class Replica:
         self._own_run = run is None
         self._nodes: dict = {}         # graph node -> Mininet node
         self._link_nodes: dict = {}    # (u, v) -> link node
+        #: Seconds of each teardown step ("switch processes", "bridges", "shells", "links", then the run
+        #: registry's "registry <step>"), filled by ``__exit__``: where a large teardown spends its time.
+        self.teardown_s: dict = {}
 
     # ----------------------------------------------------------------------------- access
     def host(self, node):
@@ -143,7 +159,7 @@ class Replica:
         return self
 
     def __exit__(self, *exc) -> None:
-        with deferred_signals():
+        with deferred_signals(), expedited_rcu():
             try:
                 if self.net is not None:
                     try:
@@ -155,6 +171,7 @@ class Replica:
             finally:
                 if self._own_run and self.run is not None:
                     self.run.__exit__(None, None, None)
+                    self.teardown_s.update({f"registry {k}": v for k, v in self.run.timings.items()})
 
     def _stop(self) -> None:
         """Tear the network down in one pass per kind, so time grows with the work, not with timeouts.
@@ -167,6 +184,7 @@ class Replica:
         interfaces left in one ``ip -batch`` and anything else recorded.
         """
         net, mn_node = self.net, _mininet()[1]
+        lap = _Laps(self.teardown_s)
         ovs = [sw for sw in net.switches if isinstance(sw, mn_node.OVSSwitch)]
         for sw in net.switches:
             if sw in ovs:
@@ -175,7 +193,9 @@ class Replica:
                 sw.stop(deleteIntfs=False)
             except Exception as err:  # noqa: BLE001 - one node's failure must not stop the teardown
                 console.print(f"[yellow]stopping {sw.name}: {type(err).__name__}: {err}[/yellow]")
+        lap("switch processes")
         ops.delete_bridges([sw.name for sw in ovs])
+        lap("bridges")
         nodes = [*net.hosts, *net.switches]
         for node in nodes:
             shell = getattr(node, "shell", None)
@@ -188,9 +208,11 @@ class Replica:
             if getattr(node, "shell", None) is not None:
                 node.waitExited = False  # the registry waits for all of them at once
                 node.cleanup()           # close the ptys
+        lap("shells")
         # Switch-to-switch veths live in the root namespace (host ends went with their namespaces): delete
         # the ones this replica made in one batch, also when the run registry outlives this replica.
         ops.delete_links(name for name in self.layout.interfaces() if ops.link_index(name) is not None)
+        lap("links")
 
     # ----------------------------------------------------------------------------- build
     def _switch_class(self, sw, mn_node):
