@@ -28,7 +28,7 @@ demo: setup
 	$(VENV)/bin/testbed run long_haul_cnp --quick
 
 test: setup
-	$(PYTEST) -q tests/unit tests/integration
+	$(PYTEST) -q --durations=30 tests/unit tests/integration
 
 vm-test: setup
 	@bash scripts/vm/host-setup.sh
