@@ -159,7 +159,8 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
             poll(lambda: all(p.poll() is not None for _, p in senders), timeout=args.trial_timeout, interval=0.2,
                  what=f"senders of {case}/{mode}")
         elapsed, queue = time.monotonic() - started, sampler.stop()
-        watch.stop(quiet_s=S.path_rtt_s(G, r.senders[0], r.receivers[0]) * plan.scale / 2 + 0.1)  # in flight
+        watch.stop(quiet_s=S.path_rtt_s(G, r.senders[0], r.receivers[0]) * plan.scale / 2 + 0.1,  # in flight
+                   drain_s=S.drain_s(plan, bsw, bnbr))
     results = [sender_result(p, out / f"sender-{s}.json", out / f"sender-{s}.log") for s, p in senders]
     flows, neck = summarise_write_lat(results), F.port_stats(clients[bsw], bport)
     times = LC.capture_times(out, case, r, S.capture_lags(plan, case, r))   # behind a netem qdisc: stamped late
@@ -184,7 +185,7 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     return {**flows, **neck, "feedback_delay_s": feedback, "long_haul_backend": backend,
             "feedback_delay_switch_clock_s": S.feedback_delay(epoch, neck["first_signal_us"], times["crossing"]),
             "long_haul_netem_drops": netem_lost if backend == "netem" else None, "drops": dropped["tail"] + dropped["red"],
-            "bottleneck": neck_doc,
+            "bottleneck": neck_doc, "unsettled": watch.unsettled,
             "marks_by_port": dropped["marks_by_port"], "feedback_parts": parts,
             **{k: ev[k] for k in ("udp_rcvbuf_errors", "switch_socket_drops", "ring_drops", "ring_frames_min", "hops")},
             "switch_drops": dropped["by_switch"], "cpu": cpu.summary(), "elapsed_s": elapsed, "settled_s": watch.settled_s,

@@ -407,6 +407,13 @@ def bottleneck_doc(plan, switch, neighbour, flows: int) -> dict:
             "pmax": port.ecn.pmax, "flows": flows}
 
 
+def drain_s(plan, switch, neighbour) -> float:
+    """Seconds the congestion point's queue, full, takes to drain at its emulated rate (0 when the port has
+    no BMv2 rate): how long after the senders are done frames may still be leaving it."""
+    port = plan.switch(switch).port(plan.graph.edges[switch, neighbour]["ports"][switch])
+    return port.depth_pkts / port.emulated_rate_pps if port.emulated_rate_pps else 0.0
+
+
 def feedback_check(plan, case: str, r: Roles, mode: str, feedback_s: float | None, bottleneck: dict) -> dict | None:
     """:func:`testbed.validate.trials.feedback_check` of one trial from its plan (``feedback_s``: emulated
     seconds, as measured): the same figures ``testbed validate`` recomputes from the row and config.json."""

@@ -47,6 +47,7 @@ class TrialWatch:
         self._after: dict = {}
         self._lost: dict = {}
         self.settled_s: float | None = 0.0
+        self.unsettled: list[str] = []   # counters still moving when the after-readings gave up waiting
 
     def _read(self) -> dict:
         return {"links": {n.name: n.fresh_stats() for n in self.link_nodes.values()},
@@ -74,14 +75,17 @@ class TrialWatch:
         self._cpu0 = self._cpu_now()
         return self
 
-    def stop(self, quiet_s: float = 0.0) -> "TrialWatch":
-        """End the trial's readings; with ``quiet_s``, the after-readings wait (at most ``3 * quiet_s + 10``
-        seconds) until no interface counter has moved for ``quiet_s`` -- give it the longest one-way delay:
-        frames still in a netem qdisc's delay or in a slow switch's ring when the senders are done would
-        otherwise be booked as lost "inside switch" (a TCG guest at scale 10000: 3-6 frames per trial)."""
+    def stop(self, quiet_s: float = 0.0, drain_s: float = 0.0) -> "TrialWatch":
+        """End the trial's readings; with ``quiet_s``, the after-readings wait (at most ``3 * quiet_s + 10 +
+        drain_s`` seconds) until no interface counter has moved for ``quiet_s`` -- give it the longest one-way
+        delay, and ``drain_s`` the time the congestion point's full queue takes to drain at its rate: frames
+        still in a netem qdisc's delay, a queue or a slow switch's ring when the senders are done would
+        otherwise be booked as lost "inside switch" (a TCG guest at scale 10000: 3-6 frames per trial). At
+        scale 20000 a 30 km ECN trial took 15.2 s to settle, its fast-CNP twin more than the 19.3 s the cap
+        was without ``drain_s``. When it never settles, ``unsettled`` names the interfaces still moving."""
         cpu1 = self._cpu_now()
         if quiet_s > 0:
-            self.settled_s = self._settle(quiet_s)
+            self.settled_s = self._settle(quiet_s, drain_s)
         wall = cpu1["_wall"] - self._cpu0["_wall"]
         self._cpu = {name: {"cpu_s": round(t - self._cpu0[name], 3), "wall_s": round(wall, 3)}
                      for name, t in cpu1.items() if name in self._cpu0 and not name.startswith("_")}
@@ -92,7 +96,7 @@ class TrialWatch:
         self._lost = self.losses.stop()
         return self
 
-    def _settle(self, quiet_s: float) -> float | None:
+    def _settle(self, quiet_s: float, drain_s: float = 0.0) -> float | None:
         """Seconds until the interface counters stood still for ``quiet_s`` (None: they never did)."""
         import time
 
@@ -110,12 +114,13 @@ class TrialWatch:
         def quiet() -> bool:
             snap, now = read(), time.monotonic()
             if snap != last["snap"]:
-                last.update(snap=snap, at=now)
+                last.update(moved=sorted(k for k in snap if snap[k] != last["snap"].get(k)), snap=snap, at=now)
             return now - last["at"] >= quiet_s
 
         try:
-            poll(quiet, timeout=3 * quiet_s + 10, interval=min(0.2, quiet_s / 4), what="frames in flight")
+            poll(quiet, timeout=3 * quiet_s + 10 + drain_s, interval=min(0.2, quiet_s / 4), what="frames in flight")
         except TimeoutError:
+            self.unsettled = [str(k) for k in last.get("moved", [])][:20]
             return None   # traffic never stopped: the ledger reads what it finds and says where frames are
         return round(time.monotonic() - t0, 3)
 

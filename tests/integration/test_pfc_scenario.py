@@ -13,16 +13,34 @@ import pytest
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
-def test_pfc_incast_quick(tmp_path, capsys):
+def _run(out, capsys) -> dict:
     from scenarios import pfc_incast
 
-    assert pfc_incast.main(["--quick", "--json", "--out", str(tmp_path), "--seconds", "1", "--storm", "2"]) == 0
+    assert pfc_incast.main(["--quick", "--json", "--out", str(out), "--seconds", "1", "--storm", "2"]) == 0
     summary = json.loads(capsys.readouterr().out)
     rows = {(r["pfc"], r["storm_s"] is not None, r["watchdog"]): r for r in summary["rows"]}
     assert len(rows) == 4 and all(r["unaccounted"] == 0 for r in rows.values())
     for r in rows.values():
         assert r["valid"] or r["invalid_because"], r
+    return rows
+
+
+#: Runs of the scenario the lossless claim may take: it holds only for a trial whose emulator reacted
+#: within the headroom, and one CI run had the PFC-on trial's link cores 14 % late (a PAUSE acted on
+#: 90 ms late against 18 ms of headroom: 345 RoCE frames dropped, the trial INVALID and saying why).
+#: A second unhealthy run in a row fails.
+ATTEMPTS = 2
+
+
+def test_pfc_incast_quick(tmp_path, capsys):
+    for attempt in range(1, ATTEMPTS + 1):
+        out = tmp_path / f"run{attempt}"
+        rows = _run(out, capsys)
+        if rows[(True, False, None)]["valid"]:
+            break
+        print(f"attempt {attempt}: PFC-on trial invalid ({rows[(True, False, None)]['invalid_because']})")
     on, off = rows[(True, False, None)], rows[(False, False, None)]
+    assert on["valid"], f"the PFC-on trial was invalid {ATTEMPTS} times in a row: {on['invalid_because']}"
     stuck, broken = rows[(True, True, None)], rows[(True, True, "drop")]
     assert on["roce_dropped"] == 0 and on["lossy_dropped"] > 0 and on["pause_sent"] > 0
     assert off["roce_dropped"] > 0 and off["pause_sent"] == 0
@@ -30,6 +48,6 @@ def test_pfc_incast_quick(tmp_path, capsys):
     # with it, one storm is declared and its frames are dropped as pfc_watchdog
     assert stuck["storms"] == 0 and stuck["roce_dropped"] == 0 and stuck["bottleneck_paused_s"] >= 0.9 * 2.0
     assert broken["storms"] >= 1 and broken["watchdog_drops"] > 0
-    assert (tmp_path / "pfc_incast.png").stat().st_size > 10_000
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert len(metrics["trials"]) == 4 and (tmp_path / "pfc-4-True.pcap").stat().st_size > 24
+    assert (out / "pfc_incast.png").stat().st_size > 10_000
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert len(metrics["trials"]) == 4 and (out / "pfc-4-True.pcap").stat().st_size > 24
