@@ -34,7 +34,6 @@ links, build_s, ping_s, teardown_s, tcp_bps}].
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -235,7 +234,7 @@ def _build_killed(spec: str, links: str, out_dir) -> dict:
     import subprocess
     import sys
 
-    from testbed.emu.registry import clean_runs, release_lock, try_lock
+    from testbed.emu.registry import clean
     from testbed.errors import EmulationError
 
     argv = [sys.executable, "-m", "testbed.bench.hold", spec, "--links", links]
@@ -253,11 +252,7 @@ def _build_killed(spec: str, links: str, out_dir) -> dict:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
         t2 = time.perf_counter()
-        lock = try_lock()
-        try:
-            reports = clean_runs(only_dead=True, require_identity=lock is None)
-        finally:
-            release_lock(lock)
+        reports = clean()  # exactly `testbed clean`
         t3 = time.perf_counter()
     left = sum(len(r["failed"]) + len(r["kept"]) for r in reports)
     removed = sum(len(r["removed"]) for r in reports)
@@ -336,9 +331,20 @@ def load_average() -> str:
     return ", ".join(f"{x:.2f}" for x in cpustat.load_average())
 
 
-def _spec_bench(args, spec: str, G: nx.Graph, plan) -> dict:
+def _build_both(args, G: nx.Graph, plan, replica_runs: list, plain_runs: list) -> None:
+    """``--repeat`` builds of each kind, plain Mininet first, under one run registry."""
     from testbed.emu import RunRegistry
 
+    with RunRegistry("bench-build") as run:
+        for i in range(args.repeat):
+            if not args.no_plain:
+                console.print(f"[dim]plain Mininet build {i + 1}/{args.repeat}[/dim]")
+                plain_runs.append(_build_plain(G, run))
+            console.print(f"[dim]replica build {i + 1}/{args.repeat}[/dim]")
+            replica_runs.append(_build_replica(G, plan, run, args.out))
+
+
+def _spec_bench(args, spec: str, G: nx.Graph, plan) -> dict:
     doc = {"spec": G.graph["name"], "kind": G.graph["kind"], "nodes": G.number_of_nodes(),
            "switches": len(switches(G)), "hosts": len(hosts(G)), "links": G.number_of_edges(),
            "looped": is_looped(G), "links_mode": args.links, "scale": G.graph["scale"], "repeat": args.repeat}
@@ -349,13 +355,8 @@ def _spec_bench(args, spec: str, G: nx.Graph, plan) -> dict:
         for i in range(args.repeat):
             console.print(f"[dim]replica build {i + 1}/{args.repeat}, then SIGKILL and testbed clean[/dim]")
             replica_runs.append(_build_killed(spec, args.links, args.out))
-    with contextlib.nullcontext() if args.kill else RunRegistry("bench-build") as run:
-        for i in range(0 if args.kill else args.repeat):
-            if not args.no_plain:
-                console.print(f"[dim]plain Mininet build {i + 1}/{args.repeat}[/dim]")
-                plain_runs.append(_build_plain(G, run))
-            console.print(f"[dim]replica build {i + 1}/{args.repeat}[/dim]")
-            replica_runs.append(_build_replica(G, plan, run, args.out))
+    else:
+        _build_both(args, G, plan, replica_runs, plain_runs)
     doc["replica"] = median_run(replica_runs)
     doc["plain"] = median_run(plain_runs) if plain_runs else None
     doc.update(ratios(doc["replica"], doc["plain"]))

@@ -22,14 +22,9 @@ def register(sub) -> None:
 
 def _clean(args) -> int:
     require_root("testbed clean")
-    from testbed.emu.registry import clean_runs, release_lock, try_lock
+    from testbed.emu.registry import clean
 
-    # While another run holds the lock, objects recorded by name only might be that run's: keep them.
-    lock = try_lock()
-    try:
-        reports = clean_runs(only_dead=not args.force, dry_run=args.dry_run, require_identity=lock is None)
-    finally:
-        release_lock(lock)
+    reports = clean(force=args.force, dry_run=args.dry_run)
     failed = any(r["failed"] for r in reports)
     if args.json:  # exactly one JSON document on stdout, nothing else
         print_json({"dry_run": args.dry_run, "runs": reports})

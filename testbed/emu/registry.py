@@ -685,6 +685,16 @@ def release_lock(fd: int | None) -> None:
         os.close(fd)
 
 
+def clean(*, force: bool = False, dry_run: bool = False) -> list[dict]:
+    """What ``testbed clean`` does: :func:`clean_runs` of dead runs (all with ``force``). While another run
+    holds the lock, objects recorded by name only might be that run's, so they are kept."""
+    lock = try_lock()
+    try:
+        return clean_runs(only_dead=not force, dry_run=dry_run, require_identity=lock is None)
+    finally:
+        release_lock(lock)
+
+
 def clean_runs(root: Path | None = None, *, only_dead: bool = True, dry_run: bool = False,
                require_identity: bool = False) -> list[dict]:
     """Remove the recorded objects of dead runs (and of live ones unless ``only_dead``).

@@ -395,12 +395,16 @@ def feedback_delay(clock_epoch_us: float, first_signal_us: int, cnp_times: list)
     return None if answer is None else answer - signal
 
 
+def _port(plan, switch, neighbour):
+    """The plan's entry of ``switch``'s port towards ``neighbour``."""
+    return plan.switch(switch).port(plan.graph.edges[switch, neighbour]["ports"][switch])
+
+
 def bottleneck_doc(plan, switch, neighbour, flows: int) -> dict:
     """The congestion point's configuration, emulated and real, and how many ``flows`` cross it (the fields
     validate's gain rows read: the fluid model is run on those flows)."""
-    port_no = plan.graph.edges[switch, neighbour]["ports"][switch]
-    port = plan.switch(switch).port(port_no)
-    return {"switch": switch, "port": port_no, "rate_pps": port.emulated_rate_pps,
+    port = _port(plan, switch, neighbour)
+    return {"switch": switch, "port": port.port, "rate_pps": port.emulated_rate_pps,
             "kmin_pkts": port.ecn.kmin_pkts, "kmax_pkts": port.ecn.kmax_pkts,
             "real_rate_bps": plan.graph.edges[switch, neighbour]["rate_bps"],
             "kmin_bytes": port.ecn.kmin_pkts * FRAME_BYTES, "kmax_bytes": port.ecn.kmax_pkts * FRAME_BYTES,
@@ -410,7 +414,7 @@ def bottleneck_doc(plan, switch, neighbour, flows: int) -> dict:
 def drain_s(plan, switch, neighbour) -> float:
     """Seconds the congestion point's queue, full, takes to drain at its emulated rate (0 when the port has
     no BMv2 rate): how long after the senders are done frames may still be leaving it."""
-    port = plan.switch(switch).port(plan.graph.edges[switch, neighbour]["ports"][switch])
+    port = _port(plan, switch, neighbour)
     return port.depth_pkts / port.emulated_rate_pps if port.emulated_rate_pps else 0.0
 
 
