@@ -29,7 +29,7 @@ from pathlib import Path
 if __name__ == "__main__" and __package__ is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed.console import console, require_root  # noqa: E402
+from testbed.console import console, data_console, require_root  # noqa: E402
 from testbed.errors import SpecError  # noqa: E402
 from testbed.scenario import Results, run_main, scenario_parser  # noqa: E402
 from testbed.units import parse_rate  # noqa: E402
@@ -136,7 +136,7 @@ def two_jobs(rate, out, X, P, CollectiveFabric, JobRun, quiet=False) -> dict:
                "slowdown": [round(t / a0, 3) for t, a0 in zip(jct_both, jct_alone, strict=True)],
                "busiest_link_together": both["links"][0],
                "emulator_ok": all(r["health"]["ok"] for r in alone + [both])}
-    console.print(f"two jobs on disjoint pods: JCT alone {jct_alone}, together {jct_both}, "
+    data_console(quiet).print(f"two jobs on disjoint pods: JCT alone {jct_alone}, together {jct_both}, "
                   f"slowdown {summary['slowdown']}")
     return {"alone": alone, "together": both, "summary": summary}
 

@@ -239,7 +239,7 @@ def main(argv=None) -> int:
                         f"controller reroute {r['controller_reroute_wall_ms']} ms wall (not dilated), so "
                         f"{r['port_down_model_outage_real_ms']} ms real with loss-of-light port-down, "
                         f"{r['bfd_model_outage_real_ms']} ms with BFD (3 x 50 ms)")
-            console.print(line)
+            res.out.print(line)
         res.finish({"modes": rows, "reconfig_ms": args.reconfig_ms, "detect_ms": args.detect_ms,
                     "scale": args.scale})
     return 0

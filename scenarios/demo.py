@@ -28,7 +28,6 @@ import sys
 
 from rich.table import Table
 
-from testbed.console import console
 from testbed.dilation import Dilation, pick_scale
 from testbed.doctor import plan_capabilities
 from testbed.emu import Replica, RunRegistry
@@ -104,8 +103,8 @@ def main(argv=None) -> int:
                                             "line_rate_bps": dil.rate(rate),
                                             "real_bps": dil.real_rate(flow["bps"])}}
         res.write_json("metrics.json", metrics)
-        _print_table(pings, hs)
-        console.print(f"iperf3 {src} -> {dst}: {flow['bps'] / 1e6:.1f} Mb/s measured of "
+        _print_table(pings, hs, res.out)
+        res.out.print(f"iperf3 {src} -> {dst}: {flow['bps'] / 1e6:.1f} Mb/s measured of "
                       f"{dil.rate(rate) / 1e6:.0f} Mb/s line rate (scale {dil.scale:g}: "
                       f"{dil.real_rate(flow['bps']) / 1e9:.1f} Gb/s real)")
         res.finish({"pairs_reachable": ok, "pairs": total,
@@ -115,7 +114,7 @@ def main(argv=None) -> int:
     return 0 if ok == total else 1
 
 
-def _print_table(pings: dict, hs: list) -> None:
+def _print_table(pings: dict, hs: list, to) -> None:
     table = Table(title="ping RTT (ms), row -> column", title_justify="left")
     table.add_column("")
     for h in hs:
@@ -126,7 +125,7 @@ def _print_table(pings: dict, hs: list) -> None:
             v = pings.get(a, {}).get(b) if a != b else None
             row.append("-" if a == b else ("[red]lost[/red]" if v is None else f"{v:.2f}"))
         table.add_row(str(a), *row)
-    console.print(table)
+    to.print(table)
 
 
 if __name__ == "__main__":

@@ -199,12 +199,12 @@ def main(argv=None) -> int:
     with Results(NAME, args, config) as res:
         require_root(f"testbed run {NAME}")
         summary = run(G, res, args)
-        console.print(
+        res.out.print(
             f"{summary['flows_affected']} of {summary['flows']} flows affected (lost packets while "
             f"{'-'.join(summary['link'])} was down); outage per affected flow: median "
             f"{summary['outage_ms_emulated_median']:.1f} ms, max {summary['outage_ms_emulated_max']:.1f} ms "
             f"emulated (resolution {summary['resolution_ms_emulated']:g} ms; scale {summary['scale']:g})")
-        console.print(
+        res.out.print(
             f"control plane (wall clock, undilated): detection {summary['detection_ms_wall']:.1f} ms (from the "
             f"start of the cut command) + push {summary['controller_push_ms_wall']:.1f} ms, "
             f"{summary['control_plane_ms_wall']:.1f} ms of the outage; data plane {summary['data_plane_ms_emulated']:.1f} ms "

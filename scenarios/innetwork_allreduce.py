@@ -84,7 +84,7 @@ def row(topo: str, size_mb: float, loss: float, jobs: int, results: list, link_r
 
 
 # -- output -----------------------------------------------------------------------------------------------
-def table(rows: list[dict], summary: dict) -> None:
+def table(rows: list[dict], summary: dict, to) -> None:
     from rich.table import Table
 
     t = Table(title="in-network allreduce vs ring")
@@ -98,7 +98,7 @@ def table(rows: list[dict], summary: dict) -> None:
                   r["mode"], f"{r['time_s']:.2f}", f"{r['goodput_mbps']:.2f}", f"{r['bytes_per_link_over_tensor']:.2f}",
                   f"{r['link_utilisation']:.2f}" + (" SAT" if r["bmv2_saturated"] else ""),
                   ("exact" if r["exact"] else "ok") if r["correct"] else "WRONG", f"{sp:.2f}x" if sp else "")
-    console.print(t)
+    to.print(t)
 
 
 def plots(rows: list[dict], summary: dict, out: Path) -> None:
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
                     rows.append(row(topo, size, loss, jobs, results, rate))
                     res.write_json("rows.json", rows)
         summary = summarise(rows)
-        table(rows, summary)
+        table(rows, summary, res.out)
         plots(rows, summary, res.dir)
         doc = {"rows": rows, **summary, "switch_budget_bps": spec.switch_budget_bps,
                "window": spec.window, "dtype": spec.dtype,
@@ -172,7 +172,7 @@ def main(argv=None) -> int:
         res.finish(doc)
         bad = [r for r in rows if not r["correct"]]
         if bad:
-            console.print(f"[red]{len(bad)} rows returned wrong results[/red]")
+            res.out.print(f"[red]{len(bad)} rows returned wrong results[/red]")
             return 1
     return 0
 

@@ -236,11 +236,11 @@ def main(argv=None) -> int:
         for km in distances:
             rows += run_distance(S.with_distance(G0, km), km, cases, modes, args, res)
             res.write_json("rows.json", rows)
-        report.print_table(rows)
+        report.print_table(rows, res.out)
         if args.repetitions > 1:
-            report.print_summary(report.summarise(rows))
+            report.print_summary(report.summarise(rows), res.out)
         report.plot(rows, res.path("long_haul_cnp.png"))
-        report.print_verdict(rows)
+        report.print_verdict(rows, res.out)
         metrics, summary = report.documents(rows, G0.graph["scale"])
         res.write_json("metrics.json", metrics)
         res.finish(summary)

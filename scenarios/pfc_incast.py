@@ -91,6 +91,21 @@ def _row(n: int, res: dict) -> dict:
             "late_fraction": res["late_fraction"], "host_steal": res["host_steal"]}
 
 
+def _print_rows(rows: list[dict], labels: list[str], to) -> None:
+    """One line per trial on the run's data console: the RoCE ledger, PAUSE, reaction lag, verdict."""
+    from rich.table import Table
+
+    t = Table("trial", "RoCE sent", "RoCE dropped", "lossy dropped", "unaccounted", "PAUSE sent",
+              "paused s (real)", "reaction ms (allowance)", "watchdog drops", "valid",
+              title=f"PFC incast at {RATE / 1e6:g} Mbit/s emulated (scale 1000)")
+    for label, r in zip(labels, rows, strict=True):
+        t.add_row(label, str(r["roce_sent"]), str(r["roce_dropped"]), str(r["lossy_dropped"]), str(r["unaccounted"]),
+                  str(r["pause_sent"]), f"{r['paused_real_s_mean']:.4f}",
+                  f"{r['reaction_worst_ms']:.1f} ({r['reaction_allowance_ms']:.1f})", str(r["watchdog_drops"]),
+                  "valid" if r["valid"] else "INVALID: " + ", ".join(r["invalid_because"]))
+    to.print(t)
+
+
 def _plot(trials: list, path: Path) -> None:
     import matplotlib
 
@@ -155,6 +170,7 @@ def main(argv=None) -> int:
                     rows.append(_row(n, trial))
                     trials.append((label, trial))
         res.write_json("metrics.json", {"rows": rows, "trials": [{"label": k, **v} for k, v in trials]})
+        _print_rows(rows, [label for label, _ in trials], res.out)
         _plot(trials, res.path("pfc_incast.png"))
         res.finish({"rows": rows, "all_valid": all(r["valid"] for r in rows)})
     return 0

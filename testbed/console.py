@@ -26,6 +26,12 @@ console = Console(stderr=True, highlight=False,
 out = Console(highlight=False, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 
 
+def data_console(json_mode: bool) -> Console:
+    """Where a command's data goes: :data:`out` (stdout), or :data:`console` (stderr) when ``--json`` owns
+    stdout. The tables and result lines of a run are data: ``testbed run NAME > results.txt`` keeps them."""
+    return console if json_mode else out
+
+
 def print_json(document) -> None:
     """Print one JSON document on stdout (the only thing a ``--json`` command writes there)."""
     json.dump(document, sys.stdout, indent=2, sort_keys=False, default=_jsonable)

@@ -213,6 +213,13 @@ class Results:
     def path(self, name: str) -> Path:
         return self.dir / name
 
+    @property
+    def out(self):
+        """The console for the run's tables and result lines: stdout, or stderr with ``--json``."""
+        from testbed.console import data_console
+
+        return data_console(bool(getattr(self.args, "json", False)))
+
     def write_json(self, name: str, document) -> Path:
         p = self.path(name)
         p.parent.mkdir(parents=True, exist_ok=True)

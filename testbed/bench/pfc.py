@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from testbed.console import console, out, print_json, require_root
+from testbed.console import out, print_json, require_root
 from testbed.emu.cpustat import load_average
 from testbed.errors import SpecError
 
@@ -125,7 +125,7 @@ def _main(args) -> int:
         t.add_row(stage.replace("_", " "), str(row["n"]), _fmt(e["p50"]), _fmt(e["p99"]), _fmt(e["max"]),
                   _fmt(r["p50"]), _fmt(r["p99"]), _fmt(r["max"]))
     out.print(t)
-    console.print(f"{doc['pfc_frames_sent']} PFC frames sent; RoCE {doc['roce_sent']} sent, {doc['roce_dropped']} "
+    out.print(f"{doc['pfc_frames_sent']} PFC frames sent; RoCE {doc['roce_sent']} sent, {doc['roce_dropped']} "
                   f"dropped; trial valid: {doc['valid']}"
                   + ("" if doc["valid"] else f" (failed: {', '.join(k for k, v in doc['checks'].items() if not v)})")
                   + f"; late {doc['emulator_late']} of {doc['frames']} frames, host steal {100 * doc['host_steal']:.1f}%"

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from testbed.cli import add_verbs
-from testbed.console import console, out, print_json
+from testbed.console import console, data_console, out, print_json
 from testbed.errors import SpecError
 
 
@@ -132,18 +132,19 @@ def _run(args) -> int:
             for w in cl.workers:
                 console.print(f"{w.label}: {len(w.ready.get('commands', []))} tunnel commands, "
                               f"controller reached: {w.ready.get('controller_reached')}")
+        data = data_console(args.json)   # the checks' verdicts are data; --json keeps stdout to one document
         if not args.dry_run and not args.no_checks:
             doc["pingall"] = checks.pingall(cl)
-            console.print(f"pingall: {doc['pingall']['pairs'] - len(doc['pingall']['lost'])}/"
+            data.print(f"pingall: {doc['pingall']['pairs'] - len(doc['pingall']['lost'])}/"
                           f"{doc['pingall']['pairs']} pairs answered")
         if not args.dry_run and not args.no_checks and cl.partition.cut:   # one worker: no cut to check
             doc["iperf_cut"] = checks.iperf_cut(cl, args.iperf_seconds)
             ip = doc["iperf_cut"]
-            console.print(f"iperf3 across the cut {ip.get('src')} -> {ip.get('dst')}: "
+            data.print(f"iperf3 across the cut {ip.get('src')} -> {ip.get('dst')}: "
                           f"{ip.get('received_bps', 0) / 1e6:.2f} Mbit/s of {ip.get('rate_bps', 0) / 1e6:.2f} "
                           f"(ratio {ip.get('ratio')}, {'pass' if ip['passed'] else 'FAIL'})")
             doc["failover_cut"] = fo = checks.failover_cut(cl)
-            console.print(f"failover across the cut ({'--'.join(fo.get('failed', []))}): rerouted in "
+            data.print(f"failover across the cut ({'--'.join(fo.get('failed', []))}): rerouted in "
                           f"{fo.get('reroute_s')} s, ping loss {fo.get('ping_loss_pct')} % "
                           f"({'pass' if fo['passed'] else 'FAIL: ' + str(fo.get('why', ''))})")
         doc["passed"] = all(doc[k]["passed"] for k in ("pingall", "iperf_cut", "failover_cut") if k in doc)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from testbed.cli import add_verbs
-from testbed.console import console, print_json
+from testbed.console import out, print_json
 from testbed.errors import SpecError, UsageError
 from testbed.units import format_size, parse_distance, parse_duration, parse_rate
 
@@ -86,12 +86,12 @@ def run_headroom(args) -> int:
             for port_no, d in ports.items():
                 t.add_row(node, port_no, f"{d['rate_bps'] / 1e9:g}G", f"{d['one_way_delay_s'] * 1e6:.3g} us",
                           format_size(d["bytes"]), {True: "yes", False: "[red]no[/red]"}.get(d.get("fits_buffer"), "-"))
-        console.print(t)
+        out.print(t)
         return 0
-    console.print(f"{doc['rate_bps'] / 1e9:g}G over {doc['distance_m'] / 1e3:g} km, MTU {doc['mtu']}: "
+    out.print(f"{doc['rate_bps'] / 1e9:g}G over {doc['distance_m'] / 1e3:g} km, MTU {doc['mtu']}: "
                   f"headroom {doc['bytes']:,} B ({format_size(doc['bytes'])}) per lossless priority")
     for term, value in doc["terms"].items():
-        console.print(f"  {term:<15} {value:>14,.0f} B")
+        out.print(f"  {term:<15} {value:>14,.0f} B")
     return 0
 
 
@@ -128,9 +128,9 @@ def run_deadlock(args) -> int:
     if args.json:
         print_json(doc)
     elif doc["deadlock_free"]:
-        console.print(f"{doc['spec']}: no cyclic buffer dependency for priorities {doc['priorities']}")
+        out.print(f"{doc['spec']}: no cyclic buffer dependency for priorities {doc['priorities']}")
     else:
-        console.print(f"[red]{doc['spec']}: {len(doc['cycles'])} cyclic buffer dependencies[/red]")
+        out.print(f"[red]{doc['spec']}: {len(doc['cycles'])} cyclic buffer dependencies[/red]")
         for line in doc["described"]:
-            console.print(f"  {line}")
+            out.print(f"  {line}")
     return 0 if doc["deadlock_free"] else 1

@@ -8,7 +8,7 @@ prints the same document a run writes as ``plan.json``. Capabilities come from `
 
 from __future__ import annotations
 
-from testbed.console import console, print_json
+from testbed.console import out, print_json
 from testbed.errors import SpecError
 
 
@@ -45,7 +45,7 @@ def _plan(args) -> int:
     else:
         from testbed.plan.render import print_plan
 
-        print_plan(plan, console)
+        print_plan(plan, out)
     return 0
 
 

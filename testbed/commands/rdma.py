@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from testbed.cli import add_verbs, bind_port
-from testbed.console import console, print_json
+from testbed.console import out, print_json
 from testbed.dilation import Dilation
 from testbed.errors import SpecError, UsageError
 from testbed.units import parse_duration, parse_rate, parse_size
@@ -106,7 +106,7 @@ def _perftest(args) -> int:
     if args.json:
         print_json(r)
     else:
-        console.print(report_text(r), markup=False)
+        out.print(report_text(r), markup=False)
     return 0 if r["done"] and not r["completion_errors"] and all(s == "rts" for s in r["qp_states"]) else 1
 
 
@@ -148,7 +148,7 @@ def _pingpong(args) -> int:
     if args.json:
         print_json(r)
     else:
-        console.print(report_text(r), markup=False)
+        out.print(report_text(r), markup=False)
     return 0 if r["verified"] else 1
 
 
@@ -212,7 +212,7 @@ def _client(args) -> int:
     if args.json:
         print_json(result)
     else:
-        console.print(report_text(result), markup=False)
+        out.print(report_text(result), markup=False)
     return 0 if result.get("verified", True) else 1
 
 

@@ -14,7 +14,7 @@ import sys
 from rich.table import Table
 
 from testbed.cli import add_verbs
-from testbed.console import console, print_json
+from testbed.console import out, print_json
 from testbed.units import parse_duration
 
 
@@ -65,7 +65,7 @@ def _quiet_pipe() -> None:
 
 
 def _print(report: dict, why: list[str]) -> None:
-    console.print(f"{report['packets']} packets, {report['roce_packets']} RoCEv2, "
+    out.print(f"{report['packets']} packets, {report['roce_packets']} RoCEv2, "
                   f"{report['malformed']} malformed, {report['truncated']} truncated, "
                   f"{report['icrc_bad']} bad ICRC, {report['cnp']} CNPs")
     table = Table("src", "dst", "dest QP", "pkts", "retx", "reord", "dup", "ACK", "NAK", "READ rsp", "CE",
@@ -76,11 +76,11 @@ def _print(report: dict, why: list[str]) -> None:
                       str(q["reordered"]), str(q["duplicates"]), str(q["acks"]), str(q["naks"]),
                       str(q["read_responses"]), str(q["ce_marked"]), str(q["cnps"]), str(q["messages"]),
                       str(q["message_bytes"]))
-    console.print(table)
+    out.print(table)
     for v in report["violations"]:
-        console.print(f"[red]violation[/red] {v['qp']} psn {v['psn']}: {v['what']}", markup=True)
+        out.print(f"[red]violation[/red] {v['qp']} psn {v['psn']}: {v['what']}", markup=True)
     if report["violation_count"] > len(report["violations"]):
-        console.print(f"... {report['violation_count'] - len(report['violations'])} more violations")
+        out.print(f"... {report['violation_count'] - len(report['violations'])} more violations")
     for line in why:
-        console.print(f"[red]fails:[/red] {line}")
-    console.print("[green]OK[/green]" if not why else "[red]FAILED[/red]")
+        out.print(f"[red]fails:[/red] {line}")
+    out.print("[green]OK[/green]" if not why else "[red]FAILED[/red]")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -249,10 +248,9 @@ def _fmt(v, unit: str = "") -> str:
 
 
 def _print(doc: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    out = Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200)
+    from testbed.console import out
     t = Table(title="testbed validate: replica vs independent references")
     for col in ("reference", "metric", "replica", "reference value", "unit", "error", "tol.", "pass", "backends"):
         t.add_column(col)

@@ -54,7 +54,7 @@ def _delay(lp) -> str:
 
 
 def print_plan(plan, console) -> None:
-    """Links grouped by tier, then switches, on ``console`` (stderr)."""
+    """Links grouped by tier, then switches, on ``console`` (``testbed plan`` passes stdout: it is data)."""
     from rich.table import Table
 
     console.print(plan.summary_line())

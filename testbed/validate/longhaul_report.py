@@ -1,9 +1,11 @@
 """What the long-haul experiment prints and plots (pure apart from drawing; no root).
 
     trial_line(t)         a trial's health as it ends: losses and where, CPU, valid or why not
-    print_table(rows)     one line per trial, real-world units, its verdict (INVALID trials say why)
+    print_table(rows, to) one line per trial, real-world units, its verdict (INVALID trials say why)
     summarise(rows)       per (case, km, mode): mean and 95% interval over the valid repetitions
-    print_summary(groups) that table, when a point has more than one repetition
+    print_summary(groups, to)  that table, when a point has more than one repetition
+    print_verdict(rows, to)    closing lines: invalid trials, emulator health, saturation
+                          (``to``: the run's data console, ``Results.out``: stdout, stderr with --json)
     plot(rows, path)      goodput, FCT p99, feedback delay and peak queue against distance, per case;
                           with repetitions the mean and its interval as a band
     plot_timeline(timelines, path, title)  one distance over time, ECN and fast CNP side by side: each
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.console import console
 from testbed.validate import trial_ledger as TL
 from testbed.validate.longhaul_setup import CASES, MODES
 from testbed.validate.stats import confidence_interval
@@ -31,7 +32,8 @@ def trial_line(t: dict) -> str:
             f"{t['cpu']['machine_mean']:.0f}%; {TL.label(t['validity'])}")
 
 
-def print_table(rows) -> None:
+def print_table(rows, to) -> None:
+    """One line per trial on ``to`` (a run's data console: stdout, stderr with --json)."""
     from rich.table import Table
 
     t = Table("case", "km", "mode", "goodput Mb/s", "FCT p50 ms", "FCT p99 ms", "queue peak", "queue mean",
@@ -42,10 +44,10 @@ def print_table(rows) -> None:
                   f"{x['queue_mean_pkts']:.1f}", _fmt(x["feedback_delay_ms"]), str(x["drops"]),
                   str(x["retransmissions"]), str(x["switch_cnps"]), str(x["cnps_at_senders"]),
                   "yes" if x["emulator_saturated"] else "", "valid" if x["valid"] else "INVALID")
-    console.print(t)
+    to.print(t)
     for x in rows:
         if not x["valid"]:
-            console.print(f"  {x['case']} {x['distance_km']:g} km {x['mode']}: {TL.label(x['validity'])}; "
+            to.print(f"  {x['case']} {x['distance_km']:g} km {x['mode']}: {TL.label(x['validity'])}; "
                           + "; ".join(x["validity"]["reasons"][1:]))
 
 
@@ -106,7 +108,7 @@ def summarise(rows) -> list[dict]:
     return out
 
 
-def print_summary(groups) -> None:
+def print_summary(groups, to) -> None:
     from rich.table import Table
 
     t = Table("case", "km", "mode", "valid/trials", *METRICS, title="mean and 95% interval over valid repetitions")
@@ -121,7 +123,7 @@ def print_summary(groups) -> None:
             else:
                 cells.append(f"{m['mean']:.3g} [{m['low']:.3g}, {m['high']:.3g}]")
         t.add_row(g["case"], f"{g['distance_km']:g}", g["mode"], f"{g['valid']}/{g['trials']}", *cells)
-    console.print(t)
+    to.print(t)
 
 
 #: Per-trial fields of summary.json and metrics.json.
@@ -145,15 +147,15 @@ def documents(rows, scale: float) -> tuple[dict, dict]:
     return metrics, summary
 
 
-def print_verdict(rows) -> None:
+def print_verdict(rows, to) -> None:
     """The run's closing lines: how many trials are invalid, emulator health, saturation."""
     invalid = [x for x in rows if not x["valid"]]
     if invalid:
-        console.print(f"[yellow]{len(invalid)} of {len(rows)} trials are INVALID (column 'valid'): they are "
+        to.print(f"[yellow]{len(invalid)} of {len(rows)} trials are INVALID (column 'valid'): they are "
                       "not results of their mode[/yellow]")
-    console.print(f"emulator_ok: {all(x['emulator_ok'] for x in rows)}")
+    to.print(f"emulator_ok: {all(x['emulator_ok'] for x in rows)}")
     if any(x["emulator_saturated"] for x in rows):
-        console.print("[yellow]the emulator saturated in some trials (column 'sat.'): do not read those "
+        to.print("[yellow]the emulator saturated in some trials (column 'sat.'): do not read those "
                       "rows as protocol behaviour[/yellow]")
 
 

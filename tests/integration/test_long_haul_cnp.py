@@ -23,9 +23,15 @@ pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.bmv2, pytest.ma
 def _run(out, capsys):
     from scenarios.long_haul_cnp import main
 
-    rc = main(["--quick", "--distances", "30", "--cases", "sender-dci", "--iters", "2", "--json", "--out", str(out)])
+    rc = main(["--quick", "--distances", "30", "--cases", "sender-dci", "--iters", "2", "--out", str(out)])
     assert rc == 0
-    summary = json.loads(capsys.readouterr().out)
+    # the trial table and the verdict are data: on stdout, so `testbed run long_haul_cnp > f` keeps them;
+    # progress (each trial's health line, where the results went) stays on stderr
+    printed = capsys.readouterr()
+    assert "long-haul congestion feedback" in printed.out and "emulator_ok:" in printed.out, printed.out
+    assert "long-haul congestion feedback" not in printed.err and "results in" in printed.err
+    assert "results in" not in printed.out
+    summary = json.loads((out / "summary.json").read_text())
     full = {r["mode"]: r for r in json.loads((out / "rows.json").read_text())}
     return summary, full
 

@@ -16,8 +16,12 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 def _run(out, capsys) -> dict:
     from scenarios import pfc_incast
 
-    assert pfc_incast.main(["--quick", "--json", "--out", str(out), "--seconds", "1", "--storm", "2"]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    # without --json the result table is data, on stdout (`> file` keeps it); progress stays on stderr
+    assert pfc_incast.main(["--quick", "--out", str(out), "--seconds", "1", "--storm", "2"]) == 0
+    printed = capsys.readouterr()
+    assert "PFC incast at" in printed.out and "RoCE dropped" in printed.out, printed.out
+    assert "PFC incast at" not in printed.err and "results in" in printed.err and "results in" not in printed.out
+    summary = json.loads((out / "summary.json").read_text())
     rows = {(r["pfc"], r["storm_s"] is not None, r["watchdog"]): r for r in summary["rows"]}
     assert len(rows) == 4 and all(r["unaccounted"] == 0 for r in rows.values())
     for r in rows.values():

@@ -22,6 +22,10 @@ REPO = Path(__file__).resolve().parents[2]
     (["results", "{tmp}"], "no runs"),
     (["topo", "cost", "--kinds", "fat-tree", "--hosts", "1k"], "fat-tree"),
     (["topo", "cost", "--kinds", "fat-tree", "--hosts", "1k", "--validate"], "DeepSeek"),
+    (["plan", "fat-tree-k4", "--assume"], "switches"),
+    (["pfc", "headroom", "--rate", "100G", "--distance", "10km"], "per lossless priority"),
+    (["pfc", "headroom", "fat-tree-k4"], "fits buffer"),
+    (["pfc", "deadlock", "fat-tree-k4"], "cyclic buffer dependency"),
 ])
 def test_data_commands_print_on_stdout(tmp_path, capsys, argv, word):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]

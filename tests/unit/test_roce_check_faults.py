@@ -104,13 +104,18 @@ def test_uc_and_ud_clean(tmp_path):
     assert ud["srcqp"] == 0x44 and ud["messages"] == 3 and ud["message_bytes"] == 600
 
 
-def test_not_ect_only_with_expect_ect(tmp_path):
+def test_not_ect_only_with_expect_ect(tmp_path, capsys):
     pkts = rc_write(A, B, QP_B, 0, _data(2048), tos=0) + [rc_ack(B, A, QP_A, 1, 1)]
     assert passed(_check(tmp_path, pkts))
     rep = _check(tmp_path, pkts, require_ect=True)
     assert any("Not-ECT" in w for w in _what(rep))
+    capsys.readouterr()
     assert main(["roce", "check", str(tmp_path / "c.pcap")]) == 0
     assert main(["roce", "check", str(tmp_path / "c.pcap"), "--expect-ect"]) == 1
+    # the per-QP table and the verdict are data: stdout (`roce check c.pcap | grep` works)
+    printed = capsys.readouterr()
+    assert "dest QP" in printed.out and "fails:" in printed.out and "Not-ECT" in printed.out, printed
+    assert "dest QP" not in printed.err
 
 
 # -- induced faults, each with its QP and PSN ------------------------------------------------------
