@@ -28,27 +28,15 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 from testbed.console import console, require_root
 from testbed.emu import ops
+from testbed.emu.laps import Laps
 from testbed.emu.registry import RunRegistry, expedited_rcu
 from testbed.emu.signals import deferred_signals
 from testbed.errors import CapabilityError, EmulationError, SpecError
 from testbed.poll import poll
-
-
-class _Laps:
-    """``lap(name)`` records the seconds since the previous lap under ``name`` in ``into``."""
-
-    def __init__(self, into: dict):
-        self.into, self.t = into, time.perf_counter()
-
-    def __call__(self, name: str) -> None:
-        now = time.perf_counter()
-        self.into[name] = round(now - self.t, 3)
-        self.t = now
 
 
 def _mininet():
@@ -184,7 +172,7 @@ class Replica:
         interfaces left in one ``ip -batch`` and anything else recorded.
         """
         net, mn_node = self.net, _mininet()[1]
-        lap = _Laps(self.teardown_s)
+        lap = Laps(self.teardown_s)
         ovs = [sw for sw in net.switches if isinstance(sw, mn_node.OVSSwitch)]
         for sw in net.switches:
             if sw in ovs:

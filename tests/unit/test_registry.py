@@ -128,6 +128,14 @@ def test_name_only_links_are_kept_while_another_run_is_active():
                           require_identity=True)["gone"]
 
 
+def test_timings_name_only_the_steps_that_ran():
+    # `bench build` prints these stages; a step with nothing to remove must not appear as a stage
+    timings: dict = {}
+    lo = {"kind": "link", "name": "lo", "netns": None}
+    assert remove_objects([lo], dry_run=True, timings=timings)["removed"]
+    assert list(timings) == ["links"] and 0 <= timings["links"] < 5
+
+
 def test_signals_during_teardown_are_deferred_then_raised():
     import signal
 
