@@ -16,6 +16,8 @@ its outage is the reconfiguration alone). In ``packet`` mode the DCI switches ar
 joined by both paths directly and the fabric controller reroutes on port-status (the packet-level
 reroute of ``fabric_failover``).
 
+The fibres carry their length (5 us/km, dilated: netem or the userspace delay line) and, through an OCS,
+its latency and an optical loss budget (``--budget-db``); a cut takes both sides of the working fibre down.
 Constant-rate UDP with sequence numbers runs hA -> hB. OCS outage = lost x interval in real units
 (emulated / scale: detection and reconfiguration run dilated x scale), next to the model's
 detection + reconfiguration; each OCS's events (loss seen, declared, dark, light) are timestamped, so
@@ -40,7 +42,7 @@ if __name__ == "__main__" and __package__ is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.console import console, require_root  # noqa: E402
-from testbed.emu.ops import netns_of, set_link_state  # noqa: E402
+from testbed.emu.ops import set_link_state  # noqa: E402
 from testbed.errors import SpecError  # noqa: E402
 from testbed.links.probe import wait_finished  # noqa: E402
 from testbed.poll import poll, sleep_until  # noqa: E402
@@ -51,12 +53,19 @@ NAME = "dci_protection"
 PORT = 5301
 PROBE = [sys.executable, "-m", "testbed.links.probe"]
 WORKING_M, STANDBY_M = 30_000.0, 40_000.0
+#: Optical loss budget of one DCI span, dB: an estimate for amplified single-span coherent optics (a 400G ZR
+#: module's note: "link loss < 22 dB: an optical amplifier at the transmit end only"; about 10 dB unamplified,
+#: -10 dBm min Tx to -20 dBm Rx). A parameter (--budget-db); docs/ocs.md.
+DCI_BUDGET_DB = 22.0
 
 
 # ------------------------------------------------------------------------------------------ pure
-def build_graph(mode: str):
-    """The two-site graph of the docstring (``mode`` ocs or packet) with tier attributes."""
-    from testbed.topo.builder import Builder
+def build_graph(mode: str, budget_db: float = DCI_BUDGET_DB):
+    """The two-site graph of the docstring (``mode`` ocs or packet) with tier attributes; the fibres carry
+    their propagation delay (and, through an OCS, its latency and loss budget) as link parameters, so the
+    replica emulates them like any other link (:func:`testbed.ocs.model.span_link`)."""
+    from testbed.ocs.model import span_link
+    from testbed.topo.builder import Builder, set_link
 
     b = Builder(name=f"{NAME}-{mode}", kind="custom")
     ha, hb = b.host(campus=0), b.host(campus=1)
@@ -73,6 +82,7 @@ def build_graph(mode: str):
         b.link(amp, ob, "standby")            # amp port 2, ocsB port 3
         G = b.finish()
         G.graph.update(working=(oa, ob), ocs=(oa, ob), amp=amp)
+        spans = {(oa, ob): WORKING_M, (oa, amp): STANDBY_M / 2, (amp, ob): STANDBY_M / 2}
     else:
         relay = b.switch("relay", 2)
         b.link(da, db, "working")
@@ -80,7 +90,11 @@ def build_graph(mode: str):
         b.link(relay, db, "standby")
         G = b.finish()
         G.graph.update(working=(da, db))
+        spans = {(da, db): WORKING_M, (da, relay): STANDBY_M / 2, (relay, db): STANDBY_M / 2}
     G.graph.update(ends=(ha, hb))
+    for (u, v), metres in spans.items():
+        lp = span_link(metres, budget_db, through_ocs=mode == "ocs", what=f"the {G.edges[u, v]['tier']} span {u}-{v}")
+        set_link(G, u, v, distance_m=metres, delay_s=lp.delay_s)
     return G
 
 
@@ -105,11 +119,13 @@ def stream_outage(send_doc: dict, recv_doc: dict, window: tuple[float, float], l
 def run_mode(mode: str, res: Results, args) -> dict:
     from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
+    from testbed.links.node import late_tolerance_at, node_class
     from testbed.ocs.model import CircuitSwitch, ProtectionGroup
     from testbed.ocs.node import ocs_switch_factory
     from testbed.plan import Overrides, plan_replica
+    from testbed.plan.render import link_delays
 
-    G = build_graph(mode)
+    G = build_graph(mode, args.budget_db)
     ha, hb = G.graph["ends"]
     probe_dir = res.path(f"probe-{mode}")
     probe_dir.mkdir(exist_ok=True)
@@ -128,9 +144,10 @@ def run_mode(mode: str, res: Results, args) -> dict:
             from controllers.launch import start_controller
 
             ctl = start_controller(reg, G, res.dir, lldp_interval=0)
-        # links are plain veths (the OCS is layer 1; the fibres' lengths are the model's, in dilated time)
-        plan = plan_replica(G, plan_capabilities(), Overrides(scale=args.scale, links="off", static_arp=ctl is None))
+        # the fibres' delay runs dilated on netem or a delay line; the short links' delay is below the floor
+        plan = plan_replica(G, plan_capabilities(), Overrides(scale=args.scale, links="spec", static_arp=ctl is None))
         with Replica(plan, controller=ctl.address if ctl else None, run=reg, switch_factory=factory,
+                     link_node_class=node_class(late_tolerance_at(plan.scale)),
                      out_dir=res.dir / mode, name=f"{NAME}-{mode}") as rep:
             if ctl:
                 ctl.wait_ready()
@@ -146,11 +163,11 @@ def run_mode(mode: str, res: Results, args) -> dict:
                                           "--interval", str(args.interval), "--duration", str(args.duration),
                                           "--size", "200", "--out", str(probe_dir / "send.json")], **kw)
             u, v = G.graph["working"]
-            cut_intf = rep.intf_name(v, u)  # the far end of the working fibre: u sees its light vanish
+            cut_intfs, cut_ns = rep.cut_interfaces(u, v)
             sleep_until(t_start + args.duration / 4)
             t_cut = time.time()
-            set_link_state([cut_intf], up=False, netns=netns_of(rep.node(v).pid))
-            console.print(f"{mode}: cut the working fibre {u}-{v} ({cut_intf}) at {t_cut - t_start:.2f} s")
+            set_link_state(cut_intfs, up=False, netns=cut_ns)
+            console.print(f"{mode}: cut the working fibre {u}-{v} ({', '.join(cut_intfs)}) at {t_cut - t_start:.2f} s")
             down_ev = None
             if ctl:
                 down_ev = poll(lambda: next((e for e in ctl.get("/events")["failovers"]
@@ -163,7 +180,7 @@ def run_mode(mode: str, res: Results, args) -> dict:
                      what="both OCSs to switch to the standby fibre")
             sleep_until(time.time() + 0.2)  # a margin of traffic on standby before the repair
             t_repair = time.time()
-            set_link_state([cut_intf], up=True, netns=netns_of(rep.node(v).pid))
+            set_link_state(cut_intfs, up=True, netns=cut_ns)
             console.print(f"{mode}: repaired the working fibre at {t_repair - t_start:.2f} s")
             if not ctl:  # revertive switching after the wait-to-restore time, as a schedule
                 for n in G.graph["ocs"]:
@@ -171,6 +188,7 @@ def run_mode(mode: str, res: Results, args) -> dict:
             for p, what in ((send, "sender"), (recv, "receiver")):
                 wait_finished(p, what, args.duration + 30)
             ocs_events = {str(n): rep.switch(n).events for n in nodes}
+            fibres = link_delays(rep.plan, ("working", "standby"))
             monitor_errors = [rep.switch(n).monitor_error for n in nodes if rep.switch(n).monitor_error]
             health = ctl.get("/health") if ctl else None
     sent, got = json.loads((probe_dir / "send.json").read_text()), json.loads((probe_dir / "recv.json").read_text())
@@ -179,7 +197,7 @@ def run_mode(mode: str, res: Results, args) -> dict:
     doc = {"mode": mode, "scale": args.scale, "interval_ms": args.interval * 1e3, **o,
            "outage_real_ms": round(o["outage_ms"] / args.scale, 3), "cut_at_s": round(t_cut - t_start, 3),
            "repair_at_s": round(t_repair - t_start, 3), "lost_after_repair": back["lost_in_window"],
-           "revert_outage_real_ms": round(back["outage_ms"] / args.scale, 3)}
+           "revert_outage_real_ms": round(back["outage_ms"] / args.scale, 3), "fibres": fibres}
     if mode == "ocs":
         from testbed.ocs.model import protection_timings
 
@@ -206,13 +224,16 @@ def main(argv=None) -> int:
     parser.add_argument("--scale", type=float, default=50.0, help="time dilation (x on detection/reconfiguration)")
     parser.add_argument("--duration", type=float, default=None, help="seconds of traffic per mode (default 8; --quick 5)")
     parser.add_argument("--interval", type=float, default=0.001, help="sending interval, seconds (emulated)")
+    parser.add_argument("--budget-db", type=float, default=DCI_BUDGET_DB,
+                        help="optical loss budget of a fibre span through an OCS, dB (an estimate; docs/ocs.md)")
     parser.add_argument("--wtr-ms", type=float, default=4.0,
                         help="wait-to-restore after the repair before reverting to working, real ms (ocs mode)")
     args = parser.parse_args(argv)
     args.duration = args.duration or (5.0 if args.quick else 8.0)
     for name, value, lo, hi in (("--reconfig-ms", args.reconfig_ms, 0.1, 10_000), ("--detect-ms", args.detect_ms, 0, 1000),
                                 ("--scale", args.scale, 1, 1000), ("--duration", args.duration, 2, 600),
-                                ("--interval", args.interval, 0.0005, 0.1), ("--wtr-ms", args.wtr_ms, 0, 10_000)):
+                                ("--interval", args.interval, 0.0005, 0.1), ("--wtr-ms", args.wtr_ms, 0, 10_000),
+                                ("--budget-db", args.budget_db, 0, 60)):
         if not lo <= value <= hi:
             raise SpecError(name, f"must be {lo:g}..{hi:g}, got {value:g}")
     window_s = (2 * args.reconfig_ms + args.detect_ms + args.wtr_ms) / 1e3 * args.scale + 1.0
@@ -220,9 +241,11 @@ def main(argv=None) -> int:
         raise SpecError("--duration", f"must hold the cut at 1/4, protection, repair and revert "
                                       f"({window_s:.2f} s in the last 3/4); raise --duration or lower --scale")
     modes = ("ocs", "packet") if args.mode == "both" else (args.mode,)
+    for m in modes:   # a span the budget cannot close is refused before anything is made
+        build_graph(m, args.budget_db)
     config = {"modes": modes, "reconfig_ms": args.reconfig_ms, "detect_ms": args.detect_ms, "scale": args.scale,
               "duration_s": args.duration, "interval_s": args.interval,
-              "fibre_m": {"working": WORKING_M, "standby": STANDBY_M}}
+              "fibre_m": {"working": WORKING_M, "standby": STANDBY_M}, "budget_db": args.budget_db}
     with Results(NAME, args, config) as res:
         require_root(f"testbed run {NAME}")
         rows = {m: run_mode(m, res, args) for m in modes}

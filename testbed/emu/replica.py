@@ -126,6 +126,17 @@ class Replica:
         e = self.plan.link(node, neighbour)
         return e.intf_u if e.u == node else e.intf_v
 
+    def cut_interfaces(self, u, v) -> tuple[list[str], str | None]:
+        """The interfaces to take down for a cable cut of edge u-v, and their namespace (None: the root one).
+        With a link node, both of its sides: each end then loses carrier, as both ends of a cut fibre lose
+        light, and frames already inside the line are dropped (counted as its tx errors). Without one, v's
+        end: u loses carrier, v is down."""
+        e = self.plan.link(u, v)
+        if e.via:
+            dl = self._link_nodes[(e.u, e.v)]
+            return [f"{e.via}-eth1", f"{e.via}-eth2"], (ops.netns_of(dl.pid) if dl.inNamespace else None)
+        return [self.intf_name(v, u)], ops.netns_of(self._nodes[v].pid)
+
     def popen(self, node, argv, **kwargs):
         """Start ``argv`` on a node (in its namespace) and record the process in the run registry."""
         proc = self._nodes[node].popen(list(argv), **kwargs)

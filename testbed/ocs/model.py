@@ -168,6 +168,27 @@ class ProtectionGroup:
         return ocs.set_circuits(now, {**others, self.common: self.standby})
 
 
+def span_link(fibre_m: float, budget_db: float, through_ocs: bool = True, what: str = "the span",
+              field_name: str = "--budget-db", ocs: CircuitSwitch | None = None) -> LinkParams:
+    """The link of one fibre span: through an OCS, :meth:`CircuitSwitch.circuit_link` (fibre + the switch's
+    latency) refused when it would be dark; plain fibre otherwise (delay from the length only).
+
+    Raises:
+        SpecError: the span's optical loss (fibre, insertion loss, connectors) exceeds ``budget_db``,
+            named by ``field_name``.
+    """
+    if not through_ocs:
+        return LinkParams(distance_m=fibre_m)
+    ocs = ocs or CircuitSwitch(2)
+    lp = ocs.circuit_link(fibre_m, budget_db=budget_db)
+    if lp.loss is not None:
+        raise SpecError(field_name, f"{what} ({fibre_m / 1e3:g} km) loses "
+                                    f"{circuit_loss_db(fibre_m, ocs.insertion_loss_db):.1f} dB through the OCS, "
+                                    f"more than the {budget_db:g} dB budget: its circuit would be dark; raise "
+                                    f"{field_name} or shorten the span")
+    return lp
+
+
 def protection_outage_s(detect_s: float = DEFAULT_DETECT_S, reconfig_s: float = DEFAULT_RECONFIG_S,
                         extra_fibre_m: float = 0.0) -> float:
     """Traffic outage of OCS protection: detection + reconfiguration (+ the standby path's extra

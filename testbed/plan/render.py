@@ -15,6 +15,15 @@ def _lp(lp) -> dict:
     return doc
 
 
+def link_delays(plan, tiers) -> dict:
+    """``"u-v"`` -> tier, length, real and emulated one-way delay (ms) and backend of each link of ``tiers``:
+    what a scenario reports of the links it studies (e.g. DCI fibres), read off the plan it ran."""
+    return {f"{e.u}-{e.v}": {"tier": e.tier, "km": e.real.distance_m / 1e3,
+                             "real_delay_ms": round(e.real.one_way_delay_s * 1e3, 6),
+                             "emulated_delay_ms": round(e.applied.one_way_delay_s * 1e3, 6), "backend": e.backend}
+            for e in plan.links if e.tier in tiers}
+
+
 def plan_json(plan) -> dict:
     """The plan as one JSON-able document."""
     return {

@@ -48,3 +48,10 @@ def test_dci_protection_quick_measures_the_reconfiguration_window(tmp_path, caps
     assert packet["longest_gap"] == packet["lost_in_window"] > 0 and packet["received"] > 0
     assert packet["bfd_model_outage_real_ms"] > packet["port_down_model_outage_real_ms"]
     assert (tmp_path / "ocs-events.json").exists()
+    # the fibres were emulated with their propagation delay, dilated (30 km: 150 us real, 7.5 ms at x50)
+    for mode in (ocs, packet):
+        working = [f for f in mode["fibres"].values() if f["tier"] == "working"]
+        assert len(working) == 1 and working[0]["backend"] in ("netem", "userspace")
+        assert working[0]["emulated_delay_ms"] == pytest.approx(working[0]["real_delay_ms"] * SCALE)
+        assert working[0]["real_delay_ms"] == pytest.approx(0.150, abs=1e-4)
+        assert sum(f["km"] for f in mode["fibres"].values() if f["tier"] == "standby") == pytest.approx(40)

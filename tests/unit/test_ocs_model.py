@@ -50,6 +50,17 @@ def test_circuit_link_delay_and_loss_budget():
     assert o.circuit_link(30_000.0, budget_db=9.0).loss.rate == 1.0  # 10 dB > 9 dB: the circuit is dark
 
 
+def test_span_link_through_an_ocs_or_plain_fibre():
+    from testbed.ocs.model import span_link
+
+    lp = span_link(20_000, budget_db=8.0)             # 5 dB fibre + 1.5 insertion + 1 connectors = 7.5 dB
+    assert lp.delay_s == pytest.approx(100e-6 + 10e-9) and lp.loss is None
+    with pytest.raises(SpecError, match="budget.*7.5 dB"):
+        span_link(20_000, budget_db=7.0, field_name="budget")
+    plain = span_link(20_000, budget_db=0.0, through_ocs=False)
+    assert plain.one_way_delay_s == pytest.approx(100e-6) and plain.loss is None
+
+
 def test_protection_switches_only_from_a_dark_working_port():
     o = m.CircuitSwitch(3, reconfig_s=0.02, circuits={1: 2})
     g = m.ProtectionGroup(common=1, working=2, standby=3, detect_s=0.002)
@@ -88,11 +99,31 @@ def test_dci_protection_graph_and_bad_flags():
         {1: "campus-dci", 2: "working", 3: "standby"}
     P = d.build_graph("packet")
     assert P.number_of_nodes() == 5 and P.edges[P.graph["working"]]["tier"] == "working"
+    # the fibres carry their length: 5 us/km (+ 10 ns through an OCS), emulated by the plan at the scale
+    from testbed.plan import Overrides, plan_replica
+
+    assert G.edges[oa, ob]["delay_s"] == pytest.approx(30 * 5e-6 + 10e-9)
+    standby = [e for e in G.edges(data=True) if e[2]["tier"] == "standby"]
+    assert len(standby) == 2 and sum(e[2]["delay_s"] for e in standby) == pytest.approx(40 * 5e-6 + 2 * 10e-9)
+    assert P.edges[P.graph["working"]]["delay_s"] == pytest.approx(30 * 5e-6)
+    plan = plan_replica(G, overrides=Overrides(scale=50, links="spec"))
+    working = plan.link(oa, ob)
+    assert working.backend in ("netem", "userspace") and working.applied.delay_s == pytest.approx(7.5005e-3)
+    from testbed.plan.render import link_delays
+
+    rows = link_delays(plan, ("working", "standby"))
+    assert [r["tier"] for r in rows.values()].count("standby") == 2 and len(rows) == 3
+    assert rows[f"{oa}-{ob}"]["km"] == 30 and rows[f"{oa}-{ob}"]["emulated_delay_ms"] == pytest.approx(7.5005)
+    with pytest.raises(SpecError, match="--budget-db.*working span.*10.0 dB"):
+        d.build_graph("ocs", budget_db=9.0)
+    assert d.build_graph("packet", budget_db=1.0)   # no OCS on the path: no optical budget to check
     with pytest.raises(SystemExit) as refused:  # the shared scenario parser refuses non-positive numbers
         d.main(["--scale", "0"])
     assert refused.value.code == 2
     with pytest.raises(SpecError, match="--duration"):
         d.main(["--duration", "2", "--scale", "500"])
+    with pytest.raises(SpecError, match="--budget-db"):   # refused before any root check or folder
+        d.main(["--budget-db", "5", "--out", "/nonexistent/never-made"])
 
 
 def test_protection_timings_from_node_events():
