@@ -9,14 +9,19 @@ import json
 
 import pytest
 
+from tests.integration.runhealth import check_health
+
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.bmv2, pytest.mark.slow]
 
 ROW_KEYS = {"workers", "size_mb", "loss_pct", "jobs", "mode", "time_s", "exact", "bytes_per_worker_link"}
 
 
-def test_quick_run(tmp_path):
+def test_quick_run(tmp_path, capsys):
     scenario = importlib.import_module("scenarios.innetwork_allreduce")
     assert scenario.main(["--quick", "--out", str(tmp_path)]) == 0
+    # one health part per replica (leaf, 4 and 8 workers); BMv2's CPU is in the evidence
+    ev = check_health(json.loads((tmp_path / "metrics.json").read_text()), capsys.readouterr().out)
+    assert set(ev["parts"]) == {"leaf-4", "leaf-8"} and all("s" in "".join(p["cpu"]) for p in ev["parts"].values())
     doc = json.loads((tmp_path / "summary.json").read_text())
     rows = doc["rows"]
     assert all(ROW_KEYS <= set(r) and r["correct"] and r["exact"] for r in rows)
