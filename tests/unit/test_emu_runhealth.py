@@ -100,3 +100,20 @@ def test_combine_is_healthy_only_when_every_part_is():
 def test_a_reason_the_scenario_gave_is_not_said_twice_in_other_words():
     block = runhealth.assess(cpu=_cpu(busy=97.0), reasons=["machine CPU 97%"])
     assert block["emulator"]["reasons"] == ["machine CPU 97%"]
+
+
+def test_results_health_says_it_in_one_line_and_the_index_metrics_carries_it(tmp_path, capsys):
+    import argparse
+    import json
+
+    from testbed.scenario import Results
+
+    out = tmp_path / "run"
+    with Results("fabric_failover", argparse.Namespace(out=str(out), quick=True, json=False)) as res:
+        block = res.health(cpu=_cpu(steal=0.08), unaccounted=0)
+        res.finish({"flows": 2})
+    printed = capsys.readouterr().out
+    assert printed.count("emulator_ok: False -- the hypervisor took 8.0%") == 1
+    metrics = json.loads((out / "metrics.json").read_text())   # the scenario wrote none: the index has it
+    assert metrics["emulator_ok"] is False and metrics["emulator"] == block["emulator"]
+    assert metrics["summary"] == {"flows": 2}
