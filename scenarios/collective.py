@@ -97,7 +97,12 @@ def main(argv=None) -> int:
         X.print_report(r3, args.json)
         if not args.quick:
             doc["parts"]["jobs"] = two_jobs(rate, res.dir / "fat-tree", X, P, CollectiveFabric, JobRun, args.json)
-        res.write_json("metrics.json", doc)
+        parts = {"sweep": r1, "trace": r3}
+        if "jobs" in doc["parts"]:
+            jobs = doc["parts"]["jobs"]
+            parts.update({"alone-job1": jobs["alone"][0], "alone-job2": jobs["alone"][1], "together": jobs["together"]})
+        block = res.health({k: r["health"]["block"] for k, r in parts.items()})
+        res.write_json("metrics.json", {**doc, **block})
         X.plot(r1["jobs"], rate, res.dir / "busbw.png")
         rows = r1["jobs"][0]["rows"]
         wrong = sum(r["wrong"] for r in rows) + r3["jobs"][0]["trace"]["wrong"]
@@ -107,8 +112,8 @@ def main(argv=None) -> int:
                    "busbw_over_link": {f"{r['collective']}/{r['algorithm']}/skew{r['skew']:g}/{r['size_bytes']}":
                                        round(r["busbw_bps"] / rate, 3) for r in rows},
                    "trace_step_time_s": r3["jobs"][0]["trace"]["step_time_s"],
-                   "emulator_ok": r1["health"]["ok"] and r3["health"]["ok"],
-                   "health_reasons": r1["health"]["reasons"] + r3["health"]["reasons"], "load": r1["health"]["load"]}
+                   "emulator_ok": block["emulator_ok"], "health_reasons": block["emulator"]["reasons"],
+                   "load": r1["health"]["load"]}
         if "jobs" in doc["parts"]:
             summary["two_jobs"] = doc["parts"]["jobs"]["summary"]
         res.finish(summary)

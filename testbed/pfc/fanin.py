@@ -322,7 +322,7 @@ def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int
                 stack.enter_context(tcpdump(lambda a, log: fan.run.spawn(a, log=log), argv,
                                             capture.with_suffix(".log"), "the switch port"))
             before = fan.receiver_packets()
-            with CpuWatch([p.pid for p in fan.procs.values()]) as cpu:
+            with CpuWatch({name: p.pid for name, p in fan.procs.items()}) as cpu:
                 if storm_s is not None:
                     pause_s = 0xFFFF * 512 / params.real_rate_bps * params.scale
                     stuck = fan.stuck_receiver(storm_s, pause_s / 4)

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from testbed.scenario import REPO_ROOT
+from tests.integration.runhealth import check_health
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs]
 
@@ -30,3 +31,6 @@ def test_quick_scenario(tmp_path):
     assert isinstance(summary["emulator_ok"], bool) and "load" in summary
     assert (out / "metrics.json").exists() and (out / "busbw.png").exists()
     assert json.loads((out / "status.json").read_text())["status"] == "ok"
+    ev = check_health(json.loads((out / "metrics.json").read_text()), proc.stderr, healthy=False)
+    assert set(ev["parts"]) == {"sweep", "trace"} and ev["unaccounted"] is not None
+    assert summary["emulator_ok"] == (not ev["reasons"])
