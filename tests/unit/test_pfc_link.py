@@ -278,6 +278,28 @@ def test_fanin_switch_relays_pfc_to_every_sender_and_the_ledger_balances():
     assert not row["lossless"] and row["drops"] == {"bottleneck_drop_tail": 3}
 
 
+def test_started_while_paused_reads_a_senders_capture():
+    """By hand (8 Mbit/s: a 1000 B frame takes 1 ms; cable 1 ms): PAUSE stamped at 0 acts at 1 ms, XON
+    stamped at 4.5 ms acts at 5.5 ms. A frame captured at c started at c - 2 ms."""
+    from testbed.pfc.fanin import IncastParams, started_while_paused
+
+    params = IncastParams(senders=1, scale=1000.0, rate_bps=8e6, delay_s=1e-3, pfc=PfcConfig(priorities=(3,)))
+    ms = 1_000_000
+    data = [(2.0, ROCE_TOS),    # started at 0: before the PAUSE acts                      -> 3 out
+            (3.0, LOSSY_TOS),   # at 1.0: the PAUSE's first instant, inside the 0.5 ms margin -> 0 out
+            (4.0, LOSSY_TOS), (5.0, LOSSY_TOS), (6.0, LOSSY_TOS),   # at 2, 3, 4 ms            -> 0 in
+            (7.0, ROCE_TOS),    # at 5.0, before the XON acts: counted in (a violation, seen) -> 3 in
+            (8.0, ROCE_TOS),    # at 6.0, after it                                          -> 3 out
+            (9.0, LOSSY_TOS), (9.1, LOSSY_TOS),   # a catch-up burst (0.1 ms apart): skipped
+            (10.5, LOSSY_TOS)]  # at 8.5                                                   -> 0 out
+    records = [(0, pause(0xFFFF), 60), (int(4.5 * ms), pause(0), 60)]
+    records += [(int(c * ms), frame(tos), 1000) for c, tos in data]
+    got = started_while_paused(records, params)
+    assert got["frames"] == {3: {"in": 1, "out": 2}, 0: {"in": 3, "out": 2}}
+    assert got["skipped_burst"] == 2 and got["pfc_frames"] == 2
+    assert got["paused_s"] == pytest.approx(4.5e-3)
+
+
 def test_bench_pairs_each_pause_with_each_senders_reception():
     from testbed.bench.pfc import reaction_samples
 
