@@ -192,7 +192,7 @@ def run_mode(mode: str, res: Results, args) -> dict:
                     wait_finished(p, what, args.duration + 30)
             ocs_events = {str(n): rep.switch(n).events for n in nodes}
             fibres = link_delays(rep.plan, ("working", "standby"))
-            lines, cut_line = rep.link_nodes, rep.plan.link(u, v).via
+            lines, cut_line = rep.link_nodes(), rep.plan.link(u, v).via
             monitor_errors = [rep.switch(n).monitor_error for n in nodes if rep.switch(n).monitor_error]
             health = ctl.get("/health") if ctl else None
     sent, got = json.loads((probe_dir / "send.json").read_text()), json.loads((probe_dir / "recv.json").read_text())
