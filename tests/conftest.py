@@ -3,7 +3,11 @@ thing is genuinely absent (on the project's CI machine they are all present and 
 
 ``-ra`` (pyproject's addopts) makes the summary name every skip. Under ``TESTBED_STRICT=1`` (set by
 ``.ci/run``) a missing tool *fails* the test instead: on the CI machine setup must have installed it,
-so a failed BMv2 or OVS install cannot turn those tests into skips and leave CI green."""
+so a failed BMv2 or OVS install cannot turn those tests into skips and leave CI green.
+
+Every test that needs something the machine may lack says so with a marker, never with its own
+``pytest.skip``, so that this one hook decides: ``root``, ``mininet``, ``ovs``, ``bmv2``, ``ipv6`` (an
+IPv6 loopback), and ``tool(NAME, ...)`` for programs setup installs (``@pytest.mark.tool("tshark")``)."""
 
 from __future__ import annotations
 
@@ -37,13 +41,32 @@ def _have_bmv2() -> bool:
     return all(shutil.which(b) for b in ("simple_switch", "p4c-bm2-ss", "simple_switch_CLI"))
 
 
+def _have_ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
 _CHECKS = {
     "root": (lambda: os.geteuid() == 0, "needs root (run the suite with sudo make test)"),
     "mininet": (_have_mininet, "Mininet is not installed (sudo make setup)"),
     "ovs": (_have_ovs, "Open vSwitch is not running (sudo make setup)"),
     "bmv2": (_have_bmv2, "BMv2/p4c are not installed (sudo make setup; see testbed doctor)"),
+    "ipv6": (_have_ipv6_loopback, "no IPv6 loopback (::1) on this machine"),
 }
 _cache: dict[str, bool] = {}
+
+
+def _absent(reason: str) -> None:
+    """Skip for ``reason``; under ``TESTBED_STRICT`` fail instead (CI: setup must have provided it)."""
+    if os.environ.get("TESTBED_STRICT"):
+        pytest.fail(f"{reason} [TESTBED_STRICT: this machine must have it]", pytrace=False)
+    pytest.skip(reason)
 
 
 def pytest_runtest_setup(item):
@@ -53,9 +76,11 @@ def pytest_runtest_setup(item):
         if name not in _cache:
             _cache[name] = bool(check())
         if not _cache[name]:
-            if os.environ.get("TESTBED_STRICT"):
-                pytest.fail(f"{reason} [TESTBED_STRICT: this machine must have it]", pytrace=False)
-            pytest.skip(reason)
+            _absent(reason)
+    for mark in item.iter_markers("tool"):
+        for tool in mark.args:
+            if shutil.which(tool) is None:
+                _absent(f"{tool} is not installed (sudo make setup)")
 
 
 @pytest.fixture

@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         image, _built = ensure_image()
         with VMGroup(image, out, names=("vm0",)) as vms:
             vm = vms["vm0"]
-            vm.run("bash scripts/setup.sh", timeout=600)
+            vm.provision()
             install_host_builds(vms)
             host = f"QEMU {vms.accel} on the host: {host}"
             if args.only != "long-haul":

@@ -1,8 +1,11 @@
-"""``sudo testbed up SPEC [--p4 PROGRAM | --controller] [--scale N]``: keep a replica of any spec up.
+"""``sudo testbed up SPEC [--p4 PROGRAM | --controller] [--scale N] [--link-backend B]``: keep a replica of any spec up.
 
 The replica of SPEC (a spec file or a shipped example, as ``testbed topo show`` takes) is built with the
-link emulation its tiers ask for, then a shell in Mininet's spirit reads commands until ``exit``, EOF
-(Ctrl-D) or a signal; leaving it tears everything down (also on SIGHUP: closing the terminal)::
+link emulation its tiers ask for (delay, loss and RED by tc netem where ``testbed doctor`` finds it, the
+userspace link node otherwise; ``--link-backend`` decides instead, as for ``testbed plan`` and ``testbed
+run``; ``plan.json`` in ``--out`` says which, link by link), then a shell in Mininet's spirit reads commands
+until ``exit``, EOF (Ctrl-D) or a signal; leaving it tears everything down (also on SIGHUP: closing the
+terminal)::
 
     testbed> h0 ping -c2 h5          any command in a node; a host's name stands for its address
     testbed> pingall                 every host pings every other once
@@ -53,6 +56,8 @@ def register(sub) -> None:
     mode.add_argument("--controller", action="store_true",
                       help="OVS under the os-ken fabric controller (the default when the fabric has loops)")
     parser.add_argument("--scale", type=float, metavar="N", help="time dilation (default: the spec's)")
+    parser.add_argument("--link-backend", choices=("auto", "netem", "userspace"), default="auto",
+                        help="links with delay, loss or RED: tc netem where the kernel has it (auto), or this one")
     parser.add_argument("--out", metavar="DIR", help="logs and replica.json (default results/up/<timestamp>)")
     parser.add_argument("--wait", action="store_true", help="no shell: stay up until `testbed down` or a signal")
     parser.set_defaults(func=_up)
@@ -105,7 +110,7 @@ def _up(args) -> int:
 
     with RunRegistry(f"up-{G.graph.get('name', 'replica')}") as run:
         out_dir.mkdir(parents=True, exist_ok=True)
-        with _replica(G, run, out_dir, args.controller) as rep:
+        with _replica(G, run, out_dir, args.controller, args.link_backend) as rep:
             doc = _session_doc(rep, G, args.spec, out_dir)
             session.write(doc)
             try:
@@ -128,8 +133,8 @@ class _replica:
     """The Replica of ``G`` with what its spec asks for: link emulation, P4 switches (programmed by the
     routing brain) or the fabric controller. Uses only the Replica's public API."""
 
-    def __init__(self, G, run, out_dir: Path, controller: bool):
-        self.G, self.run, self.out_dir = G, run, out_dir
+    def __init__(self, G, run, out_dir: Path, controller: bool, link_backend: str = "auto"):
+        self.G, self.run, self.out_dir, self.link_backend = G, run, out_dir, link_backend
         self.p4 = any(d.get("p4") for _, d in G.nodes(data=True) if d["role"] != "host")
         self.controller = not self.p4 and (controller or needs_controller(G))
         self.rep = None
@@ -144,7 +149,7 @@ class _replica:
 
         G = self.G
         kwargs: dict = {}
-        overrides: dict = {}
+        overrides: dict = {"link_backend": self.link_backend}
         if self.p4:
             programs = {d["p4"] for _, d in G.nodes(data=True) if d.get("p4")}
             if programs - set(UP_P4_PROGRAMS):
@@ -152,12 +157,14 @@ class _replica:
                                             f"`testbed up`; allowed: {', '.join(UP_P4_PROGRAMS)}")
             overrides["p4_program"] = "fabric"  # every switch runs fabric.p4, programmed by the routing brain
         elif self.controller:
+            overrides["static_arp"] = False
+        # planned before anything starts: --link-backend netem on a kernel without it is one line, nothing left
+        plan = plan_replica(G, plan_capabilities(), Overrides(**overrides))
+        if self.controller:
             from controllers.launch import start_controller
 
             self.ctl = start_controller(self.run, G, self.out_dir)
             kwargs["controller"] = self.ctl.address
-            overrides["static_arp"] = False
-        plan = plan_replica(G, plan_capabilities(), Overrides(**overrides))
         if self.p4:
             from testbed.p4rt.mininet_switch import plan_switch_factory
 

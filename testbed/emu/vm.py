@@ -173,6 +173,22 @@ class VM:
         """Run ``command`` in the guest and wait for it (see :meth:`Job.wait`)."""
         return self.spawn(command, env, cwd).wait(timeout, check)
 
+    def provision(self, command: str = "bash scripts/setup.sh", timeout: float = 600.0) -> JobResult:
+        """Provision the guest as the Vagrantfile does (``scripts/setup.sh``), its output kept in
+        ``<out>/setup.log``, so that a failure is one line a user can act on.
+
+        Raises:
+            VMError: it exited non-zero (one line: the exit status, the output's last line, setup.log and
+                the console log), or did not finish within ``timeout``.
+        """
+        res = self.run(command, timeout=timeout, check=False)
+        log = self.out / "setup.log"
+        log.write_text(res.output)
+        if res.rc != 0:
+            raise VMError(f"vm {self.name}: provisioning `{_short(command)}` exited {res.rc}: "
+                          f"{_last_line(res.output) or 'no output'} (setup.log: {log}; console log: {self.console_log})")
+        return res
+
     def stop(self, timeout: float = 10.0) -> None:
         """Power a booted guest off (sysrq), or kill QEMU when it is not booted or does not stop in ``timeout``."""
         if self.proc is None:

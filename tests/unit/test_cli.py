@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _testbed(*args, as_nobody=False):
     argv = [sys.executable, "-m", "testbed.cli", *args]
-    if as_nobody and os.geteuid() == 0:
-        if not shutil.which("setpriv"):
-            pytest.skip("setpriv is needed to drop root")
+    if as_nobody and os.geteuid() == 0:   # the test is marked tool("setpriv")
         # An unprivileged uid that may still read the checkout: CI's clone can sit in a 0700 folder
         # (mktemp -d), which nobody could not even enter. CAP_DAC_READ_SEARCH grants reading only, and the
         # testbed's root check is the effective uid, so this is the non-root path as a user sees it.
@@ -35,6 +32,7 @@ def test_unknown_subcommand_is_one_line_exit_2():
     assert res.stdout == ""
 
 
+@pytest.mark.tool("setpriv")
 @pytest.mark.parametrize("args", [("clean",), ("clean", "--json")])
 def test_root_command_as_non_root_is_one_line_exit_2(args):
     res = _testbed(*args, as_nobody=True)
@@ -49,6 +47,7 @@ def test_unknown_scenario_is_one_line_exit_2():
     assert len(res.stderr.strip().splitlines()) == 1 and "unknown scenario" in res.stderr
 
 
+@pytest.mark.tool("setpriv")
 def test_doctor_json_shape_as_non_root():
     import json
 

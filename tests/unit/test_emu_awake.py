@@ -82,10 +82,61 @@ def test_wanted_on_a_vm_not_on_bare_metal_and_the_environment_decides(tmp_path):
     vm, metal = tmp_path / "vm", tmp_path / "metal"
     vm.write_text("processor\t: 0\nflags\t\t: fpu vme sse2 hypervisor avx\n")
     metal.write_text("processor\t: 0\nflags\t\t: fpu vme sse2 avx\n")
-    assert wanted({}, vm)[0] is True and wanted({}, metal)[0] is False
-    assert wanted({"TESTBED_KEEP_AWAKE": "0"}, vm) == (False, "TESTBED_KEEP_AWAKE=0")
-    assert wanted({"TESTBED_KEEP_AWAKE": "1"}, metal) == (True, "TESTBED_KEEP_AWAKE=1")
-    assert wanted({}, tmp_path / "absent")[0] is False
+    none = lambda: None   # noqa: E731 - no cpuid device
+    assert wanted({}, vm, none)[0] is True and wanted({}, metal, none)[0] is False
+    assert wanted({"TESTBED_KEEP_AWAKE": "0"}, vm, none) == (False, "TESTBED_KEEP_AWAKE=0")
+    assert wanted({"TESTBED_KEEP_AWAKE": "1"}, metal, none) == (True, "TESTBED_KEEP_AWAKE=1")
+    assert wanted({}, tmp_path / "absent", none)[0] is False
+
+
+# /proc/cpuinfo excerpts as the kernel prints them: the test VM (QEMU 7.2 TCG, -cpu max), a KVM guest
+# (this project's CI machine: the hypervisor flag, the host's model) and bare metal.
+TCG_CPUINFO = ("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: QEMU TCG CPU version 2.5+\n"
+               "flags\t\t: fpu de pse tsc msr sse2 rdrand hypervisor lahf_lm svm\n")
+KVM_CPUINFO = ("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz\n"
+               "flags\t\t: fpu vme sse2 hypervisor avx\n")
+METAL_CPUINFO = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu vme sse2 avx\n"
+
+
+@pytest.mark.parametrize("cpuinfo, vendor, kind", [
+    (TCG_CPUINFO, None, "tcg"),                     # no cpuid device: the model name QEMU gives TCG
+    (TCG_CPUINFO, "TCGTCGTCGTCG", "tcg"),
+    (KVM_CPUINFO.replace("Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", "QEMU Virtual CPU version 2.5+"),
+     "TCGTCGTCGTCG", "tcg"),                        # -cpu qemu64 under TCG: only CPUID tells
+    (KVM_CPUINFO.replace("Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", "QEMU Virtual CPU version 2.5+"),
+     "KVMKVMKVM", "vm"),                            # the same model name under KVM
+    (KVM_CPUINFO, None, "vm"),
+    (KVM_CPUINFO, "KVMKVMKVM", "vm"),
+    (METAL_CPUINFO, None, "metal"),
+])
+def test_machine_kind_tells_tcg_from_a_vm_and_metal(cpuinfo, vendor, kind):
+    from testbed.emu.awake import machine_kind
+
+    assert machine_kind(cpuinfo, vendor) == kind
+
+
+def test_no_spinners_in_a_tcg_guest_unless_forced(tmp_path):
+    from testbed.emu.awake import wanted
+
+    tcg, kvm = tmp_path / "tcg", tmp_path / "kvm"
+    tcg.write_text(TCG_CPUINFO)
+    kvm.write_text(KVM_CPUINFO)
+    on, why = wanted({}, tcg, vendor=lambda: None)
+    assert on is False and "TCG" in why
+    assert wanted({}, kvm, vendor=lambda: None)[0] is True
+    assert wanted({}, kvm, vendor=lambda: "TCGTCGTCGTCG")[0] is False
+    assert wanted({"TESTBED_KEEP_AWAKE": "1"}, tcg, vendor=lambda: None) == (True, "TESTBED_KEEP_AWAKE=1")
+
+
+def test_hypervisor_vendor_reads_cpuid_leaf_0x40000000(tmp_path):
+    from testbed.emu.awake import hypervisor_vendor
+
+    assert hypervisor_vendor(tmp_path / "absent") is None
+    fake = tmp_path / "cpuid"   # the cpuid device: a read at offset LEAF gives EAX EBX ECX EDX
+    with open(fake, "wb") as f:
+        f.seek(0x40000000)   # sparse
+        f.write((0x40000001).to_bytes(4, "little") + b"TCGTCGTCGTCG")
+    assert hypervisor_vendor(fake) == "TCGTCGTCGTCG"
 
 
 def test_machine_awake_off_starts_nothing_and_records_why():

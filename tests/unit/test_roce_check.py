@@ -211,13 +211,11 @@ def test_real_capture_of_the_soft_rdma_endpoint():
     assert icrc_valid(first) and first[BTH].opcode == 0x06
 
 
+@pytest.mark.tool("editcap")
 def test_pcapng_reads_like_pcap(tmp_path):
-    import shutil
     import subprocess
     from pathlib import Path
 
-    if shutil.which("editcap") is None:
-        pytest.skip("editcap (wireshark) is not installed")
     src = Path(__file__).resolve().parent.parent / "data" / "soft_rdma_write_loss.pcap"
     ng = tmp_path / "x.pcapng"
     subprocess.run(["editcap", "-F", "pcapng", str(src), str(ng)], check=True)

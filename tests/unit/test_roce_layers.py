@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 
 import pytest
@@ -145,7 +144,7 @@ def _tshark_fields(pcap, fields):
     return [p["_source"]["layers"] for p in json.loads(out)]
 
 
-@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
+@pytest.mark.tool("tshark")
 def test_tshark_decodes_our_fields(tmp_path):
     base = IP(src="10.0.0.1", dst="10.0.0.2", tos=2) / UDP(sport=49152, dport=4791)
     pkts = [

@@ -1,5 +1,5 @@
 """The VM harness itself (testbed.emu.vm), on the host: a VM that cannot boot fails in one line naming its
-console log; Ctrl-C or SIGTERM while a VM boots leaves no QEMU, socket, temporary folder or held image
+console log, and so does one whose provisioning fails (with its exit status, last line and setup.log); Ctrl-C or SIGTERM while a VM boots leaves no QEMU, socket, temporary folder or held image
 lock; two VMs joined by a link reach each other, share files, and run rdma_rxe verbs traffic (the
 pair RoCE tests build on)."""
 
@@ -47,6 +47,22 @@ def test_unbootable_vm_fails_in_one_line_naming_the_console(vm_image, tmp_path):
     assert "\n" not in msg and "did not boot" in msg and "No working init" in msg
     console = Path(msg.rsplit("console log: ", 1)[1])
     assert console.is_file() and "Kernel panic" in console.read_text()
+    _nothing_left()
+
+
+def test_failed_provisioning_is_one_line_naming_setup_log_and_console(vm_image, tmp_path):
+    with VMGroup(vm_image, tmp_path / "out", names=("prov",)) as vms:
+        (vms.share / "provision.sh").write_text("echo installing things\necho 'E: Unable to locate package nope'\n"
+                                               "exit 3\n")
+        with pytest.raises(VMError) as err:
+            vms["prov"].provision("bash /mnt/share/provision.sh", timeout=120)
+        console = vms["prov"].console_log
+    msg = str(err.value)
+    assert "\n" not in msg and "provisioning" in msg and "exited 3" in msg, msg
+    assert "E: Unable to locate package nope" in msg, msg     # the last line of its output
+    setup_log = Path(msg.split("setup.log: ", 1)[1].split(";", 1)[0])
+    assert setup_log.read_text().splitlines() == ["installing things", "E: Unable to locate package nope"]
+    assert msg.endswith(f"console log: {console})") and console.is_file() and console.stat().st_size > 0
     _nothing_left()
 
 

@@ -28,9 +28,7 @@ def _save(vm, name: str, text: str) -> None:
 
 
 def test_provisioned_by_setup_sh_offline(vm):
-    res = vm.run("bash scripts/setup.sh", timeout=600, check=False)
-    _save(vm, "setup.log", res.output)
-    assert res.rc == 0, res.output[-2000:]
+    res = vm.provision()   # a failure: VMError naming the exit status, the last line, setup.log, the console
     assert "Open vSwitch" in res.output and "is running" in res.output
     assert "installing" not in res.output   # everything was in the image: no network needed
 
