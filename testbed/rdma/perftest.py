@@ -20,21 +20,21 @@ server answers with a field of the same size::
                             msgRate_avg (Mpps), doubles byte-swapped to network order (xchg_bw_reports)
     close        108 B  QP 0's record, then "done\\0" from each side (ctx_close_connection)
 
-``ib_atomic_bw`` (src/atomic_bw.c) runs the exchange of ``ib_write_bw``. ``ib_send_bw`` (src/send_bw.c) puts its post-RTR barrier *before* the second round of records, adds a
-barrier once its receives are posted, and its half-duplex server neither barriers after the test nor
+``ib_atomic_bw`` (src/atomic_bw.c) runs the exchange of ``ib_write_bw``. ``ib_send_bw`` (src/send_bw.c)
+puts its post-RTR barrier *before* the second round of records, adds a barrier once its receives are posted, and its half-duplex server neither barriers after the test nor
 exchanges a report: after the test comes the close directly.
 
 For WRITE the client writes message ``k`` to ``vaddr + (k mod n) * INC(size, cache_line)`` with
 ``n = cycle_buffer / INC(size, cache_line)`` (1 when ``size > cycle_buffer / 2``; perftest_resources.h
-``INC``, ``increase_rem_addr``, ``BUFF_SIZE``), so the
-server's region is ``max(size, cycle_buffer)`` rounded up to the cache line; READ reads the same way;
+``INC``, ``increase_rem_addr``, ``BUFF_SIZE``), so the server's region is ``max(size, cycle_buffer)`` rounded up to the cache line; READ reads the same way;
 SEND lands in the receives the server posts (``rx_depth``, perftest's default 512). Atomics go to
 ``vaddr + (k mod n) * INC(8, cache_line)`` always (``increase_rem_addr`` for ATOMIC): fetch-and-add adds
 ``ATOMIC_ADD_VALUE`` (1), compare-and-swap (``-A CMP_AND_SWAP``) compares with 0 and swaps in
 ``ATOMIC_SWAP_VALUE`` (0) (perftest_resources.h), on the server's random buffer.
 Perftest fills its buffers with ``rand()``; what arrived is reported as SHA-256 digests, to compare with
 the packets' payloads in a capture: of the region after the test (WRITE), of the SEND payloads in
-completion order (SEND), and of the random bytes served, the message slots in order (READ); for atomics the region before and after the test (hex).
+completion order (SEND), and of the random bytes served, the message slots in order (READ); for atomics
+the region before and after the test (hex).
 """
 
 from __future__ import annotations

@@ -180,7 +180,7 @@ def test_atomic_bw_compare_and_swap_verifies(server):
     r = run_client("127.0.0.1", "atomic_bw", 8, iters=30, port=server["port"], roce_port=0, config=cfg,
                    verify=True, tx_depth=4, qps=3, atomic="cas")
     assert r["verified"] is True and r["atomic"] == "cas" and r["retransmissions"] > 0
-    assert sorted(r["server"]["counters"]) == [10, 10, 10]
+    assert sum(r["server"]["counters"]) == 30 and min(r["server"]["counters"]) > 0   # spread to QPs with room
     assert "Atomic CMP_AND_SWAP BW Test" in report_text(r)
 
 
