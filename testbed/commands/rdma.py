@@ -170,21 +170,31 @@ def _perftest(args) -> int:
 
 
 def _pingpong_parser(verbs) -> None:
-    p = verbs.add_parser("rc-pingpong", help="ibv_rc_pingpong's protocol: server without HOST, client with it",
-                         description="Speak rdma-core's ibv_rc_pingpong (TCP 18515 records LID:QPN:PSN:GID, then "
-                                     "a SEND ping-pong) so either side can be the real tool on a kernel rxe host.")
+    for transport in ("rc", "uc", "ud"):
+        _pingpong_parser_of(verbs, transport)
+
+
+def _pingpong_parser_of(verbs, transport: str) -> None:
+    tool = f"ibv_{transport}_pingpong"
+    ud = transport == "ud"
+    p = verbs.add_parser(f"{transport}-pingpong", help=f"{tool}'s protocol: server without HOST, client with it",
+                         description=f"Speak rdma-core's {tool} (TCP 18515 records LID:QPN:PSN:GID, then a "
+                                     f"{transport.upper()} SEND ping-pong) so either side can be the real tool on a "
+                                     "kernel rxe host.")
+    default = "1024" if ud else "4096"
     p.add_argument("host", metavar="HOST", nargs="?", help="server to connect to (omit to be the server)")
     p.add_argument("-p", "--port", type=bind_port, default=18515, help="TCP port (default 18515)")
-    p.add_argument("-s", "--size", default="4096", help="message size (default 4096)")
+    p.add_argument("-s", "--size", default=default,
+                   help=f"message size (default {default}" + ("; at most the MTU)" if ud else ")"))
     p.add_argument("-n", "--iters", type=int, default=1000, help="exchanges (default 1000)")
     p.add_argument("-r", "--rx-depth", type=int, default=500, help="receives posted (default 500)")
     p.add_argument("-m", "--mtu", type=int, default=1024, help="path MTU (default 1024)")
     p.add_argument("-c", "--chk", action="store_true",
-                   help="client: zero each page's first byte as rc_pingpong --chk does; server: expect that")
+                   help="client: zero each page's first byte as the tool's --chk does; server: expect that")
     p.add_argument("--bind", metavar="ADDR", help="server: listen address (default: see 'testbed rdma server')")
     p.add_argument("--wait", default="0s", help="client: keep trying to reach a starting server this long")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    p.set_defaults(func=_pingpong)
+    p.set_defaults(func=_pingpong, transport=transport)
 
 
 def _pingpong(args) -> int:
@@ -199,11 +209,14 @@ def _pingpong(args) -> int:
         cfg = QpConfig(mtu=args.mtu)
     except RdmaError as exc:
         raise UsageError(str(exc)) from exc
+    if args.transport == "ud" and size > args.mtu:
+        raise SpecError("--size", f"a UD message is one packet: at most the MTU ({args.mtu}), got {size}")
     if args.host:
         r = pingpong_client(args.host, args.port, size, args.iters, args.rx_depth, args.chk, cfg,
-                            connect_wait=parse_duration(args.wait, "--wait"))
+                            connect_wait=parse_duration(args.wait, "--wait"), transport=args.transport)
     else:
-        r = serve_pingpong(args.bind, args.port, size, args.iters, args.rx_depth, cfg, chk=args.chk)
+        r = serve_pingpong(args.bind, args.port, size, args.iters, args.rx_depth, cfg, chk=args.chk,
+                           transport=args.transport)
     if args.json:
         print_json(r)
     else:
