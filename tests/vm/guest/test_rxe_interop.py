@@ -59,7 +59,8 @@ def _sh(cmd: str, check: bool = True) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def pair():
-    for tool in ("ibv_rc_pingpong", "ib_write_bw", "tcpdump", "tshark", "rdma"):
+    for tool in ("ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong", "ib_write_bw", "ib_atomic_bw", "tcpdump",
+                 "tshark", "rdma"):
         assert shutil.which(tool), f"{tool} missing from the VM image (testbed.vm.recipe.PACKAGES)"
     _sh("modprobe rdma_rxe")
     try:
@@ -157,23 +158,31 @@ def _qp(report: dict, src: str) -> dict:
     return next(q for q in report["qps"] if q["src"] == src)
 
 
-def _pingpong_server(out: Path) -> None:
+#: message size of each pingpong: the tools' defaults (ud_pingpong's one packet within the 1024 B MTU)
+PP_SIZE = {"rc": 4096, "uc": 4096, "ud": 1024}
+
+
+def _pingpong_server(transport: str, out: Path) -> None:
     from testbed.rdma.pingpong import serve_pingpong
 
     try:
-        out.write_text(json.dumps(serve_pingpong(iters=ITERS, chk=True, timeout=240)))
+        out.write_text(json.dumps(serve_pingpong(size=PP_SIZE[transport], iters=ITERS, chk=True, timeout=240,
+                                                 transport=transport)))
     except Exception as exc:   # noqa: BLE001 - the parent asserts on what the child says
         out.write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
 
 
-def test_kernel_rc_pingpong_client_against_the_soft_server(pair, tmp_path):
-    cap = Capture("pingpong-kernel-client")
+@pytest.mark.parametrize("transport", ["rc", "uc", "ud"])
+def test_kernel_pingpong_client_against_the_soft_server(pair, tmp_path, transport):
+    """``ibv_{rc,uc,ud}_pingpong --chk`` against the soft ``{rc,uc,ud}-pingpong`` server."""
+    cap = Capture(f"{transport}-pingpong-kernel-client")
     result = tmp_path / "server.json"
-    server = _in_netns(_pingpong_server, result)
+    server = _in_netns(_pingpong_server, transport, result)
     try:
         poll(lambda: _listening(NS) or not server.is_alive(), timeout=60, interval=0.2,
-             what="the soft rc-pingpong server")
-        client = subprocess.run(["ibv_rc_pingpong", "-d", pair, "-g", "1", "-n", str(ITERS), "--chk", SIP],
+             what=f"the soft {transport}-pingpong server")
+        client = subprocess.run([f"ibv_{transport}_pingpong", "-d", pair, "-g", "1", "-n", str(ITERS),
+                                 "-s", str(PP_SIZE[transport]), "--chk", SIP],
                                 capture_output=True, text=True, timeout=300)
         server.join(120)
     finally:
@@ -186,21 +195,26 @@ def test_kernel_rc_pingpong_client_against_the_soft_server(pair, tmp_path):
     doc = json.loads(result.read_text()) if result.exists() else {"error": f"no result (exit {server.exitcode})"}
     assert "error" not in doc, doc
     assert doc["verified"] and doc["bad_messages"] == 0 and doc["iters"] == ITERS
+    assert doc["transport"] == transport
     report, _ = _checked(cap, 2)
-    for src in (KIP, SIP):   # every SEND of both sides on the wire, each ACKed
+    for src in (KIP, SIP):   # every SEND of both sides on the wire (RC: each ACKed)
         q = _qp(report, src)
-        assert q["messages"] == ITERS and q["message_bytes"] == ITERS * 4096, q
+        assert q["messages"] == ITERS and q["message_bytes"] == ITERS * PP_SIZE[transport], q
 
 
-def test_soft_rc_pingpong_client_against_the_kernel_server(pair, tmp_path):
-    cap = Capture("pingpong-kernel-server")
-    server = subprocess.Popen(["ibv_rc_pingpong", "-d", pair, "-g", "1", "-n", str(ITERS), "--chk"],
+@pytest.mark.parametrize("transport", ["rc", "uc", "ud"])
+def test_soft_pingpong_client_against_the_kernel_server(pair, tmp_path, transport):
+    """``testbed rdma {rc,uc,ud}-pingpong --chk`` against ``ibv_{rc,uc,ud}_pingpong --chk`` as server."""
+    tool, size = f"ibv_{transport}_pingpong", str(PP_SIZE[transport])
+    cap = Capture(f"{transport}-pingpong-kernel-server")
+    server = subprocess.Popen([tool, "-d", pair, "-g", "1", "-n", str(ITERS), "-s", size, "--chk"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         poll(lambda: _listening(None) or server.poll() is not None, timeout=60, interval=0.2,
-             what="ibv_rc_pingpong's server")
-        client = subprocess.run(["ip", "netns", "exec", NS] + CLI + ["rdma", "rc-pingpong", KIP, "-n", str(ITERS),
-                                "--chk", "--json"], capture_output=True, text=True, timeout=300)
+             what=f"{tool}'s server")
+        client = subprocess.run(["ip", "netns", "exec", NS] + CLI + ["rdma", f"{transport}-pingpong", KIP,
+                                "-n", str(ITERS), "-s", size, "--chk", "--json"],
+                                capture_output=True, text=True, timeout=300)
         srv_out = server.communicate(timeout=120)[0]
     finally:
         _stop(server)
@@ -209,7 +223,7 @@ def test_soft_rc_pingpong_client_against_the_kernel_server(pair, tmp_path):
     doc = json.loads(client.stdout)
     assert doc["verified"] and doc["bad_messages"] == 0 and doc["iters"] == ITERS
     assert server.returncode == 0 and f"{ITERS} iters" in srv_out, srv_out
-    assert "invalid data" not in srv_out   # rc_pingpong --chk's server checks the page marks it got
+    assert "invalid data" not in srv_out   # the tool's --chk server checks the page marks it got
     report, _ = _checked(cap, 2)
     for src in (KIP, SIP):
         assert _qp(report, src)["messages"] == ITERS
