@@ -160,9 +160,9 @@ def _run(sock, dev: Device, verb: str, size: int, nqps: int, iters: int, cfg: Qp
             raise RdmaError(f"perftest {verb} test did not end within {timeout:g} s ({sum(done)} of "
                             f"{iters * nqps} completed)")
     seconds = time.monotonic() - start
-    total = iters * nqps
+    total = iters * nqps            # perftest's report counts the messages of every QP (ib_write_bw -q 2 -n 100: 200)
     mbps = size * total / seconds / 2 ** 20 if seconds else 0.0
-    mine_rep = {"size": size, "iters": iters, "bw_peak_MBps": mbps, "bw_avg_MBps": mbps,
+    mine_rep = {"size": size, "iters": total, "bw_peak_MBps": mbps, "bw_avg_MBps": mbps,
                 "msg_rate_Mpps": total / seconds / 1e6 if seconds else 0.0}
     server = {}
     if verb != "send":              # send_bw's half-duplex server goes straight to closing
@@ -179,7 +179,7 @@ def _run(sock, dev: Device, verb: str, size: int, nqps: int, iters: int, cfg: Qp
         closed = False
     stats = [qp.stats for qp in qps]
     report = {
-        "verb": verb, "size": size, "qps": nqps, "iters": iters, "server_version": their_version, "mtu": cfg.mtu,
+        "verb": verb, "size": size, "qps": nqps, "iters_per_qp": iters, "server_version": their_version, "mtu": cfg.mtu,
         "cycle_buffer": cycle, "cache_line": line, "seconds": seconds, **mine_rep,
         "local": [{"qpn": m.qpn, "psn": m.psn, "rkey": m.rkey, "vaddr": m.vaddr, "ip": dev.ip} for m in mine],
         "remote": [{"qpn": t.qpn, "psn": t.psn, "rkey": t.rkey, "vaddr": t.vaddr, "ip": t.ip,
