@@ -66,17 +66,20 @@ def register(sub) -> None:
         p.add_argument("--bind", metavar="ADDR", help="local address to use (multi-homed hosts)")
         _ports(p)
         p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+        if test == "atomic_bw":
+            _atomic_arg(p)
         p.set_defaults(func=_client, test=test)
     _pingpong_parser(verbs)
     _perftest_parser(verbs)
 
 
 def _perftest_parser(verbs) -> None:
-    p = verbs.add_parser("perftest-server", help="be the server of rdma-core's ib_write_bw/ib_read_bw/ib_send_bw",
+    p = verbs.add_parser("perftest-server",
+                         help="be the server of rdma-core's ib_write_bw/ib_read_bw/ib_send_bw/ib_atomic_bw",
                          description="Speak perftest 6.06's TCP control protocol (Debian 12's perftest) on port "
-                                     "18515 and serve one ib_{write,read,send}_bw client (RC, half duplex) with "
-                                     "the soft-RDMA endpoint; prints the client's bandwidth report.")
-    p.add_argument("--verb", choices=("write", "read", "send"), default="write", help="the client's test")
+                                     "18515 and serve one ib_{write,read,send,atomic}_bw client (RC, half duplex) "
+                                     "with the soft-RDMA endpoint; prints the client's bandwidth report.")
+    p.add_argument("--verb", choices=PERFTEST_VERBS, default="write", help="the client's test")
     p.add_argument("-s", "--size", default="65536", help="message size, as the client's -s (default 65536)")
     p.add_argument("-q", "--qps", type=int, default=1, help="QPs, as the client's -q (default 1)")
     p.add_argument("-m", "--mtu", type=int, default=1024, help="largest path MTU to agree on (default 1024)")
@@ -85,6 +88,62 @@ def _perftest_parser(verbs) -> None:
     p.add_argument("--timeout", default="300s", help="give up when the test has not ended after this long")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.set_defaults(func=_perftest)
+    c = verbs.add_parser("perftest-client", help="be the client of ib_write_bw/ib_read_bw/ib_send_bw/ib_atomic_bw",
+                         description="Run ib_{write,read,send,atomic}_bw's test (RC, half duplex) against a perftest "
+                                     "server (rdma-core's tool without a host, e.g. on kernel rxe, or 'testbed rdma "
+                                     "perftest-server') over perftest 6.06's TCP control protocol.")
+    c.add_argument("host", metavar="HOST", help="the perftest server")
+    c.add_argument("--verb", choices=PERFTEST_VERBS, default="write", help="the test, as the server's (default write)")
+    c.add_argument("-s", "--size", default="65536", help="message size (default 65536; atomics: 8)")
+    c.add_argument("-q", "--qps", type=int, default=1, help="QPs (default 1)")
+    c.add_argument("-n", "--iters", type=int, default=1000, help="messages per QP, as perftest's -n (default 1000)")
+    _atomic_arg(c)
+    c.add_argument("-t", "--tx-depth", type=int, default=128, help="work requests outstanding per QP (default 128)")
+    c.add_argument("-m", "--mtu", type=int, default=1024, help="largest path MTU to agree on (default 1024)")
+    c.add_argument("-u", "--qp-timeout", type=int, default=14,
+                   help="local ACK timeout 4.096 us x 2^N, as perftest's -u (default 14: 67 ms)")
+    c.add_argument("-p", "--port", type=bind_port, default=18515, help="TCP port (default 18515)")
+    c.add_argument("--wait", default="0s", help="keep trying to reach a starting server this long")
+    c.add_argument("--timeout", default="300s", help="give up when the test has not ended after this long")
+    c.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    c.set_defaults(func=_perftest_client)
+
+
+PERFTEST_VERBS = ("write", "read", "send", "atomic")
+#: perftest's -A names -> the endpoint's atomic ops
+ATOMIC_NAMES = {"FETCH_AND_ADD": "faa", "CMP_AND_SWAP": "cas"}
+
+
+def _atomic_arg(p) -> None:
+    p.add_argument("-A", "--atomic", type=str.upper, choices=tuple(ATOMIC_NAMES), default="FETCH_AND_ADD",
+                   help="atomic operation, as perftest's -A (default FETCH_AND_ADD)")
+
+
+def _perftest_client(args) -> int:
+    from testbed.rdma.perftest_client import perftest_client, report_text
+    from testbed.rdma.qp import QpConfig
+    from testbed.rdma.verbs import RdmaError
+
+    size = int(parse_size(args.size, "--size"))
+    for field, value, high in (("--size", size, (1 << 31) - 1), ("--qps", args.qps, 64),
+                               ("--iters", args.iters, (1 << 32) - 1), ("--tx-depth", args.tx_depth, 8192),
+                               ("--qp-timeout", args.qp_timeout, 31)):
+        if not 1 <= value <= high:
+            raise SpecError(field, f"must be 1..{high}, got {value}")
+    try:
+        cfg = QpConfig(mtu=args.mtu, timeout=4.096e-6 * 2 ** args.qp_timeout)
+    except RdmaError as exc:
+        raise UsageError(str(exc)) from exc
+    r = perftest_client(args.host, args.verb, size, args.qps, args.iters, args.port, cfg,
+                        atomic=ATOMIC_NAMES[args.atomic], tx_depth=args.tx_depth,
+                        connect_wait=parse_duration(args.wait, "--wait"),
+                        timeout=parse_duration(args.timeout, "--timeout"))
+    if args.json:
+        print_json(r)
+    else:
+        out.print(report_text(r), markup=False)
+    ok = r["done"] and all(s == "rts" for s in r["qp_states"]) and r.get("atomic_in_order", True)
+    return 0 if ok else 1
 
 
 def _perftest(args) -> int:
@@ -111,21 +170,31 @@ def _perftest(args) -> int:
 
 
 def _pingpong_parser(verbs) -> None:
-    p = verbs.add_parser("rc-pingpong", help="ibv_rc_pingpong's protocol: server without HOST, client with it",
-                         description="Speak rdma-core's ibv_rc_pingpong (TCP 18515 records LID:QPN:PSN:GID, then "
-                                     "a SEND ping-pong) so either side can be the real tool on a kernel rxe host.")
+    for transport in ("rc", "uc", "ud"):
+        _pingpong_parser_of(verbs, transport)
+
+
+def _pingpong_parser_of(verbs, transport: str) -> None:
+    tool = f"ibv_{transport}_pingpong"
+    ud = transport == "ud"
+    p = verbs.add_parser(f"{transport}-pingpong", help=f"{tool}'s protocol: server without HOST, client with it",
+                         description=f"Speak rdma-core's {tool} (TCP 18515 records LID:QPN:PSN:GID, then a "
+                                     f"{transport.upper()} SEND ping-pong) so either side can be the real tool on a "
+                                     "kernel rxe host.")
+    default = "1024" if ud else "4096"
     p.add_argument("host", metavar="HOST", nargs="?", help="server to connect to (omit to be the server)")
     p.add_argument("-p", "--port", type=bind_port, default=18515, help="TCP port (default 18515)")
-    p.add_argument("-s", "--size", default="4096", help="message size (default 4096)")
+    p.add_argument("-s", "--size", default=default,
+                   help=f"message size (default {default}" + ("; at most the MTU)" if ud else ")"))
     p.add_argument("-n", "--iters", type=int, default=1000, help="exchanges (default 1000)")
     p.add_argument("-r", "--rx-depth", type=int, default=500, help="receives posted (default 500)")
     p.add_argument("-m", "--mtu", type=int, default=1024, help="path MTU (default 1024)")
     p.add_argument("-c", "--chk", action="store_true",
-                   help="client: zero each page's first byte as rc_pingpong --chk does; server: expect that")
+                   help="client: zero each page's first byte as the tool's --chk does; server: expect that")
     p.add_argument("--bind", metavar="ADDR", help="server: listen address (default: see 'testbed rdma server')")
     p.add_argument("--wait", default="0s", help="client: keep trying to reach a starting server this long")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    p.set_defaults(func=_pingpong)
+    p.set_defaults(func=_pingpong, transport=transport)
 
 
 def _pingpong(args) -> int:
@@ -140,11 +209,14 @@ def _pingpong(args) -> int:
         cfg = QpConfig(mtu=args.mtu)
     except RdmaError as exc:
         raise UsageError(str(exc)) from exc
+    if args.transport == "ud" and size > args.mtu:
+        raise SpecError("--size", f"a UD message is one packet: at most the MTU ({args.mtu}), got {size}")
     if args.host:
         r = pingpong_client(args.host, args.port, size, args.iters, args.rx_depth, args.chk, cfg,
-                            connect_wait=parse_duration(args.wait, "--wait"))
+                            connect_wait=parse_duration(args.wait, "--wait"), transport=args.transport)
     else:
-        r = serve_pingpong(args.bind, args.port, size, args.iters, args.rx_depth, cfg, chk=args.chk)
+        r = serve_pingpong(args.bind, args.port, size, args.iters, args.rx_depth, cfg, chk=args.chk,
+                           transport=args.transport)
     if args.json:
         print_json(r)
     else:
@@ -206,7 +278,8 @@ def _client(args) -> int:
                         roce_port=args.roce_port, config=cfg, verify=args.verify, tx_depth=args.tx_depth,
                         series_every=1e-3 * args.scale if args.series else None,
                         connect_wait=parse_duration(args.wait, "--wait"), source=args.bind, qps=args.qps,
-                        transport=args.connection.lower())
+                        transport=args.connection.lower(),
+                        atomic=ATOMIC_NAMES[getattr(args, "atomic", "FETCH_AND_ADD")])
     if args.series:
         _write_series(Path(args.series), result)
     if args.json:

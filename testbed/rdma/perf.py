@@ -205,13 +205,19 @@ def run_client(host: str, test: str, size: int, iters: int | None = None, durati
                port: int = DEFAULT_PORT, roce_port: int = ROCE_UDP_PORT, config: QpConfig | None = None,
                verify: bool = False, tx_depth: int = 16, seed: int = 1, series_every: float | None = None,
                timeout: float = 300.0, connect_wait: float = 0.0, source: str | None = None,
-               qps: int = 1, transport: str = "rc", qpns: tuple[int, int] | None = None) -> dict:
+               qps: int = 1, transport: str = "rc", qpns: tuple[int, int] | None = None,
+               atomic: str = "faa") -> dict:
     """Run one test against ``testbed rdma server`` at ``host``; returns the result document.
+
+    ``atomic`` (atomic_bw): ``faa`` adds 1 to the QP's counter; ``cas`` compares it with the count of the
+    QP's earlier atomics and swaps in one more (all succeed when the responder executes them in order).
 
     ``qpns``: (this side's, the server's) number of the first QP, when a control plane must know them in advance
     (switches' QP maps preloaded for fast CNP); default random."""
     cfg = config or QpConfig()
     check_test(test, transport, qps, size, cfg.mtu)
+    if atomic not in ("faa", "cas"):
+        raise RdmaError(f"atomic must be 'faa' or 'cas', got {atomic!r}")
     if (iters is None) == (duration is None):
         iters = iters or 1000
         duration = None
@@ -219,7 +225,7 @@ def run_client(host: str, test: str, size: int, iters: int | None = None, durati
     try:
         with Device(chan.local_ip, roce_port) as dev:
             return _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed,
-                           series_every, timeout, qps, transport, qpns)
+                           series_every, timeout, qps, transport, qpns, atomic)
     finally:
         chan.close()
 
@@ -228,7 +234,7 @@ class _Work:
     """What the client posts: one kind of WR per test, round-robin over the QPs, at most ``depth``
     outstanding on each (perftest's tx-depth is per QP); READ/atomic WRs each own a local slot."""
 
-    def __init__(self, test, size, qps, mr, rmr, dests, depth, sink=None):
+    def __init__(self, test, size, qps, mr, rmr, dests, depth, sink=None, atomic="faa"):
         self.test, self.size, self.qps, self.mr, self.rmr, self.dests = test, size, qps, mr, rmr, dests
         self.depth = depth
         self.slot = max(8, size)
@@ -237,6 +243,8 @@ class _Work:
         self.where: dict[int, tuple[int, int]] = {}   # WR -> (QP index, slot)
         self.done_slots: set[int] = set()             # byte offsets of READ buffers that completed
         self.fetched: dict[int, list[int]] = {i: [] for i in range(len(qps))}
+        self.atomic = atomic
+        self.atomics_posted = [0] * len(qps)
         self._rr = 0
 
     def post(self, n: int) -> bool:
@@ -257,9 +265,11 @@ class _Work:
             qp.post_send(n, self.mr, 0, self.size, dest=self.dests[i] if self.dests else None)
         elif self.test in ("read_bw", "read_lat"):
             qp.post_read(n, self.sink, self._offset(i, slot), self.size, self.rmr["addr"], self.rmr["rkey"])
-        else:
+        else:   # CAS: the counter holds the QP's earlier atomics (in order on one QP); FAA adds 1
+            k = self.atomics_posted[i]
+            self.atomics_posted[i] += 1
             qp.post_atomic(n, self.sink, self._offset(i, slot), self.rmr["addr"] + 8 * i, self.rmr["rkey"],
-                           "faa", 1)
+                           self.atomic, k + 1 if self.atomic == "cas" else 1, compare=k)
         return True
 
     def _offset(self, i: int, slot: int) -> int:
@@ -276,7 +286,7 @@ class _Work:
 
 
 def _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed, series_every, timeout,
-            nqps, transport, qpns=None):
+            nqps, transport, qpns=None, atomic="faa"):
     pd, cq = dev.alloc_pd(), CompletionQueue()
     src = pattern(max(1, size), seed)
     mr = pd.reg_mr(src)
@@ -306,7 +316,7 @@ def _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed,
         per_qp = min(tx_depth, cfg.max_rd_atomic)
     sink = pd.reg_mr(bytearray(max(8, size) * per_qp * nqps)) if test in ("read_bw", "read_lat", "atomic_bw") \
         else None
-    work = _Work(test, size, qps, mr, rmr, dests, per_qp, sink)
+    work = _Work(test, size, qps, mr, rmr, dests, per_qp, sink, atomic)
     qp0 = qps[0]
     series = TimeSeries(qp0.qpn) if series_every else None
     lat: list[float] = []
@@ -368,6 +378,8 @@ def _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed,
               "qp_list": [{"qpn": q.qpn, "sport": q.sport, "remote_qpn": r["qpn"], "acked_bytes": q.stats.acked_bytes}
                           for q, r in zip(qps, rqs, strict=True)],
               "device": dict(dev.stats), "server": server}
+    if test == "atomic_bw":
+        result["atomic"] = atomic
     if verify:
         result["verified"] = _verified(test, size, src, work, server, reply.get("seed", 0))
     if lat:
@@ -402,7 +414,7 @@ def report_text(r: dict) -> str:
     """The result laid out like perftest's ib_write_bw / ib_write_lat / ib_read_bw / ib_atomic_bw."""
     title = {"write_bw": "RDMA_Write BW Test", "send_bw": "Send BW Test", "write_lat": "RDMA_Write Latency Test",
              "read_bw": "RDMA_Read BW Test", "read_lat": "RDMA_Read Latency Test",
-             "atomic_bw": "Atomic FETCH_AND_ADD BW Test"}
+             "atomic_bw": f"Atomic {'CMP_AND_SWAP' if r.get('atomic') == 'cas' else 'FETCH_AND_ADD'} BW Test"}
     bar = "-" * 87
     loc, rem = r["local"], r["remote"]
     lines = [bar, f"{title[r['test']]:^87}",

@@ -110,8 +110,10 @@ def test_gids_of_addresses():
     assert ip_of_gid(gid_of_ip("fd00::2")) == "fd00::2"
 
 
-def test_rc_pingpong_client_and_server_over_loopback():
-    """Both halves of the ibv_rc_pingpong protocol (TCP records, then SEND ping-pong), byte-exact."""
+@pytest.mark.parametrize("transport,size", [("rc", 5000), ("uc", 5000), ("ud", 1000)])
+def test_pingpong_client_and_server_over_loopback(transport, size):
+    """Both halves of the ibv_{rc,uc,ud}_pingpong protocol (TCP records, then SEND ping-pong), byte-exact;
+    UD with the GRH room in front of every payload."""
     import socket
     import threading
 
@@ -130,15 +132,24 @@ def test_rc_pingpong_client_and_server_over_loopback():
         started.set()
 
     def run():
-        box["server"] = serve_pingpong("127.0.0.1", 0, size=5000, iters=50, rx_depth=20, roce_port=p_server,
-                                       peer_roce_port=p_client, ready=ready, chk=True)
+        box["server"] = serve_pingpong("127.0.0.1", 0, size=size, iters=50, rx_depth=20, roce_port=p_server,
+                                       peer_roce_port=p_client, ready=ready, chk=True, transport=transport)
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
     assert started.wait(10)
-    r = pingpong_client("127.0.0.1", box["port"], size=5000, iters=50, rx_depth=20, chk=True,
-                        roce_port=p_client, peer_roce_port=p_server)
+    r = pingpong_client("127.0.0.1", box["port"], size=size, iters=50, rx_depth=20, chk=True,
+                        roce_port=p_client, peer_roce_port=p_server, transport=transport)
     t.join(30)
-    assert r["verified"] and box["server"]["verified"] and r["bytes"] == 2 * 5000 * 50
+    assert r["verified"] and box["server"]["verified"] and r["bytes"] == 2 * size * 50
+    assert r["transport"] == box["server"]["transport"] == transport
     assert r["remote"]["qpn"] == box["server"]["local"]["qpn"] and r["remote"]["ip"] == "127.0.0.1"
     assert "usec/iter" in report_text(r) and "GID ::ffff:127.0.0.1" in report_text(r)
+
+
+def test_ud_pingpong_refuses_a_message_larger_than_the_mtu(capsys):
+    from testbed.cli import main
+
+    assert main(["rdma", "ud-pingpong", "127.0.0.1", "-s", "2048"]) == 2
+    err = capsys.readouterr().err
+    assert "--size" in err and "MTU (1024)" in err and "Traceback" not in err

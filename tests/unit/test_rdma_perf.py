@@ -171,3 +171,24 @@ def test_a_taken_or_out_of_range_qp_number_is_refused():
         for bad in (0x300, 1, 1 << 24, True):
             with pytest.raises(SpecError, match="qpn"):
                 dev.create_qp(pd, cq, qpn=bad)
+
+
+def test_atomic_bw_compare_and_swap_verifies(server):
+    """CAS k on a QP compares with k and swaps in k + 1: every one succeeds only if the responder executes
+    them once each and in order, through 10 % loss (resent atomics answered from memory)."""
+    cfg = QpConfig(mtu=1024, loss=0.1, seed=7, timeout=0.02)
+    r = run_client("127.0.0.1", "atomic_bw", 8, iters=30, port=server["port"], roce_port=0, config=cfg,
+                   verify=True, tx_depth=4, qps=3, atomic="cas")
+    assert r["verified"] is True and r["atomic"] == "cas" and r["retransmissions"] > 0
+    assert sum(r["server"]["counters"]) == 30 and min(r["server"]["counters"]) > 0   # spread to QPs with room
+    assert "Atomic CMP_AND_SWAP BW Test" in report_text(r)
+
+
+def test_cli_atomic_bw_takes_perftests_atomic_names(server, capsys):
+    rc = main(["rdma", "atomic-bw", "127.0.0.1", "-A", "cmp_and_swap", "--iters", "12", "--port", str(server["port"]),
+               "--roce-port", "0", "--verify", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["verified"] and doc["atomic"] == "cas" and doc["server"]["counters"] == [12]
+    with pytest.raises(SystemExit) as exc:
+        main(["rdma", "atomic-bw", "127.0.0.1", "-A", "SWAP"])
+    assert exc.value.code == 2 and "CMP_AND_SWAP" in capsys.readouterr().err
