@@ -149,7 +149,9 @@ def run_mode(mode: str, res: Results, args) -> dict:
         # the fibres' delay runs dilated on netem or a delay line; the short links' delay is below the floor
         plan = plan_replica(G, plan_capabilities(), Overrides(scale=args.scale, links="spec", static_arp=ctl is None))
         with Replica(plan, controller=ctl.address if ctl else None, run=reg, switch_factory=factory,
-                     link_node_class=node_class(late_tolerance_at(plan.scale)),
+                     # late = later than this experiment resolves: the probe interval (a frame later than
+                     # that could change which frames count as lost; earlier ones cannot)
+                     link_node_class=node_class(max(late_tolerance_at(plan.scale), args.interval)),
                      out_dir=res.dir / mode, name=f"{NAME}-{mode}") as rep:
             if ctl:
                 ctl.wait_ready()
