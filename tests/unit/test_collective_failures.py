@@ -230,3 +230,24 @@ def test_busiest_fabric_link(fat_tree):
     links = [{"link": "h0->t0", "bytes": 900}, {"link": "t0->a1", "bytes": 500}, {"link": "a0->t0", "bytes": 400}]
     assert A.busiest_fabric_link(links, fat_tree) == ("t0", "a1")
     assert A.link_bytes(links + [{"link": "a1->t0", "bytes": 7}], "a1", "t0") == 507
+
+
+def test_report_and_summary_carry_the_failures(capsys):
+    """print_report and summary() of a run with a failure schedule (pure: a result document as the runner
+    returns it)."""
+    from testbed.collective import experiment as X
+
+    fl = {"t0": 5.0, "log": [{"event": "1s link_down t0-a0", "kind": "link_down", "target": ["t0", "a0"], "loss": 0,
+                              "planned_s": 1.0, "at_s": 1.002, "took_s": 0.004, "answer": {"ok": True}}],
+          "windows_s": [[1.002, 4.5]], "timeouts_inside": 3, "timeouts_outside": 0, "skipped": ["3s link_up t0-a0"],
+          "restored": ["1s link_up t0-a0"], "error": None}
+    result = {"jobs": [{"name": "job1", "hosts": ["h0", "h1"], "jct_s": 2.0, "real_jct_ms": 0.2,
+                        "qp_stats": {"retransmissions": 4, "timeouts": 3}, "rows": []}],
+              "links": [], "failures": fl, "fabric": "fat-tree-k4", "scale": 1e4, "link_rate_bps": 1e7,
+              "health": {"ok": True, "reasons": [], "cpu": {}, "load": [1.0], "losses": None}}
+    X.print_report(result)
+    text = capsys.readouterr().out
+    assert "# failure 1s link_down t0-a0: done at 1.002 s (planned 1), took 4.0 ms" in text
+    assert "QP timeouts inside 3 (the experiment), outside 0" in text and "3s link_up t0-a0" in text
+    doc = X.summary(result)["failures"]
+    assert doc["timeouts_inside"] == 3 and doc["restored"] == ["1s link_up t0-a0"] and "t0" not in doc
