@@ -199,6 +199,10 @@ class Executor:
     def stop(self) -> None:
         self._stop.set()
 
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
     def run(self, t0: float) -> list[dict]:
         """Execute every event at its time after ``t0``; log planned and actual times (s after t0)."""
         for e in self.events:

@@ -341,8 +341,10 @@ class FailureDriver:
 
     def _drive(self) -> None:
         try:
-            poll(lambda: all(p.exists() for p in self.paths), timeout=self.timeout, interval=0.01,
-                 what="every rank at the start barrier")
+            poll(lambda: self.exe.stopped or all(p.exists() for p in self.paths), timeout=self.timeout,
+                 interval=0.01, what="every rank at the start barrier")
+            if self.exe.stopped:    # the ranks ended (or failed) before all reached the barrier
+                return
             self.t0 = max(p.stat().st_mtime for p in self.paths)
             self.exe.run(self.t0)
         except Exception as exc:  # noqa: BLE001 - reported by finish()

@@ -251,3 +251,15 @@ def test_report_and_summary_carry_the_failures(capsys):
     assert "QP timeouts inside 3 (the experiment), outside 0" in text and "3s link_up t0-a0" in text
     doc = X.summary(result)["failures"]
     assert doc["timeouts_inside"] == 3 and doc["restored"] == ["1s link_up t0-a0"] and "t0" not in doc
+
+
+def test_failure_driver_ends_when_the_ranks_never_reach_the_barrier(tmp_path, fat_tree):
+    from testbed.collective.runner import FailureDriver
+
+    class Fab:
+        ctl, G, rep = None, fat_tree, None
+
+    drv = FailureDriver(Fab(), F.parse("1s:down:t0-a0", fat_tree), tmp_path, 2, timeout=600)
+    rec = drv.finish()
+    assert not drv.thread.is_alive() and rec["t0"] is None and rec["log"] == [] and rec["restored"] == []
+    assert F.timeout_verdict(rec, [], 0.0, 1.0)["timeouts_outside"] == 0
