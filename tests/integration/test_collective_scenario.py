@@ -36,6 +36,8 @@ def test_quick_scenario(tmp_path):
     cut = acc["link_failure"]
     assert cut["pass"] and cut["wrong"] == 0, cut
     assert cut["link_bytes_without"] > 0, "the cut link carried none of the ring in the run without failure"
+    # the paths repeat between runs (source ports from QP numbers), so the link carried the ring until the cut
+    assert cut["link_bytes_with_failure"] > 0 and len(cut["jct_without_runs_s"]) == 2
     assert 0 < cut["cut_at_s"] < cut["jct_with_s"], "the cut did not fall inside the job"
     assert cut["jct_without_s"] > 0 and cut["impact"] == pytest.approx(cut["jct_with_s"] / cut["jct_without_s"],
                                                                        abs=2e-3)
