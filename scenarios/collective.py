@@ -21,7 +21,7 @@ What it shows:
   and the emulator's health and the frames lost, attributed to the queue that dropped them.
   ``--failures SCHEDULE`` fails links or switches of the small fabric during the sweep (docs/collectives.md).
 
-    sudo testbed run collective --quick      # small fabric, 4 ranks, up to 256 KiB; part 4 (~1 min)
+    sudo testbed run collective --quick      # small fabric, 4 ranks, up to 256 KiB; part 4 (1.5-2 min)
     sudo testbed run collective              # + fat-tree-k4 two jobs, sizes up to 4 MiB
 """
 
