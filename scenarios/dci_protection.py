@@ -42,7 +42,9 @@ if __name__ == "__main__" and __package__ is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.console import console, require_root  # noqa: E402
+from testbed.emu.health import CpuWatch, emulator_processes  # noqa: E402
 from testbed.emu.ops import set_link_state  # noqa: E402
+from testbed.emu.runhealth import assess  # noqa: E402
 from testbed.errors import SpecError  # noqa: E402
 from testbed.links.probe import wait_finished  # noqa: E402
 from testbed.poll import poll, sleep_until  # noqa: E402
@@ -158,46 +160,57 @@ def run_mode(mode: str, res: Results, args) -> dict:
             recv = rep.popen(hb, PROBE + ["recv", "--port", str(PORT), "--timeout", str(args.duration + 10),
                                           "--idle", "1.5", "--out", str(probe_dir / "recv.json")], **kw)
             poll(lambda: f":{PORT}" in rep.host(hb).cmd("ss", "-lun"), timeout=10, what="the UDP receiver")
-            t_start = time.time()
-            send = rep.popen(ha, PROBE + ["send", "--dst", dst, "--port", str(PORT), "--sport", "47100",
-                                          "--interval", str(args.interval), "--duration", str(args.duration),
-                                          "--size", "200", "--out", str(probe_dir / "send.json")], **kw)
-            u, v = G.graph["working"]
-            cut_intfs, cut_ns = rep.cut_interfaces(u, v)
-            sleep_until(t_start + args.duration / 4)
-            t_cut = time.time()
-            set_link_state(cut_intfs, up=False, netns=cut_ns)
-            console.print(f"{mode}: cut the working fibre {u}-{v} ({', '.join(cut_intfs)}) at {t_cut - t_start:.2f} s")
-            down_ev = None
-            if ctl:
-                down_ev = poll(lambda: next((e for e in ctl.get("/events")["failovers"]
-                                             if e["kind"] == "link_down" and e["time"] >= t_cut - 0.01), None),
-                               timeout=15, interval=0.02, what="the controller to see the working fibre down")
-            else:
-                poll(lambda: all(any(e["kind"] == "light" and e.get("reason") == "protection"
-                                     for e in rep.switch(n).events) for n in G.graph["ocs"]),
-                     timeout=15 + (reconfig_s + detect_s) * args.scale, interval=0.02,
-                     what="both OCSs to switch to the standby fibre")
-            sleep_until(time.time() + 0.2)  # a margin of traffic on standby before the repair
-            t_repair = time.time()
-            set_link_state(cut_intfs, up=True, netns=cut_ns)
-            console.print(f"{mode}: repaired the working fibre at {t_repair - t_start:.2f} s")
-            if not ctl:  # revertive switching after the wait-to-restore time, as a schedule
-                for n in G.graph["ocs"]:
-                    rep.switch(n).play([(args.wtr_ms / 1e3, {1: 2})], t0=t_repair)
-            for p, what in ((send, "sender"), (recv, "receiver")):
-                wait_finished(p, what, args.duration + 30)
+            with CpuWatch(emulator_processes(rep, ctl, own=mode == "ocs")) as cpu:   # the traffic's span
+                t_start = time.time()
+                send = rep.popen(ha, PROBE + ["send", "--dst", dst, "--port", str(PORT), "--sport", "47100",
+                                              "--interval", str(args.interval), "--duration", str(args.duration),
+                                              "--size", "200", "--out", str(probe_dir / "send.json")], **kw)
+                u, v = G.graph["working"]
+                cut_intfs, cut_ns = rep.cut_interfaces(u, v)
+                sleep_until(t_start + args.duration / 4)
+                t_cut = time.time()
+                set_link_state(cut_intfs, up=False, netns=cut_ns)
+                console.print(f"{mode}: cut the working fibre {u}-{v} ({', '.join(cut_intfs)}) at {t_cut - t_start:.2f} s")
+                down_ev = None
+                if ctl:
+                    down_ev = poll(lambda: next((e for e in ctl.get("/events")["failovers"]
+                                                 if e["kind"] == "link_down" and e["time"] >= t_cut - 0.01), None),
+                                   timeout=15, interval=0.02, what="the controller to see the working fibre down")
+                else:
+                    poll(lambda: all(any(e["kind"] == "light" and e.get("reason") == "protection"
+                                         for e in rep.switch(n).events) for n in G.graph["ocs"]),
+                         timeout=15 + (reconfig_s + detect_s) * args.scale, interval=0.02,
+                         what="both OCSs to switch to the standby fibre")
+                sleep_until(time.time() + 0.2)  # a margin of traffic on standby before the repair
+                t_repair = time.time()
+                set_link_state(cut_intfs, up=True, netns=cut_ns)
+                console.print(f"{mode}: repaired the working fibre at {t_repair - t_start:.2f} s")
+                if not ctl:  # revertive switching after the wait-to-restore time, as a schedule
+                    for n in G.graph["ocs"]:
+                        rep.switch(n).play([(args.wtr_ms / 1e3, {1: 2})], t0=t_repair)
+                for p, what in ((send, "sender"), (recv, "receiver")):
+                    wait_finished(p, what, args.duration + 30)
             ocs_events = {str(n): rep.switch(n).events for n in nodes}
             fibres = link_delays(rep.plan, ("working", "standby"))
+            lines, cut_line = rep.link_nodes(), rep.plan.link(u, v).via
             monitor_errors = [rep.switch(n).monitor_error for n in nodes if rep.switch(n).monitor_error]
             health = ctl.get("/health") if ctl else None
     sent, got = json.loads((probe_dir / "send.json").read_text()), json.loads((probe_dir / "recv.json").read_text())
     lead = WORKING_M * FIBRE_DELAY_S_PER_M * args.scale + 0.002   # the working fibre (emulated) + 2 ms
-    o, back = (stream_outage(sent, got, w, lead) for w in ((t_cut, t_repair), (t_repair, float("inf"))))
+    o, back, calm = (stream_outage(sent, got, w, lead) for w in ((t_cut, t_repair), (t_repair, float("inf")),
+                                                                  (t_start, t_cut)))
+    # before the cut nothing may be lost: a loss there is the emulator's (no fault was injected yet)
+    # the fibres' delay lines: lateness and socket losses; frames the cut fibre's own line could not send
+    # while it was down are the cut (modelled), not the emulator's
+    stats = {dl.name: dl.final_stats for dl in lines.values() if dl.final_stats}
+    inside = sum(d.get("rx_kernel_drops", 0) + (0 if name == cut_line else sum(
+        x.get("tx_errors", 0) for x in d.get("directions", {}).values())) for name, d in stats.items())
+    emu_health = assess(cpu=cpu.summary(), link_stats=stats, lost_inside=inside, unaccounted=calm["lost_in_window"])
     doc = {"mode": mode, "scale": args.scale, "interval_ms": args.interval * 1e3, **o,
            "outage_real_ms": round(o["outage_ms"] / args.scale, 3), "cut_at_s": round(t_cut - t_start, 3),
            "repair_at_s": round(t_repair - t_start, 3), "lost_after_repair": back["lost_in_window"],
-           "revert_outage_real_ms": round(back["outage_ms"] / args.scale, 3), "fibres": fibres}
+           "revert_outage_real_ms": round(back["outage_ms"] / args.scale, 3), "fibres": fibres,
+           "lost_before_cut": calm["lost_in_window"], "health": emu_health}
     if mode == "ocs":
         from testbed.ocs.model import protection_timings
 
@@ -249,7 +262,8 @@ def main(argv=None) -> int:
     with Results(NAME, args, config) as res:
         require_root(f"testbed run {NAME}")
         rows = {m: run_mode(m, res, args) for m in modes}
-        res.write_json("metrics.json", rows)
+        block = res.health({m: r.pop("health") for m, r in rows.items()})
+        res.write_json("metrics.json", {**rows, **block})
         for m, r in rows.items():
             line = f"{m}: outage {r['outage_real_ms']:.1f} ms real ({r['outage_ms']:.0f} ms emulated, {r['lost']} lost)"
             if m == "ocs":
@@ -264,7 +278,7 @@ def main(argv=None) -> int:
                         f"{r['bfd_model_outage_real_ms']} ms with BFD (3 x 50 ms)")
             res.out.print(line)
         res.finish({"modes": rows, "reconfig_ms": args.reconfig_ms, "detect_ms": args.detect_ms,
-                    "scale": args.scale})
+                    "scale": args.scale, "emulator_ok": block["emulator_ok"]})
     return 0
 
 

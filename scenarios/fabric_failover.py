@@ -48,6 +48,7 @@ if __name__ == "__main__" and __package__ is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.console import console, require_root  # noqa: E402
+from testbed.emu.health import CpuWatch, emulator_processes  # noqa: E402
 from testbed.emu.ops import set_link_state  # noqa: E402
 from testbed.errors import SpecError  # noqa: E402
 from testbed.links.probe import wait_finished  # noqa: E402
@@ -60,6 +61,7 @@ from testbed.routing.failover import (  # noqa: E402
     flow_table,
     link_event,
     loadavg,
+    lost_before,
     path_changes,
     pick_link,
     plot_throughput,
@@ -101,30 +103,31 @@ def run(G, res: Results, args) -> dict:
             recvs = {h: rep.popen(h, PROBE + ["recv", "--port", str(PORT), "--timeout", str(args.duration + 10),
                                               "--idle", "1.5", "--out", str(probe_dir / f"{h}-recv.json")],
                                   **kw) for h in hs}
-            t_start = time.time()
-            sends = {h: rep.popen(h, PROBE + ["send", "--dst", ",".join(ip_of[d] for d in hs if d != h),
-                                              "--port", str(PORT), "--sport", str(47000 + i),
-                                              "--interval", str(args.interval), "--duration", str(args.duration),
-                                              "--size", str(args.size), "--out", str(probe_dir / f"{h}-send.json")],
-                                  **kw) for i, h in enumerate(hs)}
-            intf = rep.intf_name(*link)
-            sleep_until(t_start + args.duration / 3)
-            t_cut = time.time()
-            console.print(f"cutting {link[0]}-{link[1]} ({intf}) at {t_cut - t_start:.2f} s")
-            set_link_state([intf], up=False)
-            try:
-                down_ev = poll(lambda: link_event(ctl, "link_down", link, t_cut - 0.01), timeout=15, interval=0.02,
-                               what=f"the controller to see {link[0]}-{link[1]} down")
-                sleep_until(t_start + 2 * args.duration / 3)
-            finally:
-                t_restore = time.time()
-                set_link_state([intf], up=True)
-            console.print(f"restored {link[0]}-{link[1]} at {t_restore - t_start:.2f} s")
-            up_ev = poll(lambda: link_event(ctl, "link_up", link, t_restore - 0.01), timeout=15, interval=0.02,
-                         what=f"the controller to see {link[0]}-{link[1]} up")
-            for procs, what in ((sends, "sender"), (recvs, "receiver")):
-                for h, p in procs.items():
-                    wait_finished(p, f"{what} on {h}", args.duration + 30)
+            with CpuWatch(emulator_processes(rep, ctl)) as cpu:   # the traffic's span
+                t_start = time.time()
+                sends = {h: rep.popen(h, PROBE + ["send", "--dst", ",".join(ip_of[d] for d in hs if d != h),
+                                                  "--port", str(PORT), "--sport", str(47000 + i),
+                                                  "--interval", str(args.interval), "--duration", str(args.duration),
+                                                  "--size", str(args.size), "--out", str(probe_dir / f"{h}-send.json")],
+                                      **kw) for i, h in enumerate(hs)}
+                intf = rep.intf_name(*link)
+                sleep_until(t_start + args.duration / 3)
+                t_cut = time.time()
+                console.print(f"cutting {link[0]}-{link[1]} ({intf}) at {t_cut - t_start:.2f} s")
+                set_link_state([intf], up=False)
+                try:
+                    down_ev = poll(lambda: link_event(ctl, "link_down", link, t_cut - 0.01), timeout=15, interval=0.02,
+                                   what=f"the controller to see {link[0]}-{link[1]} down")
+                    sleep_until(t_start + 2 * args.duration / 3)
+                finally:
+                    t_restore = time.time()
+                    set_link_state([intf], up=True)
+                console.print(f"restored {link[0]}-{link[1]} at {t_restore - t_start:.2f} s")
+                up_ev = poll(lambda: link_event(ctl, "link_up", link, t_restore - 0.01), timeout=15, interval=0.02,
+                             what=f"the controller to see {link[0]}-{link[1]} up")
+                for procs, what in ((sends, "sender"), (recvs, "receiver")):
+                    for h, p in procs.items():
+                        wait_finished(p, f"{what} on {h}", args.duration + 30)
             after = controller_paths(ctl, hs)
             events = ctl.get("/events")
             health = ctl.get("/health")
@@ -139,6 +142,7 @@ def run(G, res: Results, args) -> dict:
     changes = path_changes(before, during, after)
     plot_throughput(res.path("throughput.png"), edges, series, outages, t_cut - t_start, t_restore - t_start, link, args.mode)
     hit = [o["outage_ms"] for o in outages.values() if o["lost_in_window"] > 0]
+    calm = lost_before(flows, t_cut - 0.002)
     timing = split_outage(statistics.median(hit) if hit else 0.0, (down_ev["time"] - t_cut) * 1e3,
                           (down_ev["pushed"] - down_ev["time"]) * 1e3, scale, args.control_latency_ms)
     per_flow = [{"src": s, "dst": d, **o, "lost_after_restore": after_restore[(s, d)]["lost_in_window"],
@@ -167,7 +171,8 @@ def run(G, res: Results, args) -> dict:
         "flows_path_set_changed_on_restore": len(changes["changed_on_restore"]),
         "flows_back_to_original_paths": len(changes["same_as_before_after_restore"]),
         "controller_handler_errors": health["handler_errors"],
-        "load": load,
+        "load": load, "lost_before_cut": calm,
+        "cpu": cpu.summary(),
         "plot": str(res.path("throughput.png")),
     }
 
@@ -199,6 +204,7 @@ def main(argv=None) -> int:
     with Results(NAME, args, config) as res:
         require_root(f"testbed run {NAME}")
         summary = run(G, res, args)
+        summary.update(res.health(cpu=summary.pop("cpu"), unaccounted=summary["lost_before_cut"]))
         res.out.print(
             f"{summary['flows_affected']} of {summary['flows']} flows affected (lost packets while "
             f"{'-'.join(summary['link'])} was down); outage per affected flow: median "

@@ -38,6 +38,8 @@ import yaml  # noqa: E402
 
 from testbed.agg.matrix import Spec, elements, link_rate, load_spec, trials  # noqa: E402, F401 - the experiment's matrix
 from testbed.console import console, require_root  # noqa: E402
+from testbed.emu.health import CpuWatch, emulator_processes  # noqa: E402
+from testbed.emu.runhealth import assess  # noqa: E402
 from testbed.errors import SpecError  # noqa: E402
 from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # noqa: E402
 
@@ -81,6 +83,13 @@ def row(topo: str, size_mb: float, loss: float, jobs: int, results: list, link_r
             "retransmits": sum(r.retransmits for r in results), "injected_drops": sum(r.injected_drops for r in results),
             "rtt_median_s": r0.rtt_median_s, "link_rate_bps": link_rate_bps,
             "dilation": round(100e9 / link_rate_bps, 1), "start_spread_s": round(max(r.start_spread_s for r in results), 4)}
+
+
+def saturated(rows: list[dict]) -> list[str]:
+    """Health reasons of a replica's rows: switch rows whose worker links BMv2 could not fill."""
+    return [f"{r['workers']}w {r['size_mb']:g} MB loss {r['loss_pct']:g}% jobs {r['jobs']}: worker links at "
+            f"{r['link_utilisation']:.0%} of their rate (BMv2 the limit, < {SATURATION_UTILISATION:.0%})"
+            for r in rows if r["bmv2_saturated"]]
 
 
 # -- output -----------------------------------------------------------------------------------------------
@@ -140,7 +149,7 @@ def main(argv=None) -> int:
     spec = load_spec(doc, args.quick)
     plan = trials(spec)
     with Results(NAME, args, config={"spec": asdict(spec), "trials": plan}) as res:
-        rows = []
+        rows, health = [], {}
         t0 = time.monotonic()
         groups = {}
         for t in plan:
@@ -149,7 +158,8 @@ def main(argv=None) -> int:
             need_jobs = max(t[5] for t in group)
             rate = link_rate(spec, n)
             with AggTestbed(n, topo, link_rate_bps=rate, out_dir=res.dir / f"{topo}-{n}",
-                            window=spec.window, jobs=need_jobs) as tb:
+                            window=spec.window, jobs=need_jobs) as tb, CpuWatch(emulator_processes(tb.rep)) as cpu:
+                first = len(rows)
                 for _, _, size, mode, loss, jobs in group:
                     console.print(f"[{time.monotonic() - t0:.0f}s] {topo} n={n} {size:g} MB {mode} loss {loss:g}% "
                                   f"jobs {jobs}")
@@ -160,6 +170,7 @@ def main(argv=None) -> int:
                                                  for j in range(1, jobs + 1)])
                     rows.append(row(topo, size, loss, jobs, results, rate))
                     res.write_json("rows.json", rows)
+            health[f"{topo}-{n}"] = assess(cpu=cpu.summary(), reasons=saturated(rows[first:]))
         summary = summarise(rows)
         table(rows, summary, res.out)
         plots(rows, summary, res.dir)
@@ -168,8 +179,9 @@ def main(argv=None) -> int:
                "notes": ["loss injected at the workers' send path (seeded); ring runs lossless",
                          "jobs=2: both jobs concurrently on the switch vs two rings back to back",
                          "bytes_per_worker_link: wire bytes (headers included), max of up/down, per job"]}
-        res.write_json("metrics.json", doc)
-        res.finish(doc)
+        block = res.health(health)
+        res.write_json("metrics.json", {**doc, **block})
+        res.finish({**doc, "emulator_ok": block["emulator_ok"]})
         bad = [r for r in rows if not r["correct"]]
         if bad:
             res.out.print(f"[red]{len(bad)} rows returned wrong results[/red]")

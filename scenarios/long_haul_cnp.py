@@ -241,7 +241,8 @@ def main(argv=None) -> int:
             report.print_summary(report.summarise(rows), res.out)
         report.plot(rows, res.path("long_haul_cnp.png"))
         report.print_verdict(rows, res.out)
-        metrics, summary = report.documents(rows, G0.graph["scale"])
+        block = res.health(report.health_parts(rows))    # every trial's ledger, CPU and saturation
+        metrics, summary = report.documents(rows, G0.graph["scale"], block)
         res.write_json("metrics.json", metrics)
         res.finish(summary)
     return 0

@@ -40,6 +40,7 @@ if __name__ == "__main__" and __package__ is None:
 
 from testbed.console import console, require_root  # noqa: E402
 from testbed.emu.registry import RunRegistry  # noqa: E402
+from testbed.emu.runhealth import assess  # noqa: E402
 from testbed.links.wire import name_prefix  # noqa: E402
 from testbed.pfc.config import PfcConfig, WatchdogParams  # noqa: E402
 from testbed.pfc.fanin import FanIn, IncastParams, run_trial  # noqa: E402
@@ -89,6 +90,23 @@ def _row(n: int, res: dict) -> dict:
             "watchdog_drops": led["3"]["drops"].get("bottleneck_drop_pfc_watchdog", 0),
             "machine_cpu_mean": res["cpu"]["machine_mean"], "late_frames": res["emulator_late"],
             "late_fraction": res["late_fraction"], "host_steal": res["host_steal"]}
+
+
+def _health(trial: dict) -> dict:
+    """A trial's emulator health (its link cores' stats taken out of the trial): lateness, socket losses,
+    the per-priority ledger's unaccounted frames, CPU, and the checks only this scenario makes."""
+    stats = trial.pop("stats")
+    checks, react = trial["checks"], trial["reaction"]
+    reasons = []
+    if not checks.get("reaction_within_headroom", True):
+        reasons.append(f"PFC reaction {react['worst_s'] * 1e3:.1f} ms beyond the "
+                       f"{trial['params']['reaction_allowance_s'] * 1e3:.1f} ms the headroom covers")
+    if not checks["delivered_equals_receiver"]:
+        led = trial["ledger"]
+        reasons.append(f"the bottleneck sent {led['bottleneck_tx_packets']} frames, the receiver got "
+                       f"{led['receiver_packets']}")
+    unaccounted = sum(r["unaccounted"] for r in trial["ledger"]["priorities"].values())
+    return assess(cpu=trial["cpu"], link_stats=stats, unaccounted=unaccounted, reasons=reasons)
 
 
 def _print_rows(rows: list[dict], labels: list[str], to) -> None:
@@ -143,7 +161,7 @@ def main(argv=None) -> int:
     require_root(f"testbed run {NAME}")
     counts = (4,) if args.quick else (4, 8)
     with Results(NAME, args, config={"rate_bps": RATE, "scale": 1000, "counts": counts}) as res:
-        rows, trials = [], []
+        rows, trials, health = [], [], {}
         with RunRegistry(NAME) as run:
             for n in counts:
                 fan = FanIn(run, name_prefix(str(n)), res.dir, n)
@@ -154,9 +172,10 @@ def main(argv=None) -> int:
                     console.print(f"{n}:1 incast, PFC {'on' if on else 'off'}")
                     trial = run_trial(fan, IncastParams(senders=n, rate_bps=RATE, pfc=pfc, pfc_on=on),
                                       _flows(n), args.seconds, capture=res.path(f"pfc-{n}-{on}.pcap") if on else None)
-                    trial.pop("stats")
+                    label = f"{n}:1, PFC {'on' if on else 'off'}"
+                    health[label] = _health(trial)
                     rows.append(_row(n, trial))
-                    trials.append((f"{n}:1, PFC {'on' if on else 'off'}", trial))
+                    trials.append((label, trial))
                 if n != counts[0]:
                     continue
                 for wd in (None, WatchdogParams(detect_s=0.5e-3, restore_s=0.5e-3, action="drop")):
@@ -166,13 +185,14 @@ def main(argv=None) -> int:
                                           headroom_bytes=pfc.headroom_bytes, watchdog=wd)
                     trial = run_trial(fan, IncastParams(senders=n, rate_bps=RATE, pfc=storm_pfc), _flows(n),
                                       args.storm + args.seconds, storm_s=args.storm)
-                    trial.pop("stats")
+                    health[label] = _health(trial)
                     rows.append(_row(n, trial))
                     trials.append((label, trial))
-        res.write_json("metrics.json", {"rows": rows, "trials": [{"label": k, **v} for k, v in trials]})
         _print_rows(rows, [label for label, _ in trials], res.out)
+        block = res.health(health)
+        res.write_json("metrics.json", {"rows": rows, "trials": [{"label": k, **v} for k, v in trials], **block})
         _plot(trials, res.path("pfc_incast.png"))
-        res.finish({"rows": rows, "all_valid": all(r["valid"] for r in rows)})
+        res.finish({"rows": rows, "all_valid": all(r["valid"] for r in rows), "emulator_ok": block["emulator_ok"]})
     return 0
 
 

@@ -140,6 +140,8 @@ class Results:
         self.started = _dt.datetime.now().isoformat(timespec="seconds")
         self._made = False
         self._written: list[str] = []
+        #: the run's emulator health (:meth:`health`), also in the metrics.json written for the run
+        self.health_block: dict | None = None
 
     @property
     def dir(self) -> Path:
@@ -197,9 +199,9 @@ class Results:
         self.write_json("status.json", doc)
 
     def _metrics_index(self) -> dict:
-        """metrics.json of a scenario that wrote its measurements in other files: the summary and where the
-        rest is (so every results folder has the same entry point)."""
-        return {"scenario": self.name, "summary": self.summary,
+        """metrics.json of a scenario that wrote its measurements in other files: its emulator health, the
+        summary and where the rest is (so every results folder has the same entry point)."""
+        return {"scenario": self.name, **(self.health_block or {}), "summary": self.summary,
                 "files": sorted(n for n in self._written if n not in ("config.json", "status.json", "summary.json"))}
 
     def _plan_index(self) -> dict:
@@ -227,6 +229,20 @@ class Results:
         if name not in self._written:
             self._written.append(name)
         return p
+
+    def health(self, parts: dict | None = None, **evidence) -> dict:
+        """The run's ``{"emulator_ok", "emulator"}`` block (:mod:`testbed.emu.runhealth`), said on the run's
+        data console in one line; the scenario puts it into ``metrics.json`` (``metrics.update(block)``).
+
+        ``evidence``: :func:`testbed.emu.runhealth.assess`'s keywords for a run measured as one part;
+        ``parts``: ``{label: block}`` of a run's trials or modes (each an ``assess`` result), joined.
+        """
+        from testbed.emu import runhealth
+
+        block = runhealth.combine(parts) if parts is not None else runhealth.assess(**evidence)
+        self.health_block = block
+        self.out.print(runhealth.line(block), markup=False, highlight=False, soft_wrap=True)
+        return block
 
     def finish(self, summary: dict) -> None:
         """Write summary.json and print it (stdout with --json, a pointer on stderr otherwise)."""

@@ -10,10 +10,11 @@ processes), so each PAUSE is followed from the frame that crossed the threshold 
 model holds the priority:
 
     crossing frame arrives (kernel stamp) --bottleneck lag--> PAUSE sent --transit (veth, tc)--> PAUSE
-    arrives at the sender (kernel stamp) --sender lag--> the sender's model holds priority 3
+    arrives at the sender (kernel stamp) --sender lag--> the sender's model takes it (holds one delay later)
 
-Frames a sender started between the PAUSE's arrival and the hold were not held: that lag is what the
-headroom must absorb beyond physics. The figures are emulated seconds (what the replica lives in) and real
+The sender's model acts on the PAUSE one link delay after its arrival (the cable back to the sender);
+a sender lag beyond that lets through frames that should have been held: that is what the headroom must
+absorb beyond physics. The figures are emulated seconds (what the replica lives in) and real
 ones (÷ scale): the issue's goal is PAUSE received -> egress stopped <= 1 us real at the default dilation.
 Absolute times on this shared machine are noise: the load average is printed next to them, and the host's
 steal time over the trial (the hypervisor running none of this VM's vCPUs: the emulator's late frames track it).

@@ -8,7 +8,7 @@ prints the same document a run writes as ``plan.json``. Capabilities come from `
 
 from __future__ import annotations
 
-from testbed.console import out, print_json
+from testbed.console import console, out, print_json
 from testbed.errors import SpecError
 
 
@@ -40,6 +40,8 @@ def _plan(args) -> int:
 
         caps = plan_capabilities()
     plan = plan_replica(G, caps, Overrides(scale=args.scale, link_backend=args.link_backend))
+    for warning in plan.warnings:   # stderr: the data (and its notes) stay on stdout
+        console.print(f"[yellow]warning: {warning}[/yellow]")
     if args.json:
         print_json(plan.to_json())
     else:

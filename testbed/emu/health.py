@@ -9,10 +9,13 @@ counted. :func:`saturation` turns them into reasons to distrust the trial (empty
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import subprocess
 import threading
+import time
+from pathlib import Path
 
 from testbed.emu.cpustat import host_cpu_times, spinner_pids, steal_fraction
 
@@ -84,12 +87,15 @@ class CpuWatch:
     """Samples machine CPU and the switches' CPU every 0.5 s on a thread (while a trial runs)."""
 
     def __init__(self, pids, exclude=()):
-        """``pids``: the switches; ``exclude``: processes whose CPU is not the emulator's load,
-        subtracted from the machine's -- every :class:`testbed.emu.awake.KeepAwake` spinner running now
-        is added to it, whoever started it."""
+        """``pids``: the switches (a list, or ``{name: pid}`` to have them named in the summary's
+        ``processes``); ``exclude``: processes whose CPU is not the emulator's load, subtracted from the
+        machine's -- every :class:`testbed.emu.awake.KeepAwake` spinner running now is added to it, whoever
+        started it."""
         import psutil
 
-        self.procs = [psutil.Process(p) for p in pids]
+        named = pids if isinstance(pids, dict) else {str(p): p for p in pids}
+        self.names = [n for n, p in named.items() if p]
+        self.procs = [psutil.Process(named[n]) for n in self.names]
         self.excluded = []
         for pid in sorted({*exclude, *spinner_pids()}):
             try:
@@ -122,6 +128,8 @@ class CpuWatch:
 
     def __enter__(self):
         self._times = [host_cpu_times()]
+        self._wall = [time.monotonic()]
+        self._cpu = {n: [_cpu_s(p)] for n, p in zip(self.names, self.procs, strict=True)}
         self._t.start()
         return self
 
@@ -129,13 +137,60 @@ class CpuWatch:
         self._stop.set()
         self._t.join(timeout=5)
         self._times.append(host_cpu_times())
+        self._wall.append(time.monotonic())
+        for n, p in zip(self.names, self.procs, strict=True):
+            self._cpu[n].append(_cpu_s(p))
 
     def summary(self) -> dict:
         """Means over the trial; ``host_steal``: the share of CPU time the hypervisor took (the emulator's
-        late frames track it on a VM, docs/pfc.md "Lateness")."""
+        late frames track it on a VM, docs/pfc.md "Lateness"); ``processes``: each watched process's CPU
+        seconds over the trial's wall seconds (None: it ended before the trial did)."""
         steal = steal_fraction(*self._times) if len(self._times) == 2 else 0.0
+        wall = self._wall[1] - self._wall[0] if len(self._wall) == 2 else 0.0
+        procs = {n: {"cpu_s": round(c[1] - c[0], 3) if len(c) == 2 and None not in c else None,
+                     "wall_s": round(wall, 3)} for n, c in getattr(self, "_cpu", {}).items()}
         return {"machine_mean": statistics.fmean(self.machine) if self.machine else 0.0,
-                "switch_max": max(self.switch, default=0.0), "host_steal": round(steal, 4)}
+                "switch_max": max(self.switch, default=0.0), "host_steal": round(steal, 4), "processes": procs}
+
+
+def _cpu_s(proc) -> float | None:
+    """User + system CPU seconds of a psutil process so far (None: it has gone)."""
+    import psutil
+
+    try:
+        t = proc.cpu_times()
+    except psutil.Error:
+        return None
+    return t.user + t.system
+
+
+def ovs_pid() -> int | None:
+    """ovs-vswitchd's pid (None: not running). One daemon serves every run on the machine."""
+    for path in ("/run/openvswitch/ovs-vswitchd.pid", "/var/run/openvswitch/ovs-vswitchd.pid"):
+        try:
+            return int(Path(path).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def emulator_processes(rep=None, controller=None, own: bool = False) -> dict:
+    """``{name: pid}`` of the processes that carry a run's emulation, for :class:`CpuWatch`'s per-process
+    CPU: ovs-vswitchd (when the replica has OVS switches), the fabric controller, each BMv2 switch of the
+    replica ``rep`` and, with ``own``, this process (OCS nodes run in it as threads)."""
+    out = {}
+    entries = rep.plan.switches if rep is not None else ()
+    if any(s.kind == "ovs" for s in entries) and ovs_pid():
+        out["ovs-vswitchd"] = ovs_pid()
+    for sw in (rep.switch(s.node) for s in entries):
+        proc = getattr(getattr(sw, "process", None), "proc", None)
+        if proc is not None and proc.poll() is None:
+            out[sw.name] = proc.pid
+    if controller is not None and controller.proc.poll() is None:
+        out["controller"] = controller.proc.pid
+    if own:
+        out["scenario"] = os.getpid()
+    return out
 
 
 def ss_packet_sockets() -> str:

@@ -230,7 +230,10 @@ class Replica:
         lay, run = self.layout, self.run
         console.print(f"[dim]{self.plan.summary_line()}[/dim]")
         for note in self.plan.notes:
-            console.print(f"[dim]plan: {note}[/dim]")
+            if note in self.plan.warnings:
+                console.print(f"[yellow]warning: {note}[/yellow]")
+            else:
+                console.print(f"[dim]plan: {note}[/dim]")
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             (self.out_dir / "plan.json").write_text(json.dumps(self.plan.to_json(), indent=1, default=str) + "\n")

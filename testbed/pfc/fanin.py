@@ -301,6 +301,58 @@ def reaction(stats: dict) -> dict:
             "rx_lag_max_s": rx_max, "rx_lag_mean_s": rx_mean, "worst_s": tx.get("max_s", 0.0) + rx_max}
 
 
+def started_while_paused(records, params: IncastParams, priority: int = 3, margin_s: float = 5e-4) -> dict:
+    """Which data frames a sender NIC started while its ``priority`` was paused, from a capture at its
+    switch-side interface (``b``: data frames out, PFC frames in, kernel stamps; :func:`read_pcap` records).
+
+    A PFC frame stamped ``t`` acts at ``t + delay`` (the cable back to the sender), replayed through
+    :class:`~testbed.pfc.state.PfcEgress`; a data frame captured at ``c`` started at ``c - len/rate - delay``
+    if it was sent on time (later if it was sent late, never earlier). So that lateness cannot move a frame
+    into a pause, frames less than 0.8 frame times from a neighbour (a catch-up burst after a stall: their start
+    is unknown) are skipped, and a frame counts as ``in`` a pause only from ``margin_s`` after it began (the
+    model may take a PAUSE up to its reaction lag late). Pure.
+
+    Returns:
+        ``{"pfc_frames", "paused_s", "skipped_burst", "frames": {prio: {"in": n, "out": n}}}``: ``in`` =
+        started while ``priority`` was paused; ``paused_s`` = the union of pauses, as the NIC's ``paused_s``.
+    """
+    from testbed.pfc.state import PfcEgress
+    from testbed.pfc.wire import decode, priority_of
+
+    egress = PfcEgress(params.pfc, params.real_rate_bps, Dilation(params.scale))
+    Bps = params.rate_bps / 8
+    pauses, data = [], []
+    for ts_ns, raw, length in records:
+        t = ts_ns * 1e-9
+        frame = decode(raw)
+        if frame is not None:
+            pauses.append((t + params.delay_s, frame))
+        else:
+            data.append((t, priority_of(raw, params.pfc), length))
+    data.sort(key=lambda x: x[0])
+    pauses.sort(key=lambda x: x[0])
+    frames: dict = {}
+    skipped = k = 0
+    for i, (c, prio, length) in enumerate(data):
+        gap = 0.8 * length / Bps
+        if (i and c - data[i - 1][0] < gap) or (i + 1 < len(data) and data[i + 1][0] - c < gap):
+            skipped += 1
+            continue
+        start = c - length / Bps - params.delay_s
+        while k < len(pauses) and pauses[k][0] <= start:
+            egress.receive(*pauses[k])
+            k += 1
+        since = egress.paused_since[priority]
+        inside = egress.paused(start, priority) and since is not None and start - since >= margin_s
+        row = frames.setdefault(prio, {"in": 0, "out": 0})
+        row["in" if inside else "out"] += 1
+    for t, frame in pauses[k:]:
+        egress.receive(t, frame)
+    end = max([t for t, _ in pauses[-1:]] + [c for c, _, _ in data[-1:]], default=0.0)
+    return {"pfc_frames": len(pauses), "paused_s": egress.paused_time(end, priority),
+            "skipped_burst": skipped, "frames": frames}
+
+
 def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int = 1,
               capture: Path | None = None, storm_s: float | None = None, core_name: str = "c") -> dict:
     """One incast: start the cores, send ``flows``, drain, stop; the ledger, PFC counters and validity.
@@ -322,7 +374,7 @@ def run_trial(fan: FanIn, params: IncastParams, flows, seconds: float, seed: int
                 stack.enter_context(tcpdump(lambda a, log: fan.run.spawn(a, log=log), argv,
                                             capture.with_suffix(".log"), "the switch port"))
             before = fan.receiver_packets()
-            with CpuWatch([p.pid for p in fan.procs.values()]) as cpu:
+            with CpuWatch({name: p.pid for name, p in fan.procs.items()}) as cpu:
                 if storm_s is not None:
                     pause_s = 0xFFFF * 512 / params.real_rate_bps * params.scale
                     stuck = fan.stuck_receiver(storm_s, pause_s / 4)

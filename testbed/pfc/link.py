@@ -10,10 +10,14 @@ in one FIFO per priority and decides each start when the wire is free::
     advance(now): while the wire is free at s <= now and a head may start:
                 s = max(busy_until, head arrival, resume_at(p) if p is paused);  earliest s, then arrival order
                 --> PfcIngress.depart(s)  (XON upstream at s)   --> wire loss --> release = s + len/rate + delay
-    rx PFC frame from downstream at now: advance(now), then PfcEgress.receive(now, pause)
+    rx PFC frame from downstream at now: it acts at now + delay (the cable back to the sender), in time order
+                with the events above (at equal times after them): PfcEgress.receive(now + delay, pause)
 
 PFC frames the ingress side emits are queued in :attr:`upstream` as ``(t, PauseFrame)`` (they leave by the
 interface the data came in on); frames that start are queued in :attr:`released` as ``(release, frame)``.
+A received PFC frame travels the link's one-way delay before the sender acts on it, as data does the other
+way: frames that start meanwhile are sent (the two-way cable term of the headroom). Both directions of a
+link node share one delay, so this direction's delay is also the reverse one's; jitter does not apply.
 A frame already on the wire is finished (the gate is asked when a frame starts). Occupancy for tail drop
 and RED = frames waiting + the frame being serialised, all priorities; lossless priorities are bounded by
 their own ``xoff + headroom`` instead of the tail limit. Order of random draws: RED at arrival, loss then
@@ -96,6 +100,7 @@ class PfcDirection:
         self.upstream: list = []   # (t, PauseFrame) for the caller to send upstream
         self.dropped: list = []    # (t, reason, length) of frames dropped after admission (watchdog, loss)
         self.pfc_rx_frames = self.pfc_tx_frames = 0
+        self._rx: deque = deque()   # (acts at, PauseFrame) of received PFC frames still on the cable
         self.prio_bytes = [0] * PRIORITIES   # waiting bytes per priority (the watchdog's "queued")
         self.watchdog = PfcWatchdog(pfc.watchdog, self.egress) if pfc.watchdog is not None else None
         self._wd_polled = 0.0
@@ -185,12 +190,15 @@ class PfcDirection:
         if pause is None:
             return False
         self.pfc_rx_frames += 1
+        self._rx.append((now + self.delay, pause))   # acts when it reaches the sender (see the module doc)
         self.advance(now)
-        self.egress.receive(now, pause)
-        self.advance(now)
-        qlen, qbytes = self.depth(now)   # a pause state change is a sample (the series shows every one)
-        self._record(now, qlen, qbytes)
         return True
+
+    def _act(self, t: float) -> None:
+        """The oldest received PFC frame reaches the sender at ``t``: pause or resume."""
+        self.egress.receive(t, self._rx.popleft()[1])
+        qlen, qbytes = self.depth(t)   # a pause state change is a sample (the series shows every one)
+        self._record(t, qlen, qbytes)
 
     def _next_start(self) -> tuple[float, int] | None:
         best = None
@@ -210,18 +218,27 @@ class PfcDirection:
         return None if best is None else (best[0], best[1])
 
     def next_event(self) -> float | None:
-        """When :meth:`advance` next has work (a start or a PAUSE refresh), or None."""
+        """When :meth:`advance` next has work (a start, a PAUSE refresh, a watchdog poll, a received PFC
+        frame acting), or None."""
         nxt = self._next_start()
-        times = [t for t in (nxt[0] if nxt else None, self.ingress.next_deadline(), self._wd_due()) if t is not None]
+        rx = self._rx[0][0] if self._rx else None
+        times = [t for t in (nxt[0] if nxt else None, self.ingress.next_deadline(), self._wd_due(), rx)
+                 if t is not None]
         return min(times) if times else None
 
     def advance(self, now: float) -> None:
-        """Start every frame whose start time is ``<= now``; refresh PAUSE and poll the watchdog on time, in
-        time order (at equal times: the start, then the refresh, then the watchdog)."""
+        """Start every frame whose start time is ``<= now``; refresh PAUSE, poll the watchdog and act on
+        received PFC frames on time, in time order (at equal times: the start, the refresh, the watchdog,
+        the PFC frame)."""
         while True:
             nxt = self._next_start()
             due = self.ingress.next_deadline()
             wd = self._wd_due()
+            rx = self._rx[0][0] if self._rx else None
+            if (rx is not None and rx <= now and (nxt is None or rx < nxt[0]) and (due is None or rx < due)
+                    and (wd is None or rx < wd)):
+                self._act(rx)
+                continue
             if wd is not None and wd <= now and (nxt is None or wd < nxt[0]) and (due is None or wd < due):
                 self._wd_poll(wd)
                 continue

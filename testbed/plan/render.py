@@ -31,6 +31,8 @@ def plan_json(plan) -> dict:
         "capabilities": plan.capabilities.to_json(),
         "overrides": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(plan.overrides).items()},
         "notes": list(plan.notes),
+        "warnings": list(plan.warnings),
+        "pfc": plan.pfc.to_json() if plan.pfc is not None else None,
         "links": [{"u": str(e.u), "v": str(e.v), "tier": e.tier, "ports": {str(e.u): e.port_u, str(e.v): e.port_v},
                    "intf": {str(e.u): e.intf_u, str(e.v): e.intf_v}, "backend": e.backend, "reason": e.reason,
                    "real": _lp(e.real), "emulated": _lp(e.emulated), "applied": _lp(e.applied),
@@ -93,5 +95,27 @@ def print_plan(plan, console) -> None:
                    else f"dpid {ss[0].dpid}..{ss[-1].dpid}")
         t.add_row(str(role), str(len(ss)), f"{kind} {program or datapath or ''}".strip(), queues, numbers)
     console.print(t)
+    if plan.pfc is not None:
+        _print_pfc(plan.pfc, console)
     for note in plan.notes:
         console.print(f"[yellow]note: {note}[/yellow]")
+
+
+def _print_pfc(pfc, console) -> None:
+    """Switch ports grouped by headroom: how many, whether xoff + headroom fit the spec's buffer."""
+    from rich.table import Table
+
+    from testbed.units import format_size
+
+    cfg = pfc.config
+    groups: dict = {}
+    for p in pfc.ports:
+        groups.setdefault((p.headroom_bytes, p.fits_buffer), []).append(p)
+    t = Table("headroom", "switch ports", "xoff + headroom fits buffer", "e.g.",
+              title=f"PFC (planned, {'applied' if pfc.applied else 'NOT applied'}): lossless priorities "
+                    f"{','.join(map(str, cfg.priorities))}, xoff {format_size(cfg.xoff_bytes)}, "
+                    f"xon {format_size(cfg.xon_bytes)}, headroom {'auto' if cfg.headroom_bytes is None else 'fixed'}")
+    for (nbytes, fits), ports in sorted(groups.items(), key=lambda kv: kv[0][0]):
+        t.add_row(format_size(nbytes), str(len(ports)), {True: "yes", False: "[red]no[/red]"}.get(fits, "- (no buffer:)"),
+                  f"{ports[0].switch} port {ports[0].port}")
+    console.print(t)

@@ -16,7 +16,9 @@ bytes are the same in both (dilation keeps buffers in packets).
 
 Every spec setting either takes effect here or is refused with a :class:`SpecError` naming the field;
 what a backend cannot do is written into the plan (``notes``), with the backend's floor, never dropped
-without a word.
+without a word. A note that means the replica behaves unlike the spec is also in ``warnings`` (printed as
+a warning when the replica is built and by ``testbed plan``): the spec's ``pfc:`` block is planned
+(:mod:`testbed.plan.pfc`: headroom per switch port, buffer fit) but not applied in a replica.
 
 Queues (``queue:`` on a link, ``buffer:`` per switch egress port): a link's own ``queue:`` wins, else
 the spec's ``buffer:`` at every switch egress, else 1000 packets (the kernel's txqueuelen). They become
@@ -38,6 +40,7 @@ from testbed.plan.alloc import Allocator
 from testbed.plan.capabilities import ASSUMED, Capabilities
 from testbed.plan.layout import Layout, layout
 from testbed.plan.marking import marking_profile
+from testbed.plan.pfc import PfcPlan, plan_pfc
 from testbed.rdma.dcqcn import DcqcnParams, params_dict
 from testbed.topo.graph import HOST
 
@@ -216,6 +219,8 @@ class ReplicaPlan:
     mtu: int
     frame_bytes: int
     notes: tuple = field(default=())
+    warnings: tuple = field(default=())   # the notes that say the replica departs from the spec
+    pfc: PfcPlan | None = None            # the spec's pfc: block, planned (not applied: PfcPlan.applied)
 
     @property
     def scale(self) -> float:
@@ -446,9 +451,16 @@ def plan_replica(G: nx.Graph, capabilities: Capabilities = ASSUMED, overrides: O
         notes.append("links are not emulated (overrides.links=off): plain veths, no rates or delays")
     elif ov.links == "rates":
         notes.append("rates only (overrides.links=rates): delays, loss and RED are not emulated")
+    warnings = []
+    spec_pfc = getattr(G.graph.get("spec"), "pfc", None)
+    pfc = plan_pfc(spec_pfc, links, switches, mtu, buffer_bytes) if spec_pfc is not None else None
+    if pfc is not None:
+        notes.append(pfc.note)
+        warnings.append(pfc.note)
     return ReplicaPlan(name=str(G.graph.get("name", "fabric")), dilation=dil, capabilities=caps, overrides=ov,
                        layout=lay, graph=H, links=tuple(links), switches=tuple(switches),
-                       endpoints=tuple(endpoints), mtu=mtu, frame_bytes=frame, notes=tuple(notes))
+                       endpoints=tuple(endpoints), mtu=mtu, frame_bytes=frame, notes=tuple(notes),
+                       warnings=tuple(warnings), pfc=pfc)
 
 
 def _link_draft(G, u, v, real, emulated, bmv2, roles, buffer_bytes, frame, caps, ov) -> dict:

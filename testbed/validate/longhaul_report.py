@@ -4,7 +4,8 @@
     print_table(rows, to) one line per trial, real-world units, its verdict (INVALID trials say why)
     summarise(rows)       per (case, km, mode): mean and 95% interval over the valid repetitions
     print_summary(groups, to)  that table, when a point has more than one repetition
-    print_verdict(rows, to)    closing lines: invalid trials, emulator health, saturation
+    print_verdict(rows, to)    closing lines: invalid trials, saturation
+    health_parts(rows)    each trial's emulator health in the shared shape (testbed.emu.runhealth)
                           (``to``: the run's data console, ``Results.out``: stdout, stderr with --json)
     plot(rows, path)      goodput, FCT p99, feedback delay and peak queue against distance, per case;
                           with repetitions the mean and its interval as a band
@@ -133,27 +134,37 @@ METRICS_KEYS = ("case", "distance_km", "mode", "repetition", "valid", "validity"
                 "unaccounted_losses", "accounting")
 
 
-def documents(rows, scale: float) -> tuple[dict, dict]:
-    """``(metrics.json, summary.json)`` of a run: emulator health and every trial's ledger; the rows, the
-    per-point summary and the run's verdict."""
-    emulator_ok = all(x["emulator_ok"] for x in rows)
+def documents(rows, scale: float, health: dict) -> tuple[dict, dict]:
+    """``(metrics.json, summary.json)`` of a run: emulator health (``health``: the run's ``Results.health``
+    block of :func:`health_parts`) and every trial's ledger; the rows, the per-point summary and the run's
+    verdict."""
     saturated = any(x["emulator_saturated"] for x in rows)
-    metrics = {"emulator_ok": emulator_ok, "trials": [{k: x[k] for k in METRICS_KEYS} for x in rows]}
+    metrics = {**health, "trials": [{k: x[k] for k in METRICS_KEYS} for x in rows]}
     summary = {"rows": [{k: x[k] for k in SUMMARY_KEYS} | {"emulated": x["emulated"],
                                                            "emulator_saturated": x["emulator_saturated"]}
                         for x in rows],
-               "summary": summarise(rows), "emulator_saturated": saturated, "emulator_ok": emulator_ok,
+               "summary": summarise(rows), "emulator_saturated": saturated, "emulator_ok": health["emulator_ok"],
                "invalid_trials": sum(1 for x in rows if not x["valid"]), "scale": scale}
     return metrics, summary
 
 
+def health_parts(rows) -> dict:
+    """Each trial's emulator health in the shape every run writes (:func:`testbed.emu.runhealth.assess`):
+    its frame ledger's evidence, its CPU, and every reason to distrust it (saturation and ledger), keyed
+    ``"case km mode #repetition"``; ``Results.health`` joins them into the run's ``emulator_ok`` block."""
+    from testbed.emu.runhealth import assess
+
+    return {f"{x['case']} {x['distance_km']:g} km {x['mode']} #{x['repetition']}":
+            assess(cpu=x["cpu"], ledger=x["emulator"], reasons=x["health"]["reasons"]) for x in rows}
+
+
 def print_verdict(rows, to) -> None:
-    """The run's closing lines: how many trials are invalid, emulator health, saturation."""
+    """The run's closing lines: how many trials are invalid, saturation (``Results.health`` says the
+    emulator's health)."""
     invalid = [x for x in rows if not x["valid"]]
     if invalid:
         to.print(f"[yellow]{len(invalid)} of {len(rows)} trials are INVALID (column 'valid'): they are "
                       "not results of their mode[/yellow]")
-    to.print(f"emulator_ok: {all(x['emulator_ok'] for x in rows)}")
     if any(x["emulator_saturated"] for x in rows):
         to.print("[yellow]the emulator saturated in some trials (column 'sat.'): do not read those "
                       "rows as protocol behaviour[/yellow]")

@@ -172,6 +172,7 @@ def row(case: str, distance_km: float, mode: str, scale: float, t: dict, repetit
     return {"case": case, "distance_km": distance_km, "mode": mode, "repetition": repetition,
             "valid": t["validity"]["valid"], "validity": t["validity"], "health": t["health"],
             "emulator_ok": t["emulator_ok"], "unaccounted_losses": t["unaccounted_losses"],
+            "emulator": t["emulator"], "cpu": t["cpu"],   # the evidence of the run's health block
             "long_haul_backend": t.get("long_haul_backend"), "long_haul_netem_drops": t.get("long_haul_netem_drops"),
             "accounting": t["accounting"], "bottleneck": t["bottleneck"], "cnps_rx": t["cnps_rx"],
             "feedback_check": t.get("feedback_check"),

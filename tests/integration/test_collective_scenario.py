@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from testbed.scenario import REPO_ROOT
+from tests.integration.runhealth import check_health
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs]
 
@@ -46,3 +47,7 @@ def test_quick_scenario(tmp_path):
     assert len(incast["rates_bps"]) == 7 and incast["wrong"] == 0
     assert incast["deviation"] < 0.30 and incast["pass"], incast
     assert acc["alltoall"]["pass"] and acc["alltoall"]["wrong"] == 0 and acc["alltoall"]["ranks"] == 8
+    ev = check_health(json.loads((out / "metrics.json").read_text()), proc.stderr, healthy=False)
+    assert set(ev["parts"]) == {"sweep", "trace", "ring-baseline-1", "ring-baseline-2", "ring-failure", "incast",
+                                "alltoall"} and ev["unaccounted"] is not None
+    assert summary["emulator_ok"] == (not ev["reasons"])

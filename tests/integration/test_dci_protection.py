@@ -14,6 +14,8 @@ import json
 
 import pytest
 
+from tests.integration.runhealth import check_health
+
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs]
 
 RECONFIG_MS, DETECT_MS, SCALE = 20.0, 2.0, 50.0
@@ -24,7 +26,8 @@ def test_dci_protection_quick_measures_the_reconfiguration_window(tmp_path, caps
 
     assert dci_protection.main(["--quick", "--json", "--out", str(tmp_path), "--reconfig-ms", str(RECONFIG_MS),
                                 "--detect-ms", str(DETECT_MS), "--scale", str(SCALE)]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    printed = capsys.readouterr()
+    summary = json.loads(printed.out)
     ocs, packet = summary["modes"]["ocs"], summary["modes"]["packet"]
     # both site OCSs saw the cut and switched; the monitors ran clean
     assert ocs["ocs_switched"] == 2 and ocs["monitor_errors"] == []
@@ -55,3 +58,11 @@ def test_dci_protection_quick_measures_the_reconfiguration_window(tmp_path, caps
         assert working[0]["emulated_delay_ms"] == pytest.approx(working[0]["real_delay_ms"] * SCALE)
         assert working[0]["real_delay_ms"] == pytest.approx(0.150, abs=1e-4)
         assert sum(f["km"] for f in mode["fibres"].values() if f["tier"] == "standby") == pytest.approx(40)
+    # nothing lost before the cut; the OCS mode's evidence names this process (its OCS nodes are threads)
+    assert ocs["lost_before_cut"] == 0 and packet["lost_before_cut"] == 0
+    ev = check_health(json.loads((tmp_path / "metrics.json").read_text()), printed.err, links=True)
+    assert set(ev["parts"]) == {"ocs", "packet"} and "scenario" in ev["parts"]["ocs"]["cpu"]
+    assert "controller" in ev["parts"]["packet"]["cpu"] and ev["unaccounted"] == 0 and summary["emulator_ok"]
+    # the fibres' delay lines are in the evidence: on time, nothing lost in their sockets but the cut's own
+    assert ev["late_fraction"] is not None and ev["lost_inside_emulator"] == 0
+    assert any(k.startswith("ocs: dl") for k in ev["lateness_us"]), ev["lateness_us"].keys()

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.runhealth import check_health
+
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,4 +29,8 @@ def test_demo_quick(tmp_path):
     assert 0.2 < summary["iperf_fraction_of_line_rate"] < 1.1
     for name in ("config.json", "metrics.json", "summary.json", "controller.log"):
         assert (tmp_path / name).exists(), name
-    assert json.loads((tmp_path / "metrics.json").read_text())["iperf"]["src"] == "h0"
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["iperf"]["src"] == "h0"
+    # OVS and the controller are the emulator's processes here; their CPU is in the evidence
+    ev = check_health(metrics, res.stderr)
+    assert "ovs-vswitchd" in ev["cpu"] and "controller" in ev["cpu"] and summary["emulator_ok"] is True

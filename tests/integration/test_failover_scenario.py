@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from testbed.scenario import REPO_ROOT
+from tests.integration.runhealth import check_health
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs, pytest.mark.slow]
 
@@ -23,6 +24,10 @@ def test_fabric_failover_quick(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads(res.stdout)
     out = tmp_path / "out"
+    # nothing lost before the cut; the index metrics.json carries the run's health
+    assert summary["lost_before_cut"] == 0
+    ev = check_health(json.loads((out / "metrics.json").read_text()), res.stderr)
+    assert {"ovs-vswitchd", "controller"} <= set(ev["cpu"]) and summary["emulator_ok"] is True
     assert summary["flows"] == 240 and summary["ping_all_loss_pct"] == 0.0
     # shaped like every other replica: the spec's 100G at scale 1000
     assert summary["scale"] == 1000 and summary["link_rate_emulated_bps"] == pytest.approx(100e6)

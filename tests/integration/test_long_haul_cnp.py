@@ -17,6 +17,8 @@ import json
 
 import pytest
 
+from tests.integration.runhealth import check_health
+
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.bmv2, pytest.mark.slow, pytest.mark.timing_first]
 
 
@@ -33,7 +35,7 @@ def _run(out, capsys):
     assert "results in" not in printed.out
     summary = json.loads((out / "summary.json").read_text())
     full = {r["mode"]: r for r in json.loads((out / "rows.json").read_text())}
-    return summary, full
+    return summary, full, printed.out
 
 
 ATTEMPTS = 5
@@ -54,7 +56,7 @@ def test_fast_cnp_feedback_beats_ecn_across_30km(tmp_path, capsys, quiet_cpu):
         if attempt > 1:
             quiet_cpu()  # the previous run's teardown is still being cleaned up by the kernel
         out = tmp_path / str(attempt)
-        summary, full = _run(out, capsys)
+        summary, full, printed = _run(out, capsys)
         seen.append(_problems(full))
         if not seen[-1]:
             break
@@ -64,6 +66,8 @@ def test_fast_cnp_feedback_beats_ecn_across_30km(tmp_path, capsys, quiet_cpu):
     # every frame attributed; none lost inside the emulator; every document carries the verdict
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["emulator_ok"] is True and summary["emulator_ok"] is True and summary["invalid_trials"] == 0
+    ev = check_health(metrics, printed, links=True)   # the shared shape, one part per trial
+    assert len(ev["parts"]) == 2 and ev["unaccounted"] == 0
     for r in (ecn, fast):
         acc = r["accounting"]
         assert acc["sent"] > 1000 and acc["unaccounted"] == 0 and r["unaccounted_losses"] == 0

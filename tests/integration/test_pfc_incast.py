@@ -5,6 +5,8 @@ Fixture: :mod:`testbed.pfc.fanin` (two sender namespaces, each behind a link cor
 switch, one bottleneck link core into the receiver). Each sender offers 45 % of the line rate on priority 3
 (DSCP 26) and 45 % on priority 0, so the bottleneck is offered 1.8x its rate. The PAUSE
 frames the bottleneck sends are captured at the switch port and decoded by tshark (an independent dissector).
+A capture at sender L0's switch-side interface (its data out, the PAUSE/XON it receives) shows which of its
+frames started while its priority 3 was paused: priority 0 keeps flowing, priority 3 does not.
 A trial on an unhealthy emulator (socket drops, late frames, a PFC reaction slower than the headroom covers)
 is rerun once; if still unhealthy the test fails saying so, it does not skip — except lateness alone (docs/pfc.md,
 "Lateness in the incast fixture": it tracks the hypervisor's steal time on this VM, the plain core is as late in
@@ -18,21 +20,24 @@ import json
 import shutil
 import subprocess
 import warnings
+from contextlib import ExitStack
 
 import pytest
 
+from testbed.emu.capture import tcpdump, tcpdump_argv
 from testbed.emu.registry import RunRegistry
 from testbed.links.accounting import link_node_ledger
+from testbed.links.pcap import read_pcap
 from testbed.links.wire import name_prefix
 from testbed.pfc.config import PfcConfig, WatchdogParams
-from testbed.pfc.fanin import FanIn, IncastParams, run_trial
+from testbed.pfc.fanin import FanIn, IncastParams, run_trial, started_while_paused
 
 pytestmark = [pytest.mark.root]
 
 RATE = 20e6
 ROCE_TOS, LOSSY_TOS = 26 << 2 | 2, 0
-#: xoff 30 KB; headroom fixed at 200 KB for the four ingress ports the bottleneck's buffer stands for (the
-#: formula gives 4 x 10.3 KB at the real 20G, which covers < 1 ms of emulator reaction at these rates).
+#: xoff 30 KB; headroom fixed at 200 KB for the ingress ports the bottleneck's buffer stands for (the formula
+#: gives 10.3 KB a port at the real 20G over 20 m, which covers < 1 ms of emulator reaction at these rates).
 PFC = PfcConfig(priorities=(3,), xoff_bytes=30e3, xon_bytes=30e3 - 2 * 1538, headroom_bytes=200e3)
 SENDERS = 2  # 2:1: three link cores (the fewer processes, the fewer vCPU wake-ups; docs/pfc.md)
 FLOWS = [(i, tos, 0.45 * RATE / 8000) for i in range(SENDERS) for tos in (ROCE_TOS, LOSSY_TOS)]
@@ -51,9 +56,17 @@ def _trial(fan, tmp_path, pfc_on: bool, capture: bool = False, pfc: PfcConfig = 
     # after it, so what the watchdog restores is seen delivered again
     seconds = SECONDS + (storm_s or 0.0)
     for attempt in range(2):
-        res = run_trial(fan, params, FLOWS, seconds, seed=7 + attempt, storm_s=storm_s,
-                        capture=tmp_path / f"pfc-{pfc_on}-{attempt}.pcap" if capture else None)
+        sender_pcap = tmp_path / f"l0-{pfc_on}-{attempt}.pcap"
+        with ExitStack() as stack:
+            if capture:   # sender L0's b side: its data frames out, the PFC frames it receives (64 B each)
+                argv = tcpdump_argv(f"{fan.p}b0", sender_pcap, [], snaplen=64, buffer_kib=8192, nano=True)
+                stack.enter_context(tcpdump(lambda a, log: fan.run.spawn(a, log=log), argv,
+                                            sender_pcap.with_suffix(".log"), "sender L0's switch side"))
+            res = run_trial(fan, params, FLOWS, seconds, seed=7 + attempt, storm_s=storm_s,
+                            capture=tmp_path / f"pfc-{pfc_on}-{attempt}.pcap" if capture else None)
         res["pcap"] = tmp_path / f"pfc-{pfc_on}-{attempt}.pcap"
+        if capture:
+            res["l0"] = started_while_paused(read_pcap(sender_pcap), params)
         if res["valid"]:
             return res
     if [k for k, ok in res["checks"].items() if not ok] == ["late_fraction_ok"]:
@@ -100,6 +113,24 @@ def test_pfc_on_roce_priority_is_lossless_and_lossy_drops(trials):
     for n in [f"L{i}" for i in range(SENDERS)]:                                # every sender was held, then resumed
         eg = trials["on"]["pfc"][n]["a>b"]["egress"]["3"]
         assert eg["pause_received"] > 0 and eg["paused_s"] > 0.1 * SECONDS
+
+
+def test_a_paused_priority_does_not_stop_another(trials):
+    """Issue 16, live: while sender L0's priority 3 was paused, its priority 0 kept starting frames (at about
+    its offered rate) and priority 3 did not. Windows: the PFC frames captured at L0, each acting one cable
+    after its stamp; the capture must see the PFC frames L0's core took and the paused time it reports."""
+    on = trials["on"]
+    got, l0 = on["l0"], on["pfc"]["L0"]["a>b"]
+    print("sender L0's capture:", json.dumps(got), "core:", l0["pfc_rx_frames"], "PFC frames,",
+          l0["egress"]["3"]["paused_s"], "s paused")                   # the figures (pytest -rP shows them)
+    assert got["pfc_frames"] == l0["pfc_rx_frames"] > 0
+    assert got["paused_s"] == pytest.approx(l0["egress"]["3"]["paused_s"], rel=0.02)
+    p0, p3 = got["frames"][0], got["frames"][3]
+    pps = 0.45 * RATE / 8000                                           # priority 0's offered rate
+    # stopped with priority 3, priority 0 would start ~0 frames in the pauses; flowing, about pps x paused_s
+    # (less the 0.5 ms margin at each pause's start and the frames of catch-up bursts)
+    assert p0["in"] >= 0.25 * pps * got["paused_s"], got
+    assert p3["in"] <= 0.01 * (p3["in"] + p3["out"]), got               # the pauses held priority 3
 
 
 def test_pfc_off_same_incast_drops_on_both_priorities(trials):

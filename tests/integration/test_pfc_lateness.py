@@ -2,11 +2,12 @@
 
     netns A --veth-- [da] linkcore --pfc [db] --veth-- netns B (sends PAUSE / XON into db)
 
-A frame held by a PAUSE is released when the model says (the XON's arrival + serialisation + delay), so
-the hold itself is not lateness: five priority-3 frames paused for >= 0.2 s (800 x the 250 us tolerance)
-count 0 late. A frame the core releases after the model's time is late: with the core stopped (SIGSTOP)
-for 60 ms after frames arrived, all of them count late, by about the stop. The two halves together pin
-the accounting that `late_fraction_ok` of the incast fixture (testbed/pfc/fanin.py) reads.
+A frame held by a PAUSE is released when the model says (the XON acts one link delay after its arrival,
+then serialisation + delay), so the hold itself is not lateness: five priority-3 frames paused for
+>= 0.2 s (800 x the 250 us tolerance) count 0 late. A frame the core releases after the model's time is
+late: with the core stopped (SIGSTOP) for 60 ms after frames arrived, all of them count late, by about the
+stop. The two halves together pin the accounting that `late_fraction_ok` of the incast fixture
+(testbed/pfc/fanin.py) reads.
 """
 
 from __future__ import annotations

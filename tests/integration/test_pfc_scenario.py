@@ -10,6 +10,8 @@ import json
 
 import pytest
 
+from tests.integration.runhealth import check_health
+
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
@@ -26,7 +28,7 @@ def _run(out, capsys) -> dict:
     assert len(rows) == 4 and all(r["unaccounted"] == 0 for r in rows.values())
     for r in rows.values():
         assert r["valid"] or r["invalid_because"], r
-    return rows
+    return rows, printed.out
 
 
 #: Runs of the scenario the lossless claim may take: it holds only for a trial whose emulator reacted
@@ -39,7 +41,7 @@ ATTEMPTS = 2
 def test_pfc_incast_quick(tmp_path, capsys):
     for attempt in range(1, ATTEMPTS + 1):
         out = tmp_path / f"run{attempt}"
-        rows = _run(out, capsys)
+        rows, printed = _run(out, capsys)
         if rows[(True, False, None)]["valid"]:
             break
         print(f"attempt {attempt}: PFC-on trial invalid ({rows[(True, False, None)]['invalid_because']})")
@@ -55,3 +57,7 @@ def test_pfc_incast_quick(tmp_path, capsys):
     assert (out / "pfc_incast.png").stat().st_size > 10_000
     metrics = json.loads((out / "metrics.json").read_text())
     assert len(metrics["trials"]) == 4 and (out / "pfc-4-True.pcap").stat().st_size > 24
+    # the run's health: every trial's link-core lateness, ledger and CPU; the valid PFC-on trial is healthy
+    ev = check_health(metrics, printed, healthy=False, links=True)
+    assert ev["parts"]["4:1, PFC on"]["reasons"] == [] and ev["unaccounted"] == 0
+    assert metrics["emulator_ok"] == all(not p["reasons"] for p in ev["parts"].values())

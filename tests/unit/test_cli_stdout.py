@@ -47,3 +47,35 @@ def test_doctor_table_on_stdout():
                          env=dict(os.environ, PYTHONPATH=str(REPO), HOME="/tmp"))
     assert res.returncode == 0, res.stderr
     assert "capability" in res.stdout and "backends:" in res.stdout
+
+
+PFC_SPEC = """name: sl-pfc
+kind: spine-leaf
+params: {leaves: 2, spines: 2, hosts_per_leaf: 2, oversubscription: 1}
+links:
+  host: {rate: 100G, distance: 2m}
+  leaf-spine: {distance: 10km}
+buffer: 1MB
+scale: 1000
+pfc: {priorities: [3], xoff: 100KB}
+"""
+
+
+@pytest.mark.parametrize("json_mode", [False, True])
+def test_plan_of_a_pfc_spec_shows_headroom_and_warns_it_is_not_applied(tmp_path, capsys, json_mode):
+    import json
+    import re
+
+    spec = tmp_path / "sl-pfc.yaml"
+    spec.write_text(PFC_SPEC)
+    assert cli.main(["plan", str(spec), "--assume", *(["--json"] if json_mode else [])]) == 0
+    captured = capsys.readouterr()
+    assert "warning: pfc: planned, NOT applied" in captured.err          # stderr: the warning
+    if json_mode:                                                        # stdout: exactly one document
+        doc = json.loads(captured.out)
+        assert doc["pfc"]["applied"] is False and doc["pfc"]["ports_over_buffer"] == 8
+        assert len(doc["pfc"]["ports"]) == 12 and doc["warnings"] == [doc["pfc"]["note"]]
+    else:                                                                # stdout: the table and the note
+        out = " ".join(captured.out.split())
+        assert "PFC (planned, NOT applied)" in out and "note: pfc: planned, NOT applied" in out
+        assert re.search(r"1\.28 MB\W+8\W+no\W", out) and re.search(r"30\.16 KB\W+4\W+yes\W", out)

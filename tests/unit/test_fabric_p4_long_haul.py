@@ -141,7 +141,8 @@ def _checked(mode, switch_cnps, cnps_rx, marks, lost=0, sat=()):
 def _trial(**kw):
     t = {"goodput_bps": 5e6, "fct_p50_s": 1.0, "fct_p99_s": 2.0, "queue_peak": 40, "queue_mean": 10.0,
          "feedback_delay_s": 0.3, "drops": 0, "marks": 5, "switch_cnps": 0, "cnps_rx": 4, "retransmissions": 0,
-         "saturation": [], "bottleneck": {"real_rate_bps": 5e9, "kmin_bytes": 2e4, "kmax_bytes": 8e4, "pmax": 0.2}}
+         "saturation": [], "bottleneck": {"real_rate_bps": 5e9, "kmin_bytes": 2e4, "kmax_bytes": 8e4, "pmax": 0.2},
+         "cpu": {"machine_mean": 50.0, "switch_max": 40.0, "host_steal": 0.0, "processes": {}}}
     t.update(kw)
     return {**t, **_checked("ecn" if t["switch_cnps"] == 0 else "fast-cnp", t["switch_cnps"], t["cnps_rx"],
                             t["marks"], t.pop("lost", 0), t["saturation"])}
@@ -179,6 +180,24 @@ def test_a_fast_cnp_row_without_cnps_is_invalid_and_says_so():
     assert not x["valid"] and "senders received no CNP" in TL.label(x["validity"])
     lossy = lh.row("sender-dci", 30, "ecn", 1000.0, _trial(lost=3))
     assert not lossy["valid"] and lossy["unaccounted_losses"] == 3 and not lossy["emulator_ok"]
+
+
+def test_the_runs_health_joins_every_trials_ledger_cpu_and_saturation():
+    from testbed.emu.runhealth import combine
+    from testbed.validate.longhaul_report import health_parts
+
+    good = lh.row("sender-dci", 30, "ecn", 1000.0, _trial())
+    lossy = lh.row("sender-dci", 30, "fast-cnp", 1000.0, _trial(switch_cnps=6, cnps_rx=6, lost=3), repetition=1)
+    busy = lh.row("sender-dci", 30, "ecn", 1000.0, _trial(saturation=["machine CPU 97%"]), repetition=2)
+    parts = health_parts([good, lossy, busy])
+    assert list(parts) == ["sender-dci 30 km ecn #0", "sender-dci 30 km fast-cnp #1", "sender-dci 30 km ecn #2"]
+    assert parts["sender-dci 30 km ecn #0"]["emulator_ok"] is True
+    assert parts["sender-dci 30 km fast-cnp #1"]["emulator"]["unaccounted"] == 3
+    # a saturated trial's ledger may balance: the run's emulator_ok counts the saturation too
+    assert busy["emulator_ok"] and parts["sender-dci 30 km ecn #2"]["emulator"]["reasons"] == ["machine CPU 97%"]
+    run = combine(parts)
+    assert run["emulator_ok"] is False and len(run["emulator"]["reasons"]) == 2
+    assert run["emulator"]["machine"]["busy"] == 0.5
 
 
 @pytest.mark.parametrize("flags, field", [(["--size", "0"], "--size"), (["--iters", "0"], "--iters"),

@@ -39,8 +39,8 @@ def pause(quanta: int) -> bytes:
     return encode(PauseFrame.of({3: quanta}), "02:00:00:00:00:09")
 
 
-def make(xoff=3000, xon=1000, headroom=2000, limit=5000, **kw) -> PfcDirection:
-    params = LinkParams(rate_bps=8e6, delay_s=0.0, limit=limit, limit_unit="bytes", **kw)
+def make(xoff=3000, xon=1000, headroom=2000, limit=5000, delay_s=0.0, **kw) -> PfcDirection:
+    params = LinkParams(rate_bps=8e6, delay_s=delay_s, limit=limit, limit_unit="bytes", **kw)
     return PfcDirection(params, PfcConfig(priorities=(3,), xoff_bytes=xoff, xon_bytes=xon), REAL, headroom,
                         Dilation(SCALE), random.Random(1))
 
@@ -106,6 +106,37 @@ def test_refresh_keeps_the_sender_paused_while_the_queue_stays_full():
     assert d.next_event() is None
 
 
+CABLE = 4.5e-3   # one way, emulated: 4.5 frame times of 1000 B at 8 Mbit/s
+
+
+def test_a_received_pause_acts_one_cable_delay_after_it_was_read():
+    """By hand: PAUSE (1000 quanta = 20.48 ms emulated) read at 0 on a link of 4.5 ms one way, six 1000-byte
+    priority-3 frames queued at 0. The PAUSE reaches the sender at 4.5 ms: frames start at 0, 1, 2, 3, 4 ms
+    (each 1 ms on the wire), the sixth is held until 4.5 + 20.48 ms and starts then. Releases are start + 1 ms
+    + 4.5 ms. Python reference and C core alike."""
+    hold = 1000 * 512 / REAL * SCALE
+    d = make(xoff=10_000, xon=5_000, delay_s=CABLE)
+    assert d.receive(0.0, pause(1000)) is True
+    assert d.next_event() == pytest.approx(CABLE)                      # the PAUSE acting is an event
+    assert d.paused_mask(0.0) == 0
+    lines = [f"0.0 rx {pause(1000).hex()}"] + [f"0.0 arrive {frame(ROCE_TOS).hex()}"] * 6 + ["1.0 advance"]
+    want = [s + 1e-3 + CABLE for s in (0.0, 1e-3, 2e-3, 3e-3, 4e-3, CABLE + hold)]
+    cfg = PfcConfig(priorities=(3,), xoff_bytes=10_000, xon_bytes=5_000)
+    params = LinkParams(rate_bps=8e6, delay_s=CABLE, limit=5000, limit_unit="bytes")
+    ref = trace_lines(PfcDirection(params, cfg, REAL, 2000, Dilation(SCALE), random.Random(1)), lines)
+    core = run_core_trace(params, cfg, REAL, 2000, SCALE, 1, lines)
+    for out in (ref, core):
+        rel = [float(p[i + 1]) for p in (line.split() for line in out[:len(lines)]) for i, x in enumerate(p)
+               if x == "tx"]
+        assert rel == pytest.approx(want)
+        pfc3 = next(line for line in out if line.startswith("pfc 3 "))
+        assert "pause_received=1 " in pfc3 and float(pfc3.split("paused_s=")[1]) == pytest.approx(hold)
+    d.advance(CABLE - 1e-6)
+    assert d.paused_mask(CABLE - 1e-6) == 0
+    d.advance(CABLE)
+    assert d.paused_mask(CABLE) == 1 << 3 and d.egress.resume_at(3) == pytest.approx(CABLE + hold)
+
+
 def test_pfc_frames_are_consumed_and_data_is_not():
     d = make()
     assert d.receive(0.0, frame(ROCE_TOS)) is False
@@ -113,12 +144,15 @@ def test_pfc_frames_are_consumed_and_data_is_not():
     assert decode(raw).times == ((3, 7),) and d.receive(0.0, raw) is True
 
 
-def _trace(n: int, seed: int) -> list[str]:
+MIXED_TOS = (ROCE_TOS, ROCE_TOS, LOSSY_TOS, 0x01, 26 << 2 | 3, 48 << 2)
+
+
+def _trace(n: int, seed: int, tos_choices=MIXED_TOS) -> list[str]:
     rng = random.Random(seed)
     t, lines = 1.0, []
     for i in range(n):
         t += rng.expovariate(1 / 0.0006) if i % 40 < 30 else 0.0
-        tos = rng.choice((ROCE_TOS, ROCE_TOS, LOSSY_TOS, 0x01, 26 << 2 | 3, 48 << 2))
+        tos = rng.choice(tos_choices)
         lines.append(f"{t!r} arrive {frame(tos, rng.choice((64, 500, 1000, 1500))).hex()}")
         if rng.random() < 0.04:
             lines.append(f"{t!r} rx {pause(rng.choice((0, 50, 2000, 0xFFFF))).hex()}")
@@ -143,9 +177,28 @@ CASES = {
 }
 
 
+# a long cable and only priority-3 traffic: frames keep starting while a PAUSE crosses it
+CASES["long-cable"] = dict(params=LinkParams(rate_bps=8e6, delay_s=0.02, limit=20_000, limit_unit="bytes"),
+                           xoff=6000, xon=3000, headroom=4000, tos=(ROCE_TOS, 26 << 2 | 3))
 CASES["watchdog-drop"] = dict(CASES["tail-bytes"], watchdog=WatchdogParams(detect_s=1e-4, restore_s=5e-5))
 CASES["watchdog-ignore"] = dict(CASES["red-ecn-packets"],
                                 watchdog=WatchdogParams(detect_s=5e-5, restore_s=1e-4, action="ignore"))
+
+
+def _started_while_pause_on_cable(lines, out, params) -> int:
+    """Frames that started after a PAUSE of >= 2000 quanta (41 ms, longer than the cable) was read and before
+    it crossed the cable, with no other PFC frame read meanwhile: each would have been held had the PAUSE
+    acted when read. Start = release - len/rate - delay (the case has no jitter)."""
+    events = [(float(line.split()[0]), line.split()[1], line.split()[-1]) for line in lines]
+    rx = [(t, decode(bytes.fromhex(raw))) for t, ev, raw in events if ev == "rx"]
+    starts = [float(p[i + 1]) - int(p[i + 2]) * 8 / params.rate_bps - params.delay_s
+              for p in (line.split() for line in out[:len(lines)]) for i, x in enumerate(p) if x == "tx"]
+    n = 0
+    for k, (t, f) in enumerate(rx):
+        if dict(f.times).get(3, 0) >= 2000:
+            until = min([t + params.delay_s] + [t2 for t2, _ in rx[k + 1:] if t2 > t])
+            n += sum(t < s < until - 1e-12 for s in starts)
+    return n
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -153,7 +206,7 @@ def test_compiled_core_equals_reference(name):
     case = CASES[name]
     cfg = PfcConfig(priorities=(3, 6), xoff_bytes=case["xoff"], xon_bytes=case["xon"], quanta=4000,
                     watchdog=case.get("watchdog"))
-    lines = _trace(1500, seed=len(name))
+    lines = _trace(1500, seed=len(name), tos_choices=case.get("tos", MIXED_TOS))
     ref = trace_lines(PfcDirection(case["params"], cfg, REAL, case["headroom"], Dilation(SCALE),
                                    random.Random(11)), lines)
     got = run_core_trace(case["params"], cfg, REAL, case["headroom"], SCALE, 11, lines)
@@ -165,6 +218,8 @@ def test_compiled_core_equals_reference(name):
     assert " up " in text and "pfc" in text and " tx " in text
     pfc3 = next(line for line in ref if line.startswith("pfc 3 "))
     assert "pause_received=0 " not in pfc3 and "pause_sent=0 " not in pfc3
+    if "tos" in case:
+        assert _started_while_pause_on_cable(lines, ref, case["params"]) > 0
     if "watchdog" in case:     # storms were declared and ended (pauses of up to 1.3 s, detect 50-100 ms)
         wd = next(line for line in ref if line.startswith("watchdog 3 "))
         assert "storms=0 " not in wd and "restorations=0 " not in wd
@@ -221,6 +276,28 @@ def test_fanin_switch_relays_pfc_to_every_sender_and_the_ledger_balances():
     # 22 sent, 18 delivered, 3 tail drops, 1 lost between the NICs and the bottleneck (22 forwarded, 21 in)
     assert (row["sent"], row["delivered"], row["dropped"], row["lost_between"], row["unaccounted"]) == (22, 18, 3, 1, 0)
     assert not row["lossless"] and row["drops"] == {"bottleneck_drop_tail": 3}
+
+
+def test_started_while_paused_reads_a_senders_capture():
+    """By hand (8 Mbit/s: a 1000 B frame takes 1 ms; cable 1 ms): PAUSE stamped at 0 acts at 1 ms, XON
+    stamped at 4.5 ms acts at 5.5 ms. A frame captured at c started at c - 2 ms."""
+    from testbed.pfc.fanin import IncastParams, started_while_paused
+
+    params = IncastParams(senders=1, scale=1000.0, rate_bps=8e6, delay_s=1e-3, pfc=PfcConfig(priorities=(3,)))
+    ms = 1_000_000
+    data = [(2.0, ROCE_TOS),    # started at 0: before the PAUSE acts                      -> 3 out
+            (3.0, LOSSY_TOS),   # at 1.0: the PAUSE's first instant, inside the 0.5 ms margin -> 0 out
+            (4.0, LOSSY_TOS), (5.0, LOSSY_TOS), (6.0, LOSSY_TOS),   # at 2, 3, 4 ms            -> 0 in
+            (7.0, ROCE_TOS),    # at 5.0, before the XON acts: counted in (a violation, seen) -> 3 in
+            (8.0, ROCE_TOS),    # at 6.0, after it                                          -> 3 out
+            (9.0, LOSSY_TOS), (9.1, LOSSY_TOS),   # a catch-up burst (0.1 ms apart): skipped
+            (10.5, LOSSY_TOS)]  # at 8.5                                                   -> 0 out
+    records = [(0, pause(0xFFFF), 60), (int(4.5 * ms), pause(0), 60)]
+    records += [(int(c * ms), frame(tos), 1000) for c, tos in data]
+    got = started_while_paused(records, params)
+    assert got["frames"] == {3: {"in": 1, "out": 2}, 0: {"in": 3, "out": 2}}
+    assert got["skipped_burst"] == 2 and got["pfc_frames"] == 2
+    assert got["paused_s"] == pytest.approx(4.5e-3)
 
 
 def test_bench_pairs_each_pause_with_each_senders_reception():

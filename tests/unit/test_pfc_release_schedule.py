@@ -2,9 +2,10 @@
 
 The forwarding loop counts a frame late when its send begins more than the tolerance after the release time
 the model gave it (``emulator_late``, the same rule as the plain core). In the PFC path that time is decided
-at the frame's *start*, so a frame held by a PAUSE gets XON + len/rate + delay, not arrival + len/rate + delay:
-releasing it at the XON is on time. Both the C core (``linkcore pfctrace``) and the Python reference must give
-these times; tests/integration/test_pfc_lateness.py checks the forwarding loop's counter against them.
+at the frame's *start*, so a frame held by a PAUSE gets XON + delay + len/rate + delay (the XON acts when
+it has crossed the cable back to the sender), not arrival + len/rate + delay: releasing it then is on time.
+Both the C core (``linkcore pfctrace``) and the Python reference must give these times;
+tests/integration/test_pfc_lateness.py checks the forwarding loop's counter against them.
 """
 
 from __future__ import annotations
@@ -36,11 +37,11 @@ def _frame(tos: int) -> str:
 
 
 TRACE = [
-    f"0.0 rx {encode(PauseFrame(((3, 0xFFFF),)), '02:00:00:00:00:09').hex()}",   # priority 3 paused (3.4 s)
+    f"0.0 rx {encode(PauseFrame(((3, 0xFFFF),)), '02:00:00:00:00:09').hex()}",   # priority 3 paused from 5 ms
     f"0.010 arrive {_frame(26 << 2)}",                                           # held
     f"0.011 arrive {_frame(26 << 2)}",                                           # held behind it
     f"0.012 arrive {_frame(0)}",                                                 # priority 0 flows
-    f"0.300 rx {encode(PauseFrame(((3, 0),)), '02:00:00:00:00:09').hex()}",      # XON
+    f"0.300 rx {encode(PauseFrame(((3, 0),)), '02:00:00:00:00:09').hex()}",      # XON, acts at 0.305
     "1.0 advance",
 ]
 
@@ -69,10 +70,10 @@ def test_a_paused_frame_is_scheduled_from_the_xon_not_from_its_arrival(both):
         assert len(rel) == 3
         # priority 0 at once: arrival + serialisation + delay
         assert rel[0] == pytest.approx(0.012 + SER + DELAY)
-        # priority 3 from the XON, back to back: a send at these times is on time (0 late), although
-        # 0.29 s after arrival + serialisation + delay
-        assert rel[1] == pytest.approx(0.300 + SER + DELAY)
-        assert rel[2] == pytest.approx(0.300 + 2 * SER + DELAY)
+        # priority 3 from the XON's arrival at the sender (one cable after it was read), back to back: a send
+        # at these times is on time (0 late), although 0.29 s after arrival + serialisation + delay
+        assert rel[1] == pytest.approx(0.300 + DELAY + SER + DELAY)
+        assert rel[2] == pytest.approx(0.300 + DELAY + 2 * SER + DELAY)
 
 
 def test_the_c_core_and_the_reference_give_the_same_schedule(both):

@@ -240,3 +240,65 @@ def test_ocs_nodes_are_external_switches_built_by_the_run():
 
     with pytest.raises(SpecError, match="switch_factory"):
         Replica(plan_replica(G))
+
+
+# -- the spec's pfc: block (planned, not applied: testbed/plan/pfc.py) ---------------------------------------
+def _pfc_plan(buffer: str, pfc: dict):
+    from testbed.topo.spec import parse_spec
+
+    doc = {"name": "sl-pfc", "kind": "spine-leaf", "params": {"leaves": 2, "spines": 2, "hosts_per_leaf": 2,
+                                                             "oversubscription": 1},
+           "links": {"host": {"rate": "100G", "distance": "2m"}, "leaf-spine": {"distance": "10km"}},
+           "buffer": buffer, "scale": 1000, "pfc": pfc}
+    return plan_replica(build_graph(parse_spec(doc)))
+
+
+def _by_hand(rate_bps: float, one_way_s: float, mtu: int = 1500) -> float:
+    """802.1Qbb headroom written out: crossing + own + peer frame, the PAUSE, the cable both ways, and the
+    sender's response (394 quanta of 512 bits at 100G, IEEE 802.3 31B.3.7)."""
+    frame = mtu + 38
+    return 3 * frame + 84 + 2 * one_way_s * rate_bps / 8 + 394 * 512 / 8
+
+
+def test_pfc_block_is_planned_per_switch_port_and_noted_as_not_applied():
+    plan = _pfc_plan("2MB", {"priorities": [3], "xoff": "100KB"})
+    pfc = plan.pfc
+    assert pfc is not None and pfc.applied is False
+    assert pfc.note in plan.notes and pfc.note in plan.warnings and "NOT applied" in pfc.note
+    # every switch port and nothing else: 2 leaves x (2 hosts + 2 spines) + 2 spines x 2 leaves
+    assert sorted((str(p.node), p.port) for p in pfc.ports) == sorted(
+        (str(s.node), p.port) for s in plan.switches for p in s.ports)
+    assert len(pfc.ports) == 12
+    for p in pfc.ports:
+        e = plan.link(p.node, p.peer)
+        assert p.headroom_bytes == pytest.approx(_by_hand(100e9, e.real.one_way_delay_s))
+        assert p.fits_buffer is (100e3 + p.headroom_bytes <= 2e6)
+    host_port = next(p for p in pfc.ports if str(p.peer).startswith("h"))
+    uplink = next(p for p in pfc.ports if not str(p.peer).startswith("h"))
+    assert host_port.headroom_bytes == pytest.approx(30_164)          # 2 m: the response term dominates
+    assert uplink.headroom_bytes == pytest.approx(1_279_914)          # 10 km: 1.25 MB of cable
+    doc = json.loads(json.dumps(plan.to_json()))
+    assert doc["pfc"]["applied"] is False and doc["pfc"]["config"]["priorities"] == [3]
+    assert doc["pfc"]["config"]["xoff_bytes"] == 100e3 and len(doc["pfc"]["ports"]) == 12
+    assert doc["pfc"]["max_headroom_bytes"] == pytest.approx(1_279_914) and doc["pfc"]["ports_over_buffer"] == 0
+    assert doc["warnings"] == [pfc.note] and pfc.note in doc["notes"]
+
+
+def test_pfc_ports_whose_headroom_overflows_the_buffer_are_flagged():
+    plan = _pfc_plan("1MB", {"priorities": [3]})                      # 100 KB + 1.28 MB > 1 MB on uplinks
+    over = plan.pfc.over_buffer
+    assert len(over) == 8 and all(not str(p.peer).startswith("h") for p in over)
+    assert plan.to_json()["pfc"]["ports_over_buffer"] == 8
+
+
+def test_fixed_pfc_headroom_is_reported_with_what_auto_would_give():
+    plan = _pfc_plan("2MB", {"priorities": [3, 4], "headroom": "200KB"})
+    uplink = next(p for p in plan.pfc.ports if not str(p.peer).startswith("h"))
+    assert uplink.headroom_bytes == 200e3 and uplink.detail["fixed"] is True
+    assert uplink.detail["auto_bytes"] == pytest.approx(1_279_914) and uplink.fits_buffer is True
+
+
+def test_a_spec_without_pfc_has_no_pfc_block_and_no_warning():
+    plan = plan_replica(build_graph(load_spec(SPECS["spine-leaf"])))
+    assert plan.pfc is None and plan.warnings == ()
+    assert plan.to_json()["pfc"] is None and not any("pfc" in n for n in plan.notes)

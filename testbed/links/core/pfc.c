@@ -8,8 +8,9 @@
  *   serialiser: when the wire is free, the head that may start earliest (a paused priority waits for
  *               resume_at or an XON) starts; depart accounting at the start (XON out of a at <= xon);
  *               wire loss, release = start + len/rate + delay (+ jitter) --> the release FIFO --> send on b
- *   PFC frame in on b (0x8808 / 0x0101): consumed, pauses or resumes the a->b egress for quanta x 512 bit
- *               times of the *real* rate, x scale (dilated)
+ *   PFC frame in on b (0x8808 / 0x0101): consumed; after the link's one-way delay (the cable back to the
+ *               sender; at equal times after the other events) it pauses or resumes the a->b egress for
+ *               quanta x 512 bit times of the *real* rate, x scale (dilated)
  *
  * `linkcore pfctrace --pfc SPEC [model options] --seed N` replays "T arrive|rx HEX" / "T advance" lines and
  * prints what testbed.pfc.link.trace_lines prints; the unit tests diff the two.
@@ -44,6 +45,8 @@ static const char *PC_NAMES[NPC] = {"rx_packets", "rx_bytes", "forwarded_packets
 typedef struct { uint64_t seq; double arrival; uint8_t *buf; uint32_t len; } pfq_ent_t;
 typedef struct { pfq_ent_t *e; size_t head, n, cap; } pfq_t;
 typedef struct { double t; uint32_t packets; uint64_t bytes; unsigned mask; } pfc_sample_t;
+/* A received PFC frame on its way back over the cable: it acts at `at`. */
+typedef struct { double at; unsigned vector, times[NPRIO]; } pfc_rx_t;
 
 /* What the model hands its caller (forward mode sends, trace mode prints). */
 typedef struct {
@@ -81,6 +84,7 @@ typedef struct pfcdir {
     double storm_since[NPRIO], storm_s[NPRIO], wd_polled;
     uint64_t storms[NPRIO], restorations[NPRIO], prio_bytes[NPRIO];
     uint64_t pause_rx[NPRIO], xon_rx[NPRIO], ignored[NPRIO], pfc_rx_frames, pfc_tx_frames;
+    pfc_rx_t *rx; size_t rhead, rlen, rcap;      /* received PFC frames until they act (at + delay) */
 } pfcdir_t;
 
 static int lossless(int p) { return (PF.lossless >> p) & 1; }
@@ -381,13 +385,33 @@ static int pfcdir_next_event(const pfcdir_t *d, double *t) {
     if (p >= 0) { *t = s; any = 1; }
     if (has_r && (!any || r < *t)) { *t = r; any = 1; }
     if (has_w && (!any || w < *t)) { *t = w; any = 1; }
+    if (d->rlen && (!any || d->rx[d->rhead].at < *t)) { *t = d->rx[d->rhead].at; any = 1; }
     return any;
+}
+
+static void record(pfcdir_t *d, double now, uint64_t packets, uint64_t bytes);
+
+/* The oldest received PFC frame reaches the sender at its time: pause or resume (PfcDirection._act). */
+static void rx_act(pfcdir_t *d) {
+    pfc_rx_t r = d->rx[d->rhead];
+    d->rhead = (d->rhead + 1) % d->rcap;
+    d->rlen--;
+    eg_receive(d, r.at, r.vector, r.times);
+    drain_wire(d, r.at);  /* a pause state change is a sample (the series shows every one) */
+    record(d, r.at, d->waiting_packets + d->wlen, d->waiting_bytes + d->wire_bytes);
 }
 
 static void pfcdir_advance(pfcdir_t *d, double now) {
     for (;;) {
         double s = 0, due = 0, wd = 0;
         int p = next_start(d, &s), has_due = in_next_deadline(d, &due), has_wd = wd_due(d, &wd);
+        if (d->rlen) {
+            double rx = d->rx[d->rhead].at;
+            if (rx <= now && (p < 0 || rx < s) && (!has_due || rx < due) && (!has_wd || rx < wd)) {
+                rx_act(d);
+                continue;
+            }
+        }
         if (has_wd && wd <= now && (p < 0 || wd < s) && (!has_due || wd < due)) { wd_poll(d, wd); continue; }
         if (has_due && due <= now && (p < 0 || due < s)) { in_tick(d, due); continue; }
         if (p < 0 || s > now) return;
@@ -503,16 +527,24 @@ static int pfcdir_admit(pfcdir_t *d, double now, uint8_t *frame, uint32_t len) {
     return fate;
 }
 
-/* A frame from downstream: a PFC frame is consumed (1) and pauses/resumes this direction; else 0. */
+/* A frame from downstream: a PFC frame is consumed (1) and, one cable delay later, pauses/resumes this
+ * direction; else 0. */
 static int pfcdir_receive(pfcdir_t *d, double now, const uint8_t *frame, uint32_t len) {
     unsigned vector, times[NPRIO];
     if (!pfc_decode(frame, len, &vector, times)) return 0;
     d->pfc_rx_frames++;
+    if (d->rlen == d->rcap) {
+        size_t ncap = d->rcap ? d->rcap * 2 : 16;
+        pfc_rx_t *nr = xrealloc(NULL, ncap * sizeof *nr);
+        for (size_t i = 0; i < d->rlen; i++) nr[i] = d->rx[(d->rhead + i) % d->rcap];
+        free(d->rx);
+        d->rx = nr; d->rcap = ncap; d->rhead = 0;
+    }
+    pfc_rx_t *r = &d->rx[(d->rhead + d->rlen++) % d->rcap];
+    r->at = now + d->P->delay;  /* acts when it reaches the sender, one cable later */
+    r->vector = vector;
+    memcpy(r->times, times, sizeof r->times);
     pfcdir_advance(d, now);
-    eg_receive(d, now, vector, times);
-    pfcdir_advance(d, now);
-    drain_wire(d, now);  /* a pause state change is a sample (the series shows every one) */
-    record(d, now, d->waiting_packets + d->wlen, d->waiting_bytes + d->wire_bytes);
     return 1;
 }
 

@@ -11,7 +11,8 @@ static uint8_t g_pfc_src[2][6];
 static uint64_t g_pfc_tx_errors[2];
 /* Emulator lag of PFC, per direction (index of the path whose model it concerns): how long after its model
  * time a PAUSE/XON left (the data frame that crossed a threshold was read late), and how long after its
- * kernel arrival stamp a received PFC frame reached the model (frames that started meanwhile were not held). */
+ * kernel arrival stamp a received PFC frame reached the model (it acts one link delay after that stamp: only
+ * a lag beyond the delay lets through frames that should have been held). */
 typedef struct { uint64_t n; double sum, max; } lag_t;
 static lag_t g_tx_lag[2], g_rx_lag[2];
 /* The first PFC_EVENTS PFC frames sent and received per direction, (model or arrival time, time it left or
