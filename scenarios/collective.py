@@ -15,10 +15,14 @@ What it shows:
   2. (full) two jobs on one fabric, each with its own placement: JCT alone and together, per-link
      utilisation (an ECMP collision shows as a link above the others)
   3. a trace replay (compute gaps, an allreduce, point-to-point activations): step time per iteration
+  4. acceptance after SONiC's RoCEv2 plan, on fat-tree-k4 with 8 ranks (testbed/collective/acceptance.py):
+     a ring allreduce across a link failure (JCT without/with, #wrong 0), 7:1 incast per-QP fairness
+     (< 30%), the 8-rank all-to-all verdict; --acceptance-only runs it alone, --no-acceptance leaves it out
   and the emulator's health and the frames lost, attributed to the queue that dropped them.
+  ``--failures SCHEDULE`` fails links or switches of the small fabric during the sweep (docs/collectives.md).
 
-    sudo testbed run collective --quick      # small fabric, 4 ranks, up to 256 KiB (~1 min)
-    sudo testbed run collective              # + fat-tree-k4, 8 ranks, two jobs, up to 4 MiB
+    sudo testbed run collective --quick      # small fabric, 4 ranks, up to 256 KiB; part 4 (1.5-2 min)
+    sudo testbed run collective              # + fat-tree-k4 two jobs, sizes up to 4 MiB
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ TRACE = {"version": 1, "ranks": 4, "iterations": 2, "description": "2 steps: com
                   {"id": "grad", "type": "collective", "collective": "allreduce", "bytes": 131072}]]}
 
 
+#: part 4's sizes: ring allreduce per rank, incast per sender, all-to-all per rank (bytes)
+ACCEPTANCE_SIZES = {"ring": 262144, "incast": 65536, "alltoall": 262144}
+
+
 def sweep(sizes: list[int], big: int) -> tuple:
     """The runs of the single-job part (one process per rank runs them all)."""
     runs = [{"collective": "allreduce", "algorithm": "ring", "bytes": b, "chunks": 4} for b in sizes]
@@ -66,58 +74,98 @@ def sweep(sizes: list[int], big: int) -> tuple:
 def main(argv=None) -> int:
     parser = scenario_parser(__doc__, prog=f"testbed run {NAME}")
     parser.add_argument("--link-rate", default="10M", help="emulated host-link rate (default 10M)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--acceptance-only", action="store_true", help="run part 4 alone")
+    which.add_argument("--no-acceptance", action="store_true", help="leave part 4 out")
+    parser.add_argument("--failures", metavar="SCHEDULE", help="fail links/switches of the small fabric during the "
+                        "sweep, e.g. 1s:down:s0-l1,2s:up:s0-l1")
     args = parser.parse_args(argv)
     rate = parse_rate(args.link_rate, "--link-rate")
     if not 1e5 <= rate <= 1e9:
         raise SpecError("--link-rate", f"must be between 100k and 1G (emulated host-link rate), got {args.link_rate}")
-    require_root(f"testbed run {NAME}")
     from testbed.collective import experiment as X
+    from testbed.collective.failures import parse as parse_failures
+
+    failures = parse_failures(args.failures, X.fabric_graph("small")) if args.failures else None
+    if failures and args.acceptance_only:
+        raise SpecError("--failures", "applies to the sweep (parts 1-3), which --acceptance-only leaves out")
+    require_root(f"testbed run {NAME}")
+    from testbed.collective import acceptance as A
     from testbed.collective import placement as P
     from testbed.collective.runner import CollectiveFabric, JobRun
+
+    sizes = [65536, 262144] if args.quick else [65536, 262144, 1048576, 4194304]
+    with Results(NAME, args, config={"quick": args.quick, "link_rate_bps": rate, "sizes": sizes,
+                                     "failures": args.failures}) as res:
+        doc, summary, wrong, failed = {"link_rate_bps": rate, "parts": {}}, {}, 0, []
+        if not args.acceptance_only:
+            r1, r3 = small_parts(args, rate, sizes, failures, res.dir, X, P, CollectiveFabric, JobRun)
+            doc["parts"].update(sweep=r1, trace=r3)
+            summary = small_summary(r1, r3, rate, X)
+            wrong = summary["wrong"]
+            if not args.quick:
+                doc["parts"]["jobs"] = two_jobs(rate, res.dir / "fat-tree", X, P, CollectiveFabric, JobRun, args.json)
+                summary["two_jobs"] = doc["parts"]["jobs"]["summary"]
+        if not args.no_acceptance:
+            console.print("[bold]4. acceptance after SONiC's RoCEv2 plan: fat-tree-k4, 8 ranks[/bold]")
+            doc["parts"]["acceptance"] = A.run(rate, res.dir / "acceptance", ACCEPTANCE_SIZES, args.json)
+            verdict = summary["acceptance"] = doc["parts"]["acceptance"]["verdict"]
+            failed = [k for k in ("link_failure", "incast", "alltoall") if not verdict[k]["pass"]]
+        block = res.health({k: r["health"]["block"] for k, r in health_parts(doc["parts"]).items()})
+        res.write_json("metrics.json", {**doc, **block})
+        summary.update(emulator_ok=block["emulator_ok"], health_reasons=block["emulator"]["reasons"])
+        res.finish(summary)
+    return 1 if wrong or failed else 0
+
+
+def health_parts(parts: dict) -> dict:
+    """Every run of the scenario by name, for the one health block (testbed.emu.runhealth)."""
+    out = {k: parts[k] for k in ("sweep", "trace") if k in parts}
+    if "jobs" in parts:
+        jobs = parts["jobs"]
+        out.update({"alone-job1": jobs["alone"][0], "alone-job2": jobs["alone"][1], "together": jobs["together"]})
+    if "acceptance" in parts:
+        runs = parts["acceptance"]["runs"]
+        out.update({f"ring-baseline-{k + 1}": r for k, r in enumerate(runs["ring_baseline"])})
+        out.update({"ring-failure": runs["ring_failure"], "incast": runs["incast"], "alltoall": runs["alltoall"]})
+    return out
+
+
+def small_parts(args, rate, sizes, failures, out, X, P, CollectiveFabric, JobRun) -> tuple:
+    """Parts 1 and 3 on the small fabric (the sweep under ``failures`` if given); the plot."""
     from testbed.collective.trace import check, load_trace
 
     check(load_trace(TRACE))
-    sizes = [65536, 262144] if args.quick else [65536, 262144, 1048576, 4194304]
     big = 262144 if args.quick else 1048576
-    with Results(NAME, args, config={"quick": args.quick, "link_rate_bps": rate, "sizes": sizes}) as res:
-        doc = {"link_rate_bps": rate, "parts": {}}
-        G = X.fabric_graph("small")
-        hosts = P.place(G, 4, "packed")
-        with CollectiveFabric(G, rate, res.dir / "small") as fab:
-            fab.warm(hosts)
-            console.print("[bold]1. size sweep and every collective, 4 ranks, small fabric[/bold]")
-            r1 = fab.run([JobRun("sweep", tuple(hosts), runs=sweep(sizes, big), iters=2, warmup=1)], "sweep")
-            console.print("[bold]3. trace replay[/bold]")
-            r3 = fab.run([JobRun("trace", tuple(hosts), trace=TRACE, chunks=2)], "trace")
-            for r in (r1, r3):
-                r.update(scale=fab.scale, fabric="small", link_rate_bps=rate)
-        doc["parts"]["sweep"] = r1
-        doc["parts"]["trace"] = r3
-        X.print_report(r1, args.json)
-        X.print_report(r3, args.json)
-        if not args.quick:
-            doc["parts"]["jobs"] = two_jobs(rate, res.dir / "fat-tree", X, P, CollectiveFabric, JobRun, args.json)
-        parts = {"sweep": r1, "trace": r3}
-        if "jobs" in doc["parts"]:
-            jobs = doc["parts"]["jobs"]
-            parts.update({"alone-job1": jobs["alone"][0], "alone-job2": jobs["alone"][1], "together": jobs["together"]})
-        block = res.health({k: r["health"]["block"] for k, r in parts.items()})
-        res.write_json("metrics.json", {**doc, **block})
-        X.plot(r1["jobs"], rate, res.dir / "busbw.png")
-        rows = r1["jobs"][0]["rows"]
-        wrong = sum(r["wrong"] for r in rows) + r3["jobs"][0]["trace"]["wrong"]
-        ring = [r for r in rows if r["collective"] == "allreduce" and r["algorithm"] == "ring"]
-        summary = {"wrong": wrong, "ring_allreduce_busbw_over_link": round(ring[-1]["busbw_bps"] / rate, 3),
-                   "largest_ring_size_bytes": ring[-1]["size_bytes"],
-                   "busbw_over_link": {f"{r['collective']}/{r['algorithm']}/skew{r['skew']:g}/{r['size_bytes']}":
-                                       round(r["busbw_bps"] / rate, 3) for r in rows},
-                   "trace_step_time_s": r3["jobs"][0]["trace"]["step_time_s"],
-                   "emulator_ok": block["emulator_ok"], "health_reasons": block["emulator"]["reasons"],
-                   "load": r1["health"]["load"]}
-        if "jobs" in doc["parts"]:
-            summary["two_jobs"] = doc["parts"]["jobs"]["summary"]
-        res.finish(summary)
-    return 1 if wrong else 0
+    G = X.fabric_graph("small")
+    hosts = P.place(G, 4, "packed")
+    with CollectiveFabric(G, rate, out / "small") as fab:
+        fab.warm(hosts)
+        console.print("[bold]1. size sweep and every collective, 4 ranks, small fabric[/bold]")
+        r1 = fab.run([JobRun("sweep", tuple(hosts), runs=sweep(sizes, big), iters=2, warmup=1)], "sweep",
+                     failures=failures)
+        console.print("[bold]3. trace replay[/bold]")
+        r3 = fab.run([JobRun("trace", tuple(hosts), trace=TRACE, chunks=2)], "trace")
+        for r in (r1, r3):
+            r.update(scale=fab.scale, fabric="small", link_rate_bps=rate)
+    X.print_report(r1, args.json)
+    X.print_report(r3, args.json)
+    X.plot(r1["jobs"], rate, out / "busbw.png")
+    return r1, r3
+
+
+def small_summary(r1: dict, r3: dict, rate: float, X) -> dict:
+    rows = r1["jobs"][0]["rows"]
+    ring = [r for r in rows if r["collective"] == "allreduce" and r["algorithm"] == "ring"]
+    doc = {"wrong": sum(r["wrong"] for r in rows) + r3["jobs"][0]["trace"]["wrong"],
+           "ring_allreduce_busbw_over_link": round(ring[-1]["busbw_bps"] / rate, 3),
+           "largest_ring_size_bytes": ring[-1]["size_bytes"],
+           "busbw_over_link": {f"{r['collective']}/{r['algorithm']}/skew{r['skew']:g}/{r['size_bytes']}":
+                               round(r["busbw_bps"] / rate, 3) for r in rows},
+           "trace_step_time_s": r3["jobs"][0]["trace"]["step_time_s"], "load": r1["health"]["load"]}
+    if r1.get("failures"):
+        doc["failures"] = X.summary(r1)["failures"]
+    return doc
 
 
 def two_jobs(rate, out, X, P, CollectiveFabric, JobRun, quiet=False) -> dict:

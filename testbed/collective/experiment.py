@@ -59,6 +59,7 @@ class Options:
     link_rate_bps: float = 10e6
     trace: dict | None = None
     timeout_s: float = 600.0
+    failures: tuple = ()          # testbed.collective.failures.Event, sorted
 
     @classmethod
     def from_args(cls, a) -> "Options":
@@ -103,9 +104,14 @@ class Options:
             trace = load_trace_file(a.trace)
             if a.jobs != 1:
                 raise SpecError("--jobs", "a trace replay is one job")
+        failures = ()
+        if getattr(a, "failures", None):
+            from testbed.collective.failures import parse
+
+            failures = tuple(parse(a.failures, fabric_graph(a.fabric)))
         return cls(a.fabric, a.collective, a.algorithm, a.ranks if trace is None else trace["ranks"], tuple(sizes),
                    places * a.jobs if len(places) == 1 else places, a.jobs, bool(a.pods), a.chunks, a.iters,
-                   a.warmup, float(a.skew), a.root, rate, trace)
+                   a.warmup, float(a.skew), a.root, rate, trace, failures=failures)
 
 
 def check_job_count(fabric: str, jobs: int) -> None:
@@ -195,7 +201,7 @@ def run(opts: Options, out_dir, tag: str = "run") -> dict:
     jobs = job_runs(opts, placements)
     with CollectiveFabric(G, opts.link_rate_bps, out_dir) as fab:
         fab.warm([h for p in placements for h in p])
-        result = fab.run(jobs, tag, opts.timeout_s)
+        result = fab.run(jobs, tag, opts.timeout_s, failures=list(opts.failures) or None)
         result["scale"] = fab.scale
     result["fabric"] = opts.fabric
     result["link_rate_bps"] = opts.link_rate_bps
@@ -218,9 +224,12 @@ def summary(result: dict) -> dict:
             doc.update(step_time_s=j["trace"]["step_time_s"], wrong=j["trace"]["wrong"])
         jobs.append(doc)
     busiest = result["links"][0] if result["links"] else None
+    fl = result.get("failures")
     return {"fabric": result["fabric"], "scale": result["scale"], "link_rate_bps": result["link_rate_bps"],
             "jobs": jobs, "busiest_link": busiest, "emulator_ok": result["health"]["ok"],
-            "health_reasons": result["health"]["reasons"], "load": result["health"]["load"]}
+            "health_reasons": result["health"]["reasons"], "load": result["health"]["load"],
+            **({"failures": {k: fl[k] for k in ("log", "windows_s", "timeouts_inside", "timeouts_outside", "skipped",
+                                                "restored", "error")}} if fl else {})}
 
 
 def print_report(result: dict, quiet_stdout: bool = False) -> None:
@@ -245,6 +254,14 @@ def print_report(result: dict, quiet_stdout: bool = False) -> None:
             tr = j["trace"]
             out.print(f"# trace replay: step times (emulated s) {[round(s, 4) for s in tr['step_time_s']]}, "
                       f"real ms {[round(s, 4) for s in tr['real_step_time_ms']]}, #wrong {tr['wrong']}")
+    fl = result.get("failures")
+    if fl:
+        for x in fl["log"]:
+            out.print(f"# failure {x['event']}: done at {x['at_s']:.3f} s (planned {x['planned_s']:g}), took "
+                      f"{x['took_s'] * 1e3:.1f} ms")
+        out.print(f"# failure windows (s after the start) {fl['windows_s']}: QP timeouts inside {fl['timeouts_inside']}"
+                  f" (the experiment), outside {fl['timeouts_outside']}; not reached {fl['skipped'] or 'none'}; "
+                  f"restored at the end {fl['restored'] or 'none'}" + (f"; ERROR {fl['error']}" if fl["error"] else ""))
     links = result["links"][:6]
     out.print("# busiest links: " + ", ".join(f"{x['link']} {x['utilisation']:.2f}" for x in links))
     h = result["health"]

@@ -85,6 +85,8 @@ class Rank:
                                         self.dev.port), first_psn(self.rank, p))
             self.qps[p] = qp
         self.barrier = Barrier(Path(cfg["dir"]), self.rank, self.n, self.dev)
+        #: wall-clock time of every QP timeout, so the runner can tell those inside a failure window
+        self.timeout_times: list[float] = []
 
     def close(self) -> None:
         self.dev.close()
@@ -132,6 +134,9 @@ class Rank:
             idle = 0.02
             nd = engine.next_deadline()
             self.dev.progress(timeout=min(idle, max(0.0, nd - now)) if nd is not None else idle)
+            fired = sum(q.stats.timeouts for q in self.qps.values()) - len(self.timeout_times)
+            if fired > 0:
+                self.timeout_times += [now] * fired
             for wc in self.cq.poll(256):
                 if wc.status is not WcStatus.SUCCESS:
                     qp = self.qps.get(ops[wc.wr_id].peer) if wc.wr_id < len(ops) else None
@@ -160,7 +165,9 @@ def run_collectives(rank: Rank, cfg: dict) -> list[dict]:
     for k, run in enumerate(cfg["runs"]):
         count = run["bytes"] // S.ELEMENT_BYTES
         counts = None
-        if run["collective"] == "all_to_all" and run.get("skew", 1.0) != 1.0:
+        if run["collective"] == "all_to_all" and run.get("incast") is not None:
+            counts = S.incast_counts(rank.n, count, run["incast"])
+        elif run["collective"] == "all_to_all" and run.get("skew", 1.0) != 1.0:
             counts = S.skewed_counts(rank.n, count, run.get("hot", 0), run["skew"])
         sched = S.build(run["collective"], rank.n, count, run.get("algorithm"), run.get("chunks", 1),
                         run.get("root", 0), counts)
@@ -210,7 +217,7 @@ def run_trace(rank: Rank, cfg: dict) -> dict:
 def main(argv: list[str]) -> int:
     """``CONFIG`` (a JSON file): rank, ips (rank order), job, dir (the job folder), qp {mtu, window,
     timeout_s, dcqcn}, seed, iters, warmup, timeout_s, and either runs [{collective, bytes, algorithm,
-    chunks, root, skew, hot}] or trace (a trace document, :mod:`testbed.collective.trace`) with scale."""
+    chunks, root, skew, hot, incast}] or trace (a trace document, :mod:`testbed.collective.trace`) with scale."""
     if len(argv) != 1:
         print("usage: python -m testbed.collective.rank CONFIG.json", file=sys.stderr)
         return 2
@@ -229,11 +236,13 @@ def main(argv: list[str]) -> int:
             report["runs"] = run_collectives(rank, cfg)
         rank.barrier.wait("done", cfg.get("timeout_s", 300.0))
         report["stats"] = rank.stats()
+        report["timeout_times"] = rank.timeout_times
         code = 0
     except Exception as exc:  # noqa: BLE001 - the runner reads the reason from the report
         report["error"] = f"{type(exc).__name__}: {exc}"
         if rank is not None:
             report["stats"] = rank.stats()
+            report["timeout_times"] = rank.timeout_times
         code = 1
     finally:
         if rank is not None:

@@ -4,6 +4,7 @@
                                    iteration (one clock: every namespace reads the same wall clock; no
                                    rank can finish before the last one started), averaged like
                                    nccl-tests' "time"; #wrong summed over ranks; algbw/busbw from it
+                                   (and each rank's own finish, ``rank_end_s``: who gates it, incast fairness)
     job JCT                     -> first start .. last end of the whole job (every size, every iteration)
     switch port counters        -> bytes per directed link over the run / (seconds x emulated rate)
 
@@ -23,17 +24,19 @@ def job_rows(reports: list[dict], scale: float) -> list[dict]:
     rows = []
     for k, run in enumerate(reports[0]["runs"]):
         per_rank = [rep["runs"][k] for rep in reports]
-        times, wrong = [], 0
+        times, ends, wrong = [], [], 0
         for it in range(len(run["iterations"])):
             marks = [pr["iterations"][it] for pr in per_rank]
             wrong += sum(m["wrong"] for m in marks)
             if not marks[0]["warmup"]:
-                times.append(max(m["end"] for m in marks) - max(m["start"] for m in marks))
+                start = max(m["start"] for m in marks)
+                times.append(max(m["end"] for m in marks) - start)
+                ends.append([m["end"] - start for m in marks])
         t = statistics.fmean(times)
         rows.append(metrics.row(run["collective"], n, run["bytes"], t, scale, wrong,
                                 algorithm=run.get("algorithm") or "", chunks=run.get("chunks", 1),
                                 skew=run.get("skew", 1.0),
-                                iterations=len(times), times_s=times,
+                                iterations=len(times), times_s=times, rank_end_s=ends, incast=run.get("incast"),
                                 sent_bytes_max=max(pr["sent_bytes"] for pr in per_rank)))
     return rows
 

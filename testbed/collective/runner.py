@@ -23,6 +23,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from testbed.collective import failures as F
 from testbed.collective import report as R
 from testbed.console import console
 from testbed.emu.cpustat import load_average
@@ -161,8 +162,12 @@ class CollectiveFabric:
         return {"mtu": 1024, "window": self.window, "timeout_s": min(ep.emulated_qp_timeout_s, QP_TIMEOUT_CAP_S),
                 "plan_timeout_s": ep.emulated_qp_timeout_s, "dcqcn": ep.emulated_dcqcn}
 
-    def run(self, jobs: list[JobRun], tag: str, timeout: float = 600.0) -> dict:
-        """Run ``jobs`` concurrently; returns per-job figures, per-link utilisation and health."""
+    def run(self, jobs: list[JobRun], tag: str, timeout: float = 600.0, failures: list | None = None) -> dict:
+        """Run ``jobs`` concurrently; returns per-job figures, per-link utilisation and health.
+
+        ``failures``: :func:`testbed.collective.failures.parse` events, executed after the start barrier
+        through :class:`FabricControl` (the paths ``testbed fail`` uses); whatever they leave failed is
+        restored when the jobs end. QP timeouts inside the failure windows are reported, not a fault."""
         from testbed.emu.health import CpuWatch, LossWatch, ovs_pid, saturation
         from testbed.emu.runhealth import assess
 
@@ -182,6 +187,8 @@ class CollectiveFabric:
             for r, h in enumerate(job.hosts):
                 qp = self.qp_config(h)
                 qp["window"] = max(MIN_WINDOW, min(qp["window"], INCAST_PACKETS // fan_in))
+                if failures:
+                    qp["retry_limit"] = F.retry_budget(failures, qp["timeout_s"], timeout)
                 cfg = {"rank": r, "ips": ips, "job": k, "dir": str(jdir), "qp": qp,
                        "seed": job.seed, "iters": job.iters, "warmup": job.warmup, "timeout_s": timeout,
                        "chunks": job.chunks, "scale": self.scale,
@@ -202,11 +209,13 @@ class CollectiveFabric:
         before = read_counters(intfs)
         drops_before = self.drops(intfs)
         t0 = time.time()
+        chaos = FailureDriver(self, failures, folder / "start", total, timeout) if failures else None
         try:
             with CpuWatch({"ovs-vswitchd": pid} if pid else {}) as cpu:
                 poll(lambda: all(p.poll() is not None for _, _, _, p, _ in procs), timeout=timeout + 120,
                      interval=0.2, what=f"rank processes of {', '.join(j.name for j in jobs)}")
         finally:
+            failed = chaos.finish() if chaos else None
             for _, _, _, p, log in procs:
                 if p.poll() is None:
                     p.terminate()
@@ -234,7 +243,8 @@ class CollectiveFabric:
             start, end = R.job_span(reports)
             stats = {k: sum(rp["stats"][k] for rp in reports) for k in reports[0]["stats"] if k != "device"}
             doc = {"name": job.name, "hosts": list(job.hosts), "ranks": len(job.hosts), "jct_s": end - start,
-                   "real_jct_ms": (end - start) / self.scale * 1e3, "start": start, "end": end, "qp_stats": stats}
+                   "real_jct_ms": (end - start) / self.scale * 1e3, "start": start, "end": end, "qp_stats": stats,
+                   "timeout_times": sorted(t for rp in reports for t in rp.get("timeout_times", []))}
             if job.trace is not None:
                 doc["trace"] = R.trace_summary(reports, self.scale)
             else:
@@ -248,21 +258,104 @@ class CollectiveFabric:
             reasons.append(f"ovs-vswitchd's packet sockets dropped {lost['switch_socket_drops']} frames (counted for "
                            "the whole process, which other runs share)")
         timeouts = sum(j["qp_stats"]["timeouts"] for j in out_jobs)
+        if failed is not None:
+            failed.update(F.timeout_verdict(failed, [t for j in out_jobs for t in j["timeout_times"]],
+                                            max(j["end"] for j in out_jobs), self.qp_config(all_hosts[0])["timeout_s"]))
+            timeouts = failed["timeouts_outside"]
         if timeouts:
-            reasons.append(f"{timeouts} QP timeouts: packets were lost in a run that is lossless by construction")
+            reasons.append(f"{timeouts} QP timeouts{' outside the failure windows' if failed else ''}: packets were "
+                           "lost in a run that is lossless by construction")
         if cpu_sum.get("switch_max", 0) >= 90:
             reasons = [r for r in reasons if "BMv2" not in r] + [f"ovs-vswitchd at {cpu_sum['switch_max']:.0f}% "
                                                                   "of a core"]
         ledger = R.loss_ledger(all_reports, sum(drops.values()))
         ledger["counted_by"] = drops
-        # frames no queue or interface counted are the unaccounted ones (lost in the emulator's I/O)
-        block = assess(cpu=cpu_sum, unaccounted=ledger["unattributed"], reasons=reasons)
+        # frames no queue or interface counted are the unaccounted ones (lost in the emulator's I/O); with a
+        # failure schedule the run cannot tell those from frames sent into a downed port (counted nowhere)
+        unaccounted = ledger["unattributed"]
+        if failed is not None:
+            ledger["note"] = "a failure schedule ran: frames on a downed port are counted nowhere"
+            unaccounted = None
+        block = assess(cpu=cpu_sum, unaccounted=unaccounted, reasons=reasons)
         health = {"ok": block["emulator_ok"], "reasons": block["emulator"]["reasons"], "cpu": cpu_sum, **lost,
                   "losses": ledger, "wall_s": t1 - t0, "load": _load(), "block": block}
         jcts = ", ".join(f"{j['name']} JCT {j['jct_s']:.2f}s" for j in out_jobs)
         console.print(f"[dim]{tag}: {jcts}; "
                       f"emulator {'ok' if health['ok'] else 'UNHEALTHY: ' + '; '.join(reasons)}[/dim]")
-        return {"jobs": out_jobs, "links": links, "health": health, "span_s": span}
+        result = {"jobs": out_jobs, "links": links, "health": health, "span_s": span}
+        if failed is not None:
+            result["failures"] = failed
+            if failed["error"]:
+                raise EmulationError(f"failure schedule: {failed['error']} (the fabric was restored; results in "
+                                     f"{folder})")
+        return result
+
+
+class FabricControl:
+    """What a failure event does on this replica, through the paths ``testbed fail`` uses: the controller's
+    API (``/fail/link``, ``/fail/switch``: OpenFlow port-mod, the controller reroutes) where the fabric has
+    one; else ``ip link`` down on the switch end of the link, as ``testbed fail`` does on a BMv2 replica."""
+
+    def __init__(self, fab: "CollectiveFabric"):
+        self.fab = fab
+
+    def link(self, a, b, down: bool):
+        if self.fab.ctl is not None:
+            return self.fab.ctl.post(f"/{'fail' if down else 'restore'}/link", a=a, b=b)
+        from testbed.emu.ops import set_link_state
+
+        names, netns = self.fab.rep.cut_interfaces(a, b)
+        set_link_state(names, up=not down, netns=netns)
+        return {"method": "ifdown", "interfaces": names}
+
+    def switch(self, s, down: bool):
+        if self.fab.ctl is not None:
+            return self.fab.ctl.post(f"/{'fail' if down else 'restore'}/switch", s=s)
+        return [self.link(s, peer, down) for peer in self.fab.G.neighbors(s)]
+
+    def gray(self, a, b, loss: float):
+        raise EmulationError(f"gray loss on {a}-{b}: the collective fabric has no userspace link nodes")
+
+
+class FailureDriver:
+    """Runs a failure schedule in a thread: waits for every rank at the start barrier (its files' latest
+    mtime is t0), then :class:`testbed.collective.failures.Executor`; :meth:`finish` stops it and restores
+    what is still failed."""
+
+    def __init__(self, fab: "CollectiveFabric", events: list, start_dir: Path, ranks: int, timeout: float):
+        import threading
+
+        self.control = FabricControl(fab)
+        self.events, self.t0, self.error = events, None, None
+        self.exe = F.Executor(events, self.control)
+        self.paths = [start_dir / f"barrier-start-{i}" for i in range(ranks)]
+        self.timeout = timeout
+        self.thread = threading.Thread(target=self._drive, name="failure-schedule", daemon=True)
+        self.thread.start()
+
+    def _drive(self) -> None:
+        try:
+            poll(lambda: self.exe.stopped or all(p.exists() for p in self.paths), timeout=self.timeout,
+                 interval=0.01, what="every rank at the start barrier")
+            if self.exe.stopped:    # the ranks ended (or failed) before all reached the barrier
+                return
+            self.t0 = max(p.stat().st_mtime for p in self.paths)
+            self.exe.run(self.t0)
+        except Exception as exc:  # noqa: BLE001 - reported by finish()
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def finish(self) -> dict:
+        self.exe.stop()
+        self.thread.join(timeout=30)
+        restored, error = [], self.error or self.exe.error
+        for e in F.undo(self.exe.done):
+            try:
+                F.apply(self.control, e)
+                restored.append(e.describe())
+            except Exception as exc:  # noqa: BLE001 - one failed restore must not hide the others
+                error = error or f"restoring {e.describe()}: {exc}"
+        return {"t0": self.t0, "log": self.exe.log, "skipped": [e.describe() for e in self.events[len(self.exe.log):]],
+                "restored": restored, "error": error}
 
 
 def _load() -> list[float]:

@@ -329,6 +329,14 @@ def skewed_counts(n: int, count: int, hot: int = 0, factor: float = 4.0) -> list
     return out
 
 
+def incast_counts(n: int, count: int, sink: int = 0) -> list[list[int]]:
+    """N:1 incast as an all-to-all: every rank but ``sink`` sends its whole buffer (``count``) to ``sink``
+    at once (SONiC's RoCEv2 incast test; per-QP fairness is read from each sender's finish time)."""
+    if not 0 <= sink < n:
+        raise SpecError("incast", f"must be a rank 0..{n - 1}, got {sink!r}")
+    return [[count if d == sink and s != sink else 0 for d in range(n)] for s in range(n)]
+
+
 def all_to_all(n: int, count: int, counts: list[list[int]] | None = None, chunks: int = 1) -> Schedule:
     """Pairwise all-to-all: at step s rank r sends its block for (r + s) and receives from (r - s).
 

@@ -2,7 +2,8 @@
 
     testbed collective run [--fabric small|fat-tree-k4|rail-small] [--collective allreduce] [--algorithm ring]
         [--ranks 4] [--sizes 64KiB,256KiB,1MiB] [--placement packed[,spread]] [--jobs 1] [--pods] [--chunks 4]
-        [--iters 2] [--warmup 1] [--skew 1] [--link-rate 10M] [--trace FILE] [--out DIR] [--json]
+        [--iters 2] [--warmup 1] [--skew 1] [--link-rate 10M] [--trace FILE] [--failures SCHEDULE] [--out DIR]
+        [--json]
         (root) one rank per host, RDMA SENDs on RC QPs; prints size, time, algbw, busbw (real-world GB/s
         with the emulated Mb/s beside) and #wrong, per job; JCT, busiest links, emulator health
     testbed collective schedule --collective C --ranks N --size S [--algorithm A] [--chunks K] [--json]
@@ -45,6 +46,9 @@ def _common(p, run: bool) -> None:
         p.add_argument("--link-rate", default=DEFAULT_LINK_RATE,
                        help=f"emulated host-link rate; sets the time dilation (default {DEFAULT_LINK_RATE})")
         p.add_argument("--trace", help="replay this trace (JSON, docs/collectives.md) instead of a sweep")
+        p.add_argument("--failures", metavar="SCHEDULE",
+                       help="fail links/switches during the job, e.g. 2s:down:t0-a0,4s:up:t0-a0 (times after the "
+                            "start barrier, emulated; docs/collectives.md)")
         p.add_argument("--out", metavar="DIR", help="results folder (default results/collective/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
@@ -155,16 +159,21 @@ def place(args) -> int:
 
 def run(args) -> int:
     from testbed.collective import experiment as X
+    from testbed.errors import EmulationError
     from testbed.scenario import Results
 
     opts = X.Options.from_args(args)
     X.place_jobs(X.fabric_graph(opts.fabric), opts)    # refuse a placement that does not fit before root/build
     require_root("testbed collective run")
-    with Results("collective", args, config={"options": {k: v for k, v in vars(opts).items() if k != "trace"},
+    with Results("collective", args, config={"options": {k: v for k, v in vars(opts).items()
+                                                         if k not in ("trace", "failures")},
+                                              "failures": args.failures,
                                               "trace": opts.trace}) as res:
         result = X.run(opts, res.dir)
         X.print_report(result, quiet_stdout=args.json)
         res.write_json("metrics.json", result)
+        if result.get("failures", {}).get("error"):
+            raise EmulationError(f"failure schedule: {result['failures']['error']} (the fabric was restored)")
         if any(j.get("rows") for j in result["jobs"]):
             X.plot(result["jobs"], opts.link_rate_bps, res.dir / "busbw.png")
         wrong = sum(r["wrong"] for j in result["jobs"] for r in j.get("rows", [])) + \

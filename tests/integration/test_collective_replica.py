@@ -50,3 +50,30 @@ def test_ring_allreduce_exact_and_busbw_formula(tmp_path):
     health = result["health"]
     assert set(health) >= {"ok", "reasons", "cpu", "losses"}
     assert health["losses"]["sent"] > 0 and health["losses"]["lost"] >= 0
+
+
+def test_failure_schedule_stalls_the_ring_and_it_recovers_exact(tmp_path):
+    """A cut of the spine link l1 - s0 on the small fabric (a tree: no other path) from 0.1 s to 0.6 s after
+    the start barrier: the ring cannot finish before the link is back, finishes exact after, and the QP
+    timeouts it takes lie inside the failure window, so they do not make the run unhealthy."""
+    from testbed.collective import failures as F
+
+    G = fabric_graph("small")
+    hosts = place(G, 4, "packed")
+    runs = ({"collective": "allreduce", "algorithm": "ring", "bytes": SIZE, "chunks": 4},)
+    events = F.parse("0.1s:down:s0-l1,600ms:up:s0-l1", G)
+    with CollectiveFabric(G, RATE, tmp_path) as fab:
+        fab.warm(hosts)
+        result = fab.run([JobRun("ar", tuple(hosts), runs=runs, iters=1, warmup=0)], "cut", timeout=120,
+                         failures=events)
+        cfg = json.loads((tmp_path / "cut" / "ar" / "config-0.json").read_text())
+    job, fl = result["jobs"][0], result["failures"]
+    assert job["rows"][0]["wrong"] == 0
+    assert [x["kind"] for x in fl["log"]] == ["link_down", "link_up"] and fl["error"] is None
+    assert fl["log"][0]["at_s"] >= 0.1 and fl["log"][1]["at_s"] >= 0.6 and fl["restored"] == []
+    assert fl["log"][0]["answer"]["method"] == "ifdown"       # no controller on a tree: ip link, as testbed fail
+    assert job["end"] - fl["t0"] >= fl["log"][1]["at_s"], "the ring finished while its link was down"
+    assert fl["timeouts_inside"] >= 1 and fl["timeouts_inside"] + fl["timeouts_outside"] == job["qp_stats"]["timeouts"]
+    assert cfg["qp"]["retry_limit"] == F.retry_budget(events, cfg["qp"]["timeout_s"], 120)
+    if fl["timeouts_outside"] == 0:
+        assert not any("QP timeouts" in r for r in result["health"]["reasons"])

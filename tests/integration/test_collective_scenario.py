@@ -1,6 +1,8 @@
 """``testbed run collective --quick``: every collective and the trace replay complete on the small replica
 with every element exact, the summary carries the figures and the emulator's verdict, and the results
-folder has the metrics and the plot."""
+folder has the metrics and the plot. Part 4 (acceptance after SONiC's RoCEv2 plan, fat-tree-k4, 8 ranks):
+the ring allreduce is exact across a cut of a link it loaded, the cut fell inside the job; 7:1 incast
+per-QP fairness deviation < 30%; the 8-rank all-to-all passes (exact)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,21 @@ def test_quick_scenario(tmp_path):
     assert isinstance(summary["emulator_ok"], bool) and "load" in summary
     assert (out / "metrics.json").exists() and (out / "busbw.png").exists()
     assert json.loads((out / "status.json").read_text())["status"] == "ok"
+    acc = summary["acceptance"]
+    cut = acc["link_failure"]
+    assert cut["pass"] and cut["wrong"] == 0, cut
+    assert cut["link_bytes_without"] > 0, "the cut link carried none of the ring in the run without failure"
+    # the paths repeat between runs (source ports from QP numbers), so the link carried the ring until the cut
+    assert cut["link_bytes_with_failure"] > 0 and len(cut["jct_without_runs_s"]) == 2
+    assert 0 < cut["cut_at_s"] < cut["jct_with_s"], "the cut did not fall inside the job"
+    assert cut["jct_without_s"] > 0 and cut["impact"] == pytest.approx(cut["jct_with_s"] / cut["jct_without_s"],
+                                                                       abs=2e-3)
+    assert len(cut["restored"]) == 1 and cut["restored"][0].endswith(f"link_up {cut['link'][0]}-{cut['link'][1]}")
+    incast = acc["incast"]
+    assert len(incast["rates_bps"]) == 7 and incast["wrong"] == 0
+    assert incast["deviation"] < 0.30 and incast["pass"], incast
+    assert acc["alltoall"]["pass"] and acc["alltoall"]["wrong"] == 0 and acc["alltoall"]["ranks"] == 8
     ev = check_health(json.loads((out / "metrics.json").read_text()), proc.stderr, healthy=False)
-    assert set(ev["parts"]) == {"sweep", "trace"} and ev["unaccounted"] is not None
+    assert set(ev["parts"]) == {"sweep", "trace", "ring-baseline-1", "ring-baseline-2", "ring-failure", "incast",
+                                "alltoall"} and ev["unaccounted"] is not None
     assert summary["emulator_ok"] == (not ev["reasons"])

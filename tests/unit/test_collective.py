@@ -306,8 +306,13 @@ def no_emulation(monkeypatch):
     (["collective", "run", "--jobs", "2", "--pods"], "--pods"),
     (["collective", "run", "--trace", "/nonexistent.json"], "--trace"),
     (["collective", "schedule", "--size", "5"], "--size"),
+    (["collective", "run", "--failures", "1s:gray:s0-l0:10%"], "--failures[0].action"),
+    (["collective", "run", "--failures", "1s:down:l0-l1"], "--failures[0].target"),
+    (["collective", "run", "--failures", "1s:down:s0-l0,soon:up:s0-l0"], "--failures[1].at"),
     (["collective", "place", "--fabric", "fat-tree-k4", "--ranks", "20"], "ranks"),
     (["run", "collective", "--link-rate", "5G"], "--link-rate"),
+    (["run", "collective", "--failures", "1s:down:l0-l1"], "--failures[0].target"),
+    (["run", "collective", "--acceptance-only", "--failures", "1s:down:s0-l1"], "--failures"),
     (["bench", "collective", "--sizes", "6"], "--sizes"),
 ])
 def test_bad_input_is_one_line_exit_2(no_emulation, argv, word, run_cli):
