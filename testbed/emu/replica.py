@@ -47,6 +47,20 @@ def _mininet():
     return net, node, log
 
 
+def _remote_controller(mn_node):
+    """Mininet's RemoteController without its start-up probe. The probe runs ``echo A | telnet IP PORT`` in a
+    shell and decodes the answer as UTF-8: when the controller's OpenFlow HELLO (binary, a random xid) came
+    back first, the build died in UnicodeDecodeError (seen once in a clean-clone CI, 2026-12-03), and each
+    probe was a stray OpenFlow session at the controller. The replica does not need it: the run starts the
+    controller and waits for its readiness and for every switch to connect (``wait_connected``)."""
+
+    class RemoteController(mn_node.RemoteController):
+        def checkListening(self):  # noqa: N802 - Mininet's name
+            return None
+
+    return RemoteController
+
+
 class Replica:
     """Context manager running the replica of a :class:`testbed.plan.ReplicaPlan`.
 
@@ -248,7 +262,7 @@ class Replica:
         run.record_links(lay.interfaces() + taps)
         if self.controller is not None:
             ip, port = self.controller
-            self._adopt(net.addController(mn_node.RemoteController("c0", ip=ip, port=port)))
+            self._adopt(net.addController(_remote_controller(mn_node)("c0", ip=ip, port=port)))
         for h in lay.hosts:
             self._nodes[h.node] = node = net.addHost(h.name, ip=f"{h.ip}/{h.prefixlen}", mac=h.mac)
             self._adopt(node)
