@@ -201,13 +201,11 @@ def run_mode(mode: str, res: Results, args) -> dict:
     lead = WORKING_M * FIBRE_DELAY_S_PER_M * args.scale + 0.002   # the working fibre (emulated) + 2 ms
     o, back, calm = (stream_outage(sent, got, w, lead) for w in ((t_cut, t_repair), (t_repair, float("inf")),
                                                                   (t_start, t_cut)))
-    # before the cut nothing may be lost: a loss there is the emulator's (no fault was injected yet)
-    # the fibres' delay lines: lateness and socket losses; frames the cut fibre's own line could not send
-    # while it was down are the cut (modelled), not the emulator's
+    # before the cut nothing may be lost: a loss there is the emulator's (no fault was injected yet); the
+    # fibres' delay lines give lateness and socket losses, the cut one's unsent frames going with the cut
     stats = {dl.name: dl.final_stats for dl in lines.values() if dl.final_stats}
-    inside = sum(d.get("rx_kernel_drops", 0) + (0 if name == cut_line else sum(
-        x.get("tx_errors", 0) for x in d.get("directions", {}).values())) for name, d in stats.items())
-    emu_health = assess(cpu=cpu.summary(), link_stats=stats, lost_inside=inside, unaccounted=calm["lost_in_window"])
+    emu_health = assess(cpu=cpu.summary(), link_stats=stats, cut=[cut_line] if cut_line else [],
+                        unaccounted=calm["lost_in_window"])
     doc = {"mode": mode, "scale": args.scale, "interval_ms": args.interval * 1e3, **o,
            "outage_real_ms": round(o["outage_ms"] / args.scale, 3), "cut_at_s": round(t_cut - t_start, 3),
            "repair_at_s": round(t_repair - t_start, 3), "lost_after_repair": back["lost_in_window"],

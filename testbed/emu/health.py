@@ -180,8 +180,9 @@ def emulator_processes(rep=None, controller=None, own: bool = False) -> dict:
     replica ``rep`` and, with ``own``, this process (OCS nodes run in it as threads)."""
     out = {}
     entries = rep.plan.switches if rep is not None else ()
-    if any(s.kind == "ovs" for s in entries) and ovs_pid():
-        out["ovs-vswitchd"] = ovs_pid()
+    ovs = ovs_pid() if any(s.kind == "ovs" for s in entries) else None
+    if ovs:
+        out["ovs-vswitchd"] = ovs
     for sw in (rep.switch(s.node) for s in entries):
         proc = getattr(getattr(sw, "process", None), "proc", None)
         if proc is not None and proc.poll() is None:

@@ -32,7 +32,7 @@ MAX_BUSY = 0.95
 
 
 def assess(*, cpu: dict | None = None, link_stats: dict | None = None, ledger: dict | None = None,
-           unaccounted: int | None = None, lost_inside: int | None = None, reasons=()) -> dict:
+           unaccounted: int | None = None, lost_inside: int | None = None, reasons=(), cut=()) -> dict:
     """``{"emulator_ok", "emulator"}`` of one run or trial from the evidence it has.
 
     Args:
@@ -40,6 +40,8 @@ def assess(*, cpu: dict | None = None, link_stats: dict | None = None, ledger: d
             per-process CPU).
         link_stats: {name: a link node's stats document} (both cores write the same keys): lateness
             percentiles per direction, the late fraction, frames lost in the node's sockets, its CPU.
+        cut: names of link nodes the run took down on purpose (a cable cut): frames they could not send
+            while down went with the cut (modelled), so their send errors are not the emulator's losses.
         ledger: :func:`testbed.links.accounting.emulator_health`'s result, when the run keeps the full
             frame ledger (its late fraction, lateness, losses, CPU and reasons are taken as they are).
         unaccounted, lost_inside: the run's own frame ledger's figures (None: the run does not count them).
@@ -51,7 +53,7 @@ def assess(*, cpu: dict | None = None, link_stats: dict | None = None, ledger: d
         ev.update({k: ledger.get(k) for k in ("late_fraction", "lateness_us", "unaccounted", "cpu", "own_cores")})
         ev["lost_inside_emulator"] = ledger.get("lost_inside_emulator")
     if link_stats:
-        _links(ev, link_stats)
+        _links(ev, link_stats, set(cut))
     if cpu:
         ev["machine"] = {"busy": round(cpu.get("machine_mean", 0.0) / 100, 3), "host_steal": cpu.get("host_steal", 0.0),
                          "switch_max": round(cpu.get("switch_max", 0.0) / 100, 3)}
@@ -66,7 +68,7 @@ def assess(*, cpu: dict | None = None, link_stats: dict | None = None, ledger: d
     return {"emulator_ok": not why, "emulator": ev}
 
 
-def _links(ev: dict, link_stats: dict) -> None:
+def _links(ev: dict, link_stats: dict, cut: set) -> None:
     """Lateness, losses in the nodes' sockets and CPU of the link nodes, into ``ev``."""
     sent = late = lost = 0
     for name, doc in link_stats.items():
@@ -74,7 +76,7 @@ def _links(ev: dict, link_stats: dict) -> None:
         ev["lateness_us"][name] = {d: lateness_percentiles(x) for d, x in dirs.items()}
         sent += sum(x.get("tx_packets", 0) for x in dirs.values())
         late += sum(x.get("emulator_late", 0) for x in dirs.values())
-        lost += doc.get("rx_kernel_drops", 0) + sum(x.get("tx_errors", 0) for x in dirs.values())
+        lost += doc.get("rx_kernel_drops", 0) + (0 if name in cut else sum(x.get("tx_errors", 0) for x in dirs.values()))
     ev["late_fraction"] = round(late / sent, 5) if sent else 0.0
     if ev["lost_inside_emulator"] is None:
         ev["lost_inside_emulator"] = lost

@@ -63,6 +63,17 @@ def test_unaccounted_and_in_emulator_losses_fail_the_run():
     assert block["emulator"]["machine"] is None       # no CPU watched: said as such, not as zero
 
 
+def test_a_cut_link_nodes_unsent_frames_are_the_cut_not_the_emulators():
+    cut = _link()
+    cut["directions"]["a>b"]["tx_errors"] = 5         # frames inside the line when its sides went down
+    stats = {"dl4": cut, "dl5": _link()}
+    assert runhealth.assess(link_stats=stats)["emulator"]["lost_inside_emulator"] == 5
+    block = runhealth.assess(link_stats=stats, cut=["dl4"])
+    assert block["emulator_ok"] is True and block["emulator"]["lost_inside_emulator"] == 0
+    cut["rx_kernel_drops"] = 2                         # its socket's drops stay the emulator's
+    assert runhealth.assess(link_stats=stats, cut=["dl4"])["emulator"]["lost_inside_emulator"] == 2
+
+
 def test_busy_machine_counts_only_without_a_lateness_measure():
     no_links = runhealth.assess(cpu=_cpu(busy=97.0))
     assert no_links["emulator_ok"] is False and "machine CPU 97% busy, and no lateness" in no_links["emulator"]["reasons"][0]
