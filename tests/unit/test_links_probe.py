@@ -12,6 +12,7 @@ import pytest
 
 from testbed.links import probe
 from testbed.poll import poll
+from tests.unit.loopback import free_udp
 
 
 def test_outage_counts_lost_packets_in_the_window():
@@ -34,14 +35,6 @@ def test_pack_unpack_and_padding():
     assert len(probe.pack(1, 2, 4)) == probe.HEADER.size  # never shorter than the header
 
 
-def _free_udp_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _udp_bound(port: int) -> bool:
     """Something listens on UDP ``port`` (read from /proc, so the check cannot steal the port)."""
     with open("/proc/net/udp") as fh:
@@ -49,7 +42,7 @@ def _udp_bound(port: int) -> bool:
 
 
 def test_timed_multi_destination_stream_round_trip():
-    port, sport = _free_udp_port(), _free_udp_port()
+    port, sport = free_udp(), free_udp()
     got: dict = {}
     rx = threading.Thread(target=lambda: got.update(probe.receive(port, timeout=3.0, idle=0.3)))
     rx.start()
@@ -68,7 +61,7 @@ def test_timed_multi_destination_stream_round_trip():
 
 
 def test_cli_count_stream_and_summary(tmp_path):
-    port = _free_udp_port()
+    port = free_udp()
     out, ready = tmp_path / "r.json", tmp_path / "ready"
     recv = subprocess.Popen([sys.executable, "-m", "testbed.links.probe", "recv", "--port", str(port),
                              "--ready", str(ready), "--out", str(out), "--count", "20", "--timeout", "10"])

@@ -114,30 +114,12 @@ def test_gids_of_addresses():
 def test_pingpong_client_and_server_over_loopback(transport, size):
     """Both halves of the ibv_{rc,uc,ud}_pingpong protocol (TCP records, then SEND ping-pong), byte-exact;
     UD with the GRH room in front of every payload."""
-    import socket
-    import threading
-
     from testbed.rdma.pingpong import pingpong_client, report_text, serve_pingpong
-
-    def free_udp():
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
+    from tests.unit.loopback import free_udp, serve_in_thread
 
     p_server, p_client = free_udp(), free_udp()
-    box, started = {}, threading.Event()
-
-    def ready(port):
-        box["port"] = port
-        started.set()
-
-    def run():
-        box["server"] = serve_pingpong("127.0.0.1", 0, size=size, iters=50, rx_depth=20, roce_port=p_server,
-                                       peer_roce_port=p_client, ready=ready, chk=True, transport=transport)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    assert started.wait(10)
+    box, t = serve_in_thread(serve_pingpong, "127.0.0.1", 0, size=size, iters=50, rx_depth=20, roce_port=p_server,
+                             peer_roce_port=p_client, chk=True, transport=transport)
     r = pingpong_client("127.0.0.1", box["port"], size=size, iters=50, rx_depth=20, chk=True,
                         roce_port=p_client, peer_roce_port=p_server, transport=transport)
     t.join(30)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 
 import pytest
 
@@ -14,36 +13,16 @@ from testbed.cli import main
 from testbed.rdma.perftest import serve_perftest
 from testbed.rdma.perftest_client import perftest_client, report_text
 from testbed.rdma.qp import QpConfig
+from tests.unit.loopback import free_udp, serve_in_thread
 
 ITERS = 40
 
 
-def _free_udp() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _pair(verb: str, size: int, qps: int, config: QpConfig | None = None, **client) -> tuple[dict, dict]:
     """serve_perftest in a thread, perftest_client against it; (client's report, server's report)."""
-    p_server, p_client = _free_udp(), _free_udp()
-    box, started = {}, threading.Event()
-
-    def ready(port):
-        box["port"] = port
-        started.set()
-
-    def run():
-        try:
-            box["server"] = serve_perftest(verb, size, qps, "127.0.0.1", 0, config, roce_port=p_server,
-                                           peer_roce_port=p_client, ready=ready, timeout=60, seed=11)
-        except Exception as exc:  # noqa: BLE001 - reported by the test
-            box["server"] = {"error": repr(exc)}
-            started.set()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert started.wait(10)
+    p_server, p_client = free_udp(), free_udp()
+    box, thread = serve_in_thread(serve_perftest, verb, size, qps, "127.0.0.1", 0, config, roce_port=p_server, peer_roce_port=p_client,
+                          timeout=60, seed=11)
     c = perftest_client("127.0.0.1", verb, size, qps, ITERS, box["port"], config, roce_port=p_client,
                         peer_roce_port=p_server, timeout=60, seed=3, **client)
     thread.join(30)
@@ -107,19 +86,7 @@ def test_atomics_on_the_servers_random_words(op, qps):
 def test_cli_client_and_its_bad_input(capsys):
     """The CLI with perftest's own ports: the server on 127.0.0.2, the client's side on 127.0.0.1 (the
     address the kernel picks towards 127.0.0.2), each its own RoCE port 4791."""
-    box, started = {}, threading.Event()
-
-    def run():
-        try:
-            box["server"] = serve_perftest("write", 2048, 1, "127.0.0.2", 0, timeout=60,
-                                           ready=lambda p: (box.update(port=p), started.set()))
-        except Exception as exc:  # noqa: BLE001 - reported by the test
-            box["server"] = {"error": repr(exc)}
-            started.set()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert started.wait(10)
+    box, thread = serve_in_thread(serve_perftest, "write", 2048, 1, "127.0.0.2", 0, timeout=60)
     rc = main(["rdma", "perftest-client", "127.0.0.2", "--verb", "write", "-s", "2048", "-n", "9",
                "-p", str(box["port"]), "--json"])
     thread.join(30)
