@@ -176,23 +176,12 @@ def _pingpong_server(transport: str, out: Path) -> None:
 def test_kernel_pingpong_client_against_the_soft_server(pair, tmp_path, transport):
     """``ibv_{rc,uc,ud}_pingpong --chk`` against the soft ``{rc,uc,ud}-pingpong`` server."""
     cap = Capture(f"{transport}-pingpong-kernel-client")
-    result = tmp_path / "server.json"
-    server = _in_netns(_pingpong_server, transport, result)
-    try:
-        poll(lambda: _listening(NS) or not server.is_alive(), timeout=60, interval=0.2,
-             what=f"the soft {transport}-pingpong server")
-        client = subprocess.run([f"ibv_{transport}_pingpong", "-d", pair, "-g", "1", "-n", str(ITERS),
-                                 "-s", str(PP_SIZE[transport]), "--chk", SIP],
-                                capture_output=True, text=True, timeout=300)
-        server.join(120)
-    finally:
-        if server.is_alive():
-            server.kill()
-        server.join()
-        cap.stop()
+    client, doc = _against_soft_server(
+        cap, tmp_path / "server.json", _pingpong_server, (transport,),
+        [f"ibv_{transport}_pingpong", "-d", pair, "-g", "1", "-n", str(ITERS), "-s", str(PP_SIZE[transport]),
+         "--chk", SIP], f"the soft {transport}-pingpong server")
     assert client.returncode == 0, client.stdout + client.stderr
     assert f"{ITERS} iters" in client.stdout
-    doc = json.loads(result.read_text()) if result.exists() else {"error": f"no result (exit {server.exitcode})"}
     assert "error" not in doc, doc
     assert doc["verified"] and doc["bad_messages"] == 0 and doc["iters"] == ITERS
     assert doc["transport"] == transport
@@ -257,7 +246,25 @@ def _in_netns(target, *args) -> mp.Process:
     return proc
 
 
-def _perftest_server(verb: str, size: int, out: Path, qps: int = 1) -> None:
+def _against_soft_server(cap: "Capture", out: Path, target, args: tuple, argv: list[str], what: str):
+    """``target(*args, out)`` (a soft server writing its report to ``out`` as JSON) in the soft namespace,
+    the kernel tool ``argv`` against it, then the capture stopped: (the client's CompletedProcess, the
+    server's report, ``{"error"}`` when it wrote none)."""
+    server = _in_netns(target, *args, out)
+    try:
+        poll(lambda: _listening(NS) or not server.is_alive(), timeout=60, interval=0.2, what=what)
+        client = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        server.join(120)
+    finally:
+        if server.is_alive():
+            server.kill()
+        server.join()
+        cap.stop()
+    doc = json.loads(out.read_text()) if out.exists() else {"error": f"no result (exit {server.exitcode})"}
+    return client, doc
+
+
+def _perftest_server(verb: str, size: int, qps: int, out: Path) -> None:
     from testbed.rdma.perftest import serve_perftest
 
     try:
@@ -275,21 +282,10 @@ def test_perftest_client_on_kernel_rxe_against_the_soft_server(pair, tmp_path, v
     size = 4096
     name = f"ib_{verb}_bw" + (f"-q{qps}" if qps > 1 else "")
     cap = Capture(name)
-    result = tmp_path / "server.json"
-    server = _in_netns(_perftest_server, verb, size, result, qps)
-    try:
-        poll(lambda: _listening(NS) or not server.is_alive(), timeout=60, interval=0.2,
-             what="the soft perftest server")
-        client = subprocess.run([f"ib_{verb}_bw", "-F", "-u", str(QP_TIMEOUT), "-d", pair, "-x", "1", "-s", str(size),
-                                 "-n", str(PERF_ITERS), "-q", str(qps), SIP], capture_output=True, text=True,
-                                timeout=300)
-        server.join(120)
-    finally:
-        if server.is_alive():
-            server.kill()
-        server.join()
-        cap.stop()
-    doc = json.loads(result.read_text()) if result.exists() else {"error": f"no result (exit {server.exitcode})"}
+    client, doc = _against_soft_server(
+        cap, tmp_path / "server.json", _perftest_server, (verb, size, qps),
+        [f"ib_{verb}_bw", "-F", "-u", str(QP_TIMEOUT), "-d", pair, "-x", "1", "-s", str(size), "-n", str(PERF_ITERS),
+         "-q", str(qps), SIP], "the soft perftest server")
     (OUT / f"{name}.txt").write_text(client.stdout + client.stderr + "\n--- soft server ---\n"
                                      + json.dumps(doc, indent=1))
     assert client.returncode == 0, client.stdout[-1500:] + client.stderr[-800:]
@@ -331,29 +327,15 @@ def test_perftest_client_on_kernel_rxe_against_the_soft_server(pair, tmp_path, v
         assert hashlib.sha256(sends).hexdigest() == doc["sha256_sends"]
 
 
-def _atomic_server(op: str, out: Path) -> None:
-    _perftest_server("atomic", 8, out)
-
-
 @pytest.mark.parametrize("op", ["FETCH_AND_ADD", "CMP_AND_SWAP"])
 def test_ib_atomic_bw_on_kernel_rxe_against_the_soft_server(pair, tmp_path, op):
     """``ib_atomic_bw -A op``: every atomic in the capture replayed on the soft server's region as it was
     before the test gives the original value its ATOMIC ACKNOWLEDGE carried, and the region after."""
     cap = Capture(f"ib_atomic_bw-{op}")
-    result = tmp_path / "server.json"
-    server = _in_netns(_atomic_server, op, result)
-    try:
-        poll(lambda: _listening(NS) or not server.is_alive(), timeout=60, interval=0.2,
-             what="the soft perftest server")
-        client = subprocess.run(["ib_atomic_bw", "-F", "-u", str(QP_TIMEOUT), "-d", pair, "-x", "1", "-A", op,
-                                 "-n", str(PERF_ITERS), SIP], capture_output=True, text=True, timeout=300)
-        server.join(120)
-    finally:
-        if server.is_alive():
-            server.kill()
-        server.join()
-        cap.stop()
-    doc = json.loads(result.read_text()) if result.exists() else {"error": f"no result (exit {server.exitcode})"}
+    client, doc = _against_soft_server(   # the server is the same for both ops: the client picks -A
+        cap, tmp_path / "server.json", _perftest_server, ("atomic", 8, 1),
+        ["ib_atomic_bw", "-F", "-u", str(QP_TIMEOUT), "-d", pair, "-x", "1", "-A", op, "-n", str(PERF_ITERS), SIP],
+        "the soft perftest server")
     (OUT / f"ib_atomic_bw-{op}.txt").write_text(client.stdout + client.stderr + "\n--- soft server ---\n"
                                                 + json.dumps(doc, indent=1))
     assert client.returncode == 0, client.stdout[-1500:] + client.stderr[-800:]
