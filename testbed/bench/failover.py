@@ -162,10 +162,13 @@ def summarize_gray(runs: list[dict]) -> dict:
 
 
 def summarize_p4(runs: list[dict]) -> dict:
-    """BMv2 failover figures (pure): outage, detection and repair (the last table write) after the cut."""
+    """BMv2 failover figures (pure): outage, detection and repair (the last table write) after the cut, over
+    the valid trials (a trial whose stream sent nothing into the break carries ``problems``)."""
+    ok = [r for r in runs if not r.get("problems")]
+
     def col(key):
-        return [r[key] for r in runs]
-    return {"p4_outage_ms_median": _median(col("outage_ms")), "p4_outage_ms_p95": _p95(col("outage_ms")),
+        return [r[key] for r in ok]
+    return {"p4_trials": len(runs), "p4_valid": len(ok),"p4_outage_ms_median": _median(col("outage_ms")), "p4_outage_ms_p95": _p95(col("outage_ms")),
             "p4_detect_ms_median": _median(col("detect_ms")), "p4_detect_ms_p95": _p95(col("detect_ms")),
             "p4_repaired_ms_median": _median(col("repaired_ms")), "p4_repaired_ms_p95": _p95(col("repaired_ms")),
             "p4_table_ops_median": _median(col("table_ops")), "p4_errors": sum(len(r["errors"]) for r in runs),
@@ -456,7 +459,7 @@ def report_lines(doc: dict, reps: int) -> list[str]:
                      f"controller's median ({_ms(doc['controller_outage_ms_median'])}, same run)")
         lines.append(f"P4 (BMv2 fabric.p4, netlink + incremental tables) outage: median "
                      f"{_ms(doc['p4_outage_ms_median'])}, p95 {_ms(doc['p4_outage_ms_p95'])} "
-                     f"({len(doc['p4_runs'])} cuts){ratio}; port seen down median {_ms(doc['p4_detect_ms_median'])} "
+                     f"({doc['p4_valid']}/{doc['p4_trials']} cuts valid){ratio}; port seen down median {_ms(doc['p4_detect_ms_median'])} "
                      f"(p95 {_ms(doc['p4_detect_ms_p95'])}), tables repaired median {_ms(doc['p4_repaired_ms_median'])} "
                      f"(p95 {_ms(doc['p4_repaired_ms_p95'])}) after the cut, {doc['p4_table_ops_median']:g} table ops "
                      f"per cut (median), {doc['p4_errors']} write errors")

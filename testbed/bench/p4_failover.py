@@ -14,6 +14,8 @@ and rewrites only the entries that change; restore the same way. Per trial:
     compute    = the brain's diff ready - detection
     program    = the last table write - the diff (Thrift calls to every switch concerned, cut ends first)
     outage     = probes lost while cut x sending interval (resolution: the interval)
+    valid      = the stream sent into the break (:func:`testbed.links.probe.unmeasured`): a sender the loaded
+                 machine descheduled for longer than the few-ms break loses nothing, which is not a 0 ms outage
 
 All of it runs on the wall clock and the data plane is not dilated here, so emulated and real-world time
 are the same. The module is shared with ``tests/integration/test_p4_failover_live.py``.
@@ -27,7 +29,7 @@ from pathlib import Path
 
 from testbed.bench.failover import Stream, flow_links, path_cut
 from testbed.emu.ops import set_link_state
-from testbed.links.probe import outage
+from testbed.links.probe import outage, unmeasured
 from testbed.poll import poll, sleep_until
 from testbed.routing.brain import RoutingBrain, route_dict
 from testbed.topo.graph import HOST
@@ -124,7 +126,9 @@ def one_p4_cut(rep, fo, src, dst, sport: int, interval: float, workdir: Path, ta
     got = set(raw["seq"])
     lost = [t for i, t in enumerate(raw["send_times"]) if i not in got and t_cut - 0.002 <= t < t_restore]
     near = down.ops.get(cut[0], {}).get("done_ms")
-    return {"src": src, "dst": dst, "sport": sport, "cut": list(cut), "links_seen": [list(lk) for lk in links],
+    repaired_at = down.programmed if near is None else down.detected + near / 1e3
+    why = unmeasured(raw["send_times"], (down.detected, repaired_at), interval)
+    return {"problems": [why] if why else [], "src": src, "dst": dst, "sport": sport, "cut": list(cut), "links_seen": [list(lk) for lk in links],
             **o.as_dict(), "restore_lost": r.lost_in_window, "cut_command_ms": (t_cut_done - t_cut) * 1e3,
             "first_loss_ms": (min(lost) - t_cut) * 1e3 if lost else None,
             "last_loss_ms": (max(lost) - t_cut) * 1e3 if lost else None,
@@ -150,5 +154,5 @@ def run_p4(G, repetitions: int, interval: float, out_dir: Path, src, dst, log=pr
             log(f"p4 {i + 1}/{repetitions}: cut {'-'.join(rec['cut'])} lost {rec['lost_in_window']} = "
                 f"{rec['outage_ms']:.1f} ms (command {rec['cut_command_ms']:.1f} ms, seen {rec['detect_ms']:.1f} ms, "
                 f"near end {rec['near_end_repaired_ms']:.1f} ms, all tables {rec['repaired_ms']:.1f} ms after the "
-                f"cut, {rec['table_ops']} ops)")
+                f"cut, {rec['table_ops']} ops)" + "".join(f"; NOT VALID: {p}" for p in rec["problems"]))
     return runs

@@ -235,6 +235,25 @@ def outage(send_times: list[float], received, interval: float, window: tuple[flo
                   lost_in_window=len(in_window), longest_gap=longest, interval=interval)
 
 
+def unmeasured(send_times: list[float], broken: tuple[float, float], interval: float) -> str | None:
+    """Why a trial cannot measure an outage, or None when it can (pure).
+
+    A stream measures a data-plane break only if it sent into it: on a loaded machine the sender can be
+    descheduled for longer than a short break (the BMv2 driver repairs in a few ms), and then nothing is
+    lost because nothing was sent, which reads as a 0 ms outage. ``broken`` is ``(t0, t1)``, wall clock:
+    from when the port was known down to when the repair was written. A round sent in its last interval may
+    still meet the repaired table, so it must have sent at least once in ``[t0, t1 - interval)``.
+    """
+    t0, t1 = broken
+    if any(t0 <= t < t1 - interval for t in send_times):
+        return None
+    before = max((t for t in send_times if t < t0), default=None)
+    after = min((t for t in send_times if t >= t0), default=None)
+    gap = "" if before is None or after is None else f" (the sender paused {(after - before) * 1e3:.1f} ms)"
+    return (f"the stream sent nothing while the data plane was broken ({(t1 - t0) * 1e3:.1f} ms){gap}: "
+            "a 0 ms outage here would be the machine's scheduling, not the repair")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.links.probe", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="mode", required=True)

@@ -25,6 +25,10 @@ The outage bound (test 1), from what the repair is made of:
                  bench's figure); pipelined writes cost less per op, so this is an upper bound
 
 With ~12 table ops that is ~155 ms; the measured outage is a few ms to tens of ms.
+
+A break of a few ms is shorter than the pauses the loaded 2-core machine gives the probe sender: a trial
+whose sender sent nothing into the break is not valid (it would read as a 0 ms outage; seen in CI, a 7.7 ms
+pause over a 2.8 ms break), and the test cuts again, up to TRIALS times.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ REPO = Path(__file__).resolve().parents[2]
 INTERVAL_S = 0.0005
 T_COMPUTE_S = 0.030
 T_WRITE_PER_OP_S = 0.002
+TRIALS = 3
 
 
 def _graph():
@@ -101,8 +106,15 @@ def test_bmv2_fabric_reroutes_a_cut_link_under_traffic(tmp_path):
         def during(cut):
             seen["cut"] = cut
             seen["tables"] = _live(rep)
-        rec = one_p4_cut(rep, fo, src, dst, 43000, INTERVAL_S, tmp_path, "cut", hold_s=1.0, during=during)
+        tried = []
+        for attempt in range(TRIALS):  # a trial whose sender the machine paused through the break is not one
+            rec = one_p4_cut(rep, fo, src, dst, 43000 + attempt, INTERVAL_S, tmp_path, f"cut{attempt}",
+                             hold_s=1.0, during=during)
+            tried.append(rec["problems"])
+            if not rec["problems"]:
+                break
         after = _live(rep)
+    assert not rec["problems"], f"no valid trial in {TRIALS}: {tried}"
     cut = tuple(rec["cut"])
     assert seen["tables"] == _fresh(Gp, down=[cut])          # during the cut: a fresh compile without the link
     assert after == _fresh(Gp)                                # restored: the original program

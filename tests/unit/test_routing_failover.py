@@ -60,6 +60,16 @@ def test_summarize_keys():
     assert doc["repetitions"] == 2
 
 
+def test_p4_figures_leave_out_trials_that_could_not_measure():
+    run = lambda ms, problems=(): {"outage_ms": ms, "detect_ms": 1.0, "repaired_ms": ms, "table_ops": 7,  # noqa: E731
+                                   "errors": [], "problems": list(problems)}
+    doc = bench.summarize_p4([run(4.0), run(6.0), run(0.0, ["the stream sent nothing"])])
+    assert (doc["p4_trials"], doc["p4_valid"]) == (3, 2)
+    assert doc["p4_outage_ms_median"] == 5.0  # the paused trial's 0 ms is not an outage figure
+    lines = bench.report_lines(bench.summarize([], [], {}, p4=doc["p4_runs"]), 3)
+    assert any("2/3 cuts valid" in line for line in lines)
+
+
 def test_uplink_balance_counts_only_switches_that_sent_upwards():
     G = fat_tree(4)
     src = [h for h in G if G.nodes[h].get("role") == "host" and G.nodes[h].get("pod") == G.nodes["a0"]["pod"]][:1]
