@@ -40,6 +40,14 @@ def test_a_stall_counts_its_time_beyond_the_tolerance_and_the_deadlines_it_skipp
     assert s["cpu_s"] is None and s["cpu_fraction"] is None
 
 
+def test_the_tolerance_is_the_link_nodes_and_the_bound_its_late_fraction():
+    from testbed.emu.runhealth import MAX_STALLED_FRACTION
+    from testbed.links.accounting import MAX_LATE_FRACTION
+    from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S
+
+    assert T.TOLERANCE_S == DEFAULT_LATE_TOLERANCE_S and MAX_STALLED_FRACTION == MAX_LATE_FRACTION
+
+
 def test_no_wakeup_is_nothing_measured_not_zero():
     s = T.summarise([], 1e-3, policy="SCHED_OTHER")
     assert s["wakeups"] == 0 and s["stalled_fraction"] is None and s["lateness_us"]["p99"] is None
