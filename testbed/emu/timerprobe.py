@@ -1,5 +1,5 @@
 """How late the machine fires timers while a run goes: a tiny separate process that sleeps to absolute
-deadlines every millisecond and records how late each wake-up was (issue 14).
+deadlines every millisecond (every 10 in a QEMU TCG guest) and records how late each wake-up was (issue 14).
 
 Why: tc netem, tbf, OVS and BMv2 time their work with the kernel's timers, and nothing in them says when
 those timers fired late. The userspace link node measures its own lateness; a run without one (OVS or
@@ -19,8 +19,7 @@ costs as much), so a probe in C would not be cheaper. :class:`testbed.emu.health
 out of the machine's busy share, like the keep-awake spinners'.
 
 After a late wake-up the next deadline is the next one on the grid that is still ahead (missed ones are
-skipped), so a stall yields one sample, its lateness ~ its length (less up to one period: the stall may
-begin after the deadline before it). Samples are whole microseconds (``uint32``) in an unlinked temporary
+skipped and accounted for by :func:`summarise`), so a stall yields one sample. Samples are whole microseconds (``uint32``) in an unlinked temporary
 file the probe inherits, so nothing is left behind; the probe dies with its starter (``PR_SET_PDEATHSIG``,
 also after ``kill -9``), and :class:`TimerProbe` stops it on every way out of its ``with``.
 """
@@ -34,11 +33,17 @@ import subprocess
 import sys
 import tempfile
 from array import array
+from pathlib import Path
 
+from testbed.emu.awake import hypervisor_vendor, machine_kind
 from testbed.emu.cpustat import process_ticks
 
 #: One wake-up per millisecond: the grain of netem/tbf/OVS timing worth measuring, at ~3 % of a core.
 PERIOD_S = 1e-3
+#: In a QEMU TCG guest a wake-up costs ~0.3 ms of a vCPU (measured in the test VM: 10 s of CPU over a
+#: 37 s trial at 1 ms, 27 % of a vCPU): there the probe wakes every 10 ms, ~3 % again. The deadlines are
+#: a sample of "a timer due now" either way; a sparser one is only noisier.
+TCG_PERIOD_S = 10e-3
 #: SCHED_FIFO priority (root): above the link cores' 10 (testbed.links.delayline.DEFAULT_RT_PRIORITY).
 RT_PRIORITY = 20
 #: Lateness beyond which a wake-up counts toward ``stalled_fraction``: the link node's own late tolerance
@@ -94,39 +99,47 @@ def summarise(lateness_us, period_s: float = PERIOD_S, *, policy: str, tolerance
               stall_s: float = STALL_S, cpu_s: float | None = None) -> dict:
     """The probe's figures from its wake-ups' lateness (pure).
 
+    ``stalled_fraction`` is the share of the run in which a timer could not fire within the tolerance: the
+    share of the probe's deadlines, the skipped ones included, that fired later than ``tolerance_s``. A
+    wake-up late by ``L`` stood for ``L // period`` skipped deadlines too, each of which would have fired
+    then, ``period`` less late than the one before; ``ceil((L - tolerance) / period)`` of them were late
+    beyond the tolerance. The deadlines are a regular sample of "a timer due now", so this is the late
+    fraction of timers due at evenly spread times -- of frames a netem/tbf qdisc releases, say -- in the
+    sense of the link node's late fraction. (A time-weighted figure, the lateness beyond the tolerance
+    summed over the wall time, would miss a machine whose every timer is a little late: 0.5 ms late at a
+    1 ms period read 25 %, where every timer, hence every frame, was late.)
+
     Args:
         lateness_us: each wake-up's lateness after its deadline, microseconds, in order.
-        period_s: the probe's period; a wake-up late by ``L`` skipped ``L // period`` deadlines, so the
-            samples alone give the wall time they cover.
+        period_s: the probe's period (the samples alone then give the wall time they cover).
         policy: the scheduling policy the probe had ("SCHED_FIFO 20" or "SCHED_OTHER").
         tolerance_s: lateness a timer may have (:data:`TOLERANCE_S`).
         stall_s: lateness counted as a stall.
         cpu_s: the probe's own CPU seconds (None: not measured).
 
     Returns:
-        ``{policy, period_us, wakeups, wall_s, lateness_us: {p50, p99, max}, stalls, stall_ms,
-        tolerance_us, late_s, stalled_fraction, stalled_fraction_beyond, cpu_s, cpu_fraction}``: ``late_s``
-        is the time timers were late beyond the tolerance (each wake-up's lateness less the tolerance),
-        ``stalled_fraction`` its share of ``wall_s`` (None with no wake-up: nothing measured);
-        ``stalled_fraction_beyond``: the same share beyond each of :data:`ALSO_BEYOND_S`.
+        ``{policy, period_us, wakeups, deadlines, wall_s, lateness_us: {p50, p99, max}, stalls, stall_ms,
+        tolerance_us, stalled_fraction, stalled_fraction_beyond, cpu_s, cpu_fraction}``; ``stalled_fraction``
+        None with no wake-up (nothing measured); ``stalled_fraction_beyond``: the same share beyond each of
+        :data:`ALSO_BEYOND_S`.
     """
     xs = sorted(int(x) for x in lateness_us)
     period_us = max(1, round(period_s * 1e6))
-    tol_us, stall_us = tolerance_s * 1e6, stall_s * 1e6
-    wall_us = sum(period_us * (1 + x // period_us) for x in xs)
-    late_us = sum(x - tol_us for x in xs if x > tol_us)
+    deadlines = sum(1 + x // period_us for x in xs)
+
+    def late_share(tol_us: int) -> float | None:
+        late = sum(-(-(x - tol_us) // period_us) for x in xs if x > tol_us)
+        return round(late / deadlines, 5) if deadlines else None
 
     def pct(q):   # nearest rank
         return xs[min(len(xs) - 1, max(0, -(-len(xs) * q // 100) - 1))] if xs else None
 
-    wall_s = wall_us / 1e6
-    beyond = {f"{t * 1e3:g}ms": round(sum(x - t * 1e6 for x in xs if x > t * 1e6) / wall_us, 5) if wall_us else None
-              for t in ALSO_BEYOND_S}
-    return {"policy": policy, "period_us": period_us, "wakeups": len(xs), "wall_s": round(wall_s, 3),
-            "lateness_us": {"p50": pct(50), "p99": pct(99), "max": xs[-1] if xs else None},
-            "stalls": sum(1 for x in xs if x > stall_us), "stall_ms": round(stall_s * 1e3, 3),
-            "tolerance_us": round(tol_us, 1), "late_s": round(late_us / 1e6, 4),
-            "stalled_fraction": round(late_us / wall_us, 5) if wall_us else None, "stalled_fraction_beyond": beyond,
+    wall_s = deadlines * period_us / 1e6
+    return {"policy": policy, "period_us": period_us, "wakeups": len(xs), "deadlines": deadlines,
+            "wall_s": round(wall_s, 3), "lateness_us": {"p50": pct(50), "p99": pct(99), "max": xs[-1] if xs else None},
+            "stalls": sum(1 for x in xs if x > stall_s * 1e6), "stall_ms": round(stall_s * 1e3, 3),
+            "tolerance_us": round(tolerance_s * 1e6, 1), "stalled_fraction": late_share(round(tolerance_s * 1e6)),
+            "stalled_fraction_beyond": {f"{t * 1e3:g}ms": late_share(round(t * 1e6)) for t in ALSO_BEYOND_S},
             "cpu_s": None if cpu_s is None else round(cpu_s, 3),
             "cpu_fraction": round(cpu_s / wall_s, 4) if cpu_s is not None and wall_s else None}
 
@@ -143,13 +156,25 @@ def parse(data: bytes) -> tuple[str | None, array]:
     return (f"SCHED_FIFO {prio}" if prio else "SCHED_OTHER"), samples
 
 
+def machine_period(cpuinfo: Path = Path("/proc/cpuinfo"), vendor=hypervisor_vendor) -> float:
+    """The probe's period on this machine: :data:`TCG_PERIOD_S` in a QEMU TCG guest
+    (:func:`testbed.emu.awake.machine_kind`), else :data:`PERIOD_S`."""
+    try:
+        kind = machine_kind(cpuinfo.read_text(), vendor())
+    except OSError:
+        kind = "metal"
+    return TCG_PERIOD_S if kind == "tcg" else PERIOD_S
+
+
 class TimerProbe:
     """``with TimerProbe() as probe: ...`` then ``probe.summary`` (:func:`summarise`'s figures, or
     ``{"error": ...}`` when the probe could not run). ``pid``: the probe's process while it runs."""
 
-    def __init__(self, period_s: float = PERIOD_S, rt_priority: int = RT_PRIORITY,
+    def __init__(self, period_s: float | None = None, rt_priority: int = RT_PRIORITY,
                  tolerance_s: float = TOLERANCE_S):
-        self.period_s, self.rt_priority, self.tolerance_s = period_s, rt_priority, tolerance_s
+        """``period_s``: default :func:`machine_period`."""
+        self.period_s = machine_period() if period_s is None else period_s
+        self.rt_priority, self.tolerance_s = rt_priority, tolerance_s
         self.proc: subprocess.Popen | None = None
         self.summary: dict | None = None
 

@@ -21,23 +21,37 @@ from testbed.poll import poll
 def test_an_on_time_machine_has_nothing_stalled():
     lateness = [20 + (i * 7) % 40 for i in range(5000)]         # 20-59 us: an idle machine's SCHED_FIFO wake-ups
     s = T.summarise(lateness, 1e-3, policy="SCHED_FIFO 20", cpu_s=0.1)
-    assert s["wakeups"] == 5000 and s["wall_s"] == 5.0          # no deadline skipped: one period each
-    assert s["stalled_fraction"] == 0.0 and s["late_s"] == 0.0 and s["stalls"] == 0
+    assert s["wakeups"] == s["deadlines"] == 5000 and s["wall_s"] == 5.0   # no deadline skipped
+    assert s["stalled_fraction"] == 0.0 and s["stalls"] == 0
     assert s["lateness_us"] == {"p50": 39, "p99": 59, "max": 59}
     assert s["cpu_fraction"] == 0.02 and s["policy"] == "SCHED_FIFO 20" and s["tolerance_us"] == 250.0
 
 
-def test_a_stall_counts_its_time_beyond_the_tolerance_and_the_deadlines_it_skipped():
+def test_a_stall_counts_every_deadline_it_made_late_the_skipped_ones_too():
     lateness = [30] * 995 + [100_000] * 4 + [5_250]             # four 100 ms stalls and one of 5.25 ms
     s = T.summarise(lateness, 1e-3, policy="SCHED_FIFO 20")
-    # each stall skipped lateness // period deadlines: the samples cover 995 + 4 * 101 + 6 periods
-    assert s["wall_s"] == pytest.approx((995 + 4 * 101 + 6) * 1e-3)
-    late = 4 * (100_000 - 250) + (5_250 - 250)
-    assert s["late_s"] == pytest.approx(late / 1e6, abs=1e-4)
-    assert s["stalled_fraction"] == pytest.approx(late / ((995 + 4 * 101 + 6) * 1000), abs=1e-5)
-    assert s["stalled_fraction_beyond"]["5ms"] == pytest.approx((4 * 95_000 + 250) / 1_405_000, abs=1e-5)
+    # each stall skipped lateness // period deadlines: 995 + 4 * 101 + 6 in all
+    assert s["deadlines"] == 1405 and s["wall_s"] == pytest.approx(1.405)
+    # late beyond 250 us: ceil((100000 - 250) / 1000) = 100 of each 100 ms stall's 101, 5 of the 5.25 ms one's 6
+    assert s["stalled_fraction"] == pytest.approx((4 * 100 + 5) / 1405, abs=1e-5)
+    assert s["stalled_fraction_beyond"]["5ms"] == pytest.approx((4 * 95 + 1) / 1405, abs=1e-5)
     assert s["stalls"] == 4 and s["lateness_us"]["max"] == 100_000 and s["lateness_us"]["p50"] == 30
     assert s["cpu_s"] is None and s["cpu_fraction"] is None
+
+
+def test_a_machine_whose_every_timer_is_a_little_late_is_late_all_the_time():
+    s = T.summarise([500] * 1000, 1e-3, policy="SCHED_FIFO 20")   # every timer 0.5 ms late, none skipped
+    assert s["stalled_fraction"] == 1.0 and s["stalled_fraction_beyond"]["1ms"] == 0.0 and s["stalls"] == 0
+
+
+def test_the_period_is_longer_in_a_tcg_guest(tmp_path):
+    tcg, kvm = tmp_path / "tcg", tmp_path / "kvm"
+    tcg.write_text("processor\t: 0\nmodel name\t: QEMU TCG CPU version 2.5+\nflags\t\t: fpu hypervisor\n")
+    kvm.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R)\nflags\t\t: fpu hypervisor\n")
+    none = lambda: None   # noqa: E731 - no cpuid device
+    assert T.machine_period(tcg, none) == T.TCG_PERIOD_S and T.machine_period(kvm, none) == T.PERIOD_S
+    assert T.machine_period(tmp_path / "absent", none) == T.PERIOD_S
+    assert T.TimerProbe(period_s=0.002).period_s == 0.002
 
 
 def test_the_tolerance_is_the_link_nodes_and_the_bound_its_late_fraction():
