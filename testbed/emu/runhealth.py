@@ -32,7 +32,8 @@ MAX_STEAL = 0.05
 #: Share of a run in which the machine's timers fired late beyond the probe's tolerance (the
 #: ``stalled_fraction`` of :mod:`testbed.emu.timerprobe`) above which a run without a link node is not
 #: trusted: the link node's own bound on late frames. The probe's tolerance is the link node's late
-#: tolerance, so for evenly spread frames this is the late fraction a link node would have reported; tc
+#: tolerance and its figure the share of evenly spread timers that fired later, so it is the late
+#: fraction a link node would have reported had the machine's timers been its only limit; tc
 #: netem/tbf, OVS and BMv2 time their work with the same kernel timers, and nothing in them says so.
 MAX_STALLED_FRACTION = MAX_LATE_FRACTION
 #: Machine busy (keep-awake spinners left out) at or above which a run without a lateness measure (no link
@@ -111,7 +112,7 @@ def timer_stall_reason(timers: dict | None) -> str | None:
 
     Only a SCHED_FIFO probe's figure is judged: a normal-policy probe (not root) waits for the CPU behind
     every busy task, which a kernel timer does not -- beside 3 busy loops on this 2-core guest its
-    stalled_fraction read 2.4 % where a SCHED_FIFO one read 0.02 % (docs/architecture.md "Timer stalls").
+    stalled_fraction read 4.6 % where a SCHED_FIFO one read 0.013 % (docs/architecture.md "Timer stalls").
     """
     timers = timers or {}
     stalled = timers.get("stalled_fraction")

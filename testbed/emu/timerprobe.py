@@ -41,18 +41,20 @@ from testbed.emu.cpustat import process_ticks
 #: One wake-up per millisecond: the grain of netem/tbf/OVS timing worth measuring, at ~3 % of a core.
 PERIOD_S = 1e-3
 #: In a QEMU TCG guest a wake-up costs ~0.3 ms of a vCPU (measured in the test VM: 10 s of CPU over a
-#: 37 s trial at 1 ms, 27 % of a vCPU): there the probe wakes every 10 ms, ~3 % again. The deadlines are
-#: a sample of "a timer due now" either way; a sparser one is only noisier.
+#: 37 s trial at 1 ms, 27 % of a vCPU): there the probe wakes every 10 ms (measured 6-10 % of a vCPU, an
+#: upper bound: the guest accounts CPU by ticks, which a timer-woken task tends to meet). The deadlines
+#: are a sample of "a timer due now" either way; a sparser one is only noisier (docs/vm.md).
 TCG_PERIOD_S = 10e-3
 #: SCHED_FIFO priority (root): above the link cores' 10 (testbed.links.delayline.DEFAULT_RT_PRIORITY).
 RT_PRIORITY = 20
-#: Lateness beyond which a wake-up counts toward ``stalled_fraction``: the link node's own late tolerance
-#: (a frame it sends more than 250 us after its release time is ``emulator_late``). So ``stalled_fraction``
-#: is the share of the run in which a frame due would have left later than a link node allows -- for
-#: evenly spread frames, the late fraction a link node would have reported -- and is judged against the
-#: link node's ``MAX_LATE_FRACTION`` (runhealth). Measured on this project's 2-core KVM guest
-#: (docs/architecture.md "Timer stalls"): idle, or beside 3 busy loops, SCHED_FIFO wake-ups had a p99 of
-#: tens of microseconds and stalled_fraction ~0, far below 1 %.
+#: Lateness beyond which a deadline counts toward ``stalled_fraction``: the link node's own late
+#: tolerance (a frame it sends more than 250 us after its release time is ``emulator_late``). So
+#: ``stalled_fraction`` is the share of timers due at evenly spread times that fired later than a link
+#: node allows its frames -- the late fraction a link node would have reported, had the machine's timers
+#: been its only limit -- and is judged against the link node's ``MAX_LATE_FRACTION`` (runhealth).
+#: It does not flag a busy host: on this project's 2-core KVM guest (docs/architecture.md "Timer
+#: stalls") SCHED_FIFO wake-ups had a p99 of 67-76 us and a stalled_fraction of 0.013-0.064 %, idle or
+#: beside 3 busy loops, far below 1 %.
 TOLERANCE_S = 250e-6   # testbed.links.delayline.DEFAULT_LATE_TOLERANCE_S (not imported: emu -> links -> emu)
 #: Wake-ups later than this are counted as stalls (``stalls``): the threshold of the probe that first
 #: measured the TCG guest's stalls (docs/vm.md), so the figures compare.
