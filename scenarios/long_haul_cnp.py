@@ -29,7 +29,14 @@ DCQCN timers and the CNP interval x 2000; queues and RED thresholds stay in pack
 Every trial is checked before it is shown (``testbed.validate.trial_ledger``): its frame ledger names the
 place of every lost frame (a modelled queue, or the emulator: a wire, a switch's capture ring, a link node,
 a host socket; found by conservation of frames at every element, ``testbed.links.hops``); a trial with
-emulator losses, unaccounted losses or a saturated machine is INVALID with the reason. The pure set-up
+emulator losses, unaccounted losses or a saturated machine is INVALID with the reason. So is one whose
+data fails ``testbed roce check --expect-ect`` (``data_check`` in trial.json and rows.json, column
+"data"): DCQCN needs ECN-capable data, and the switches mark only ECT frames. The sample checked is the
+first sender's first 1500 RoCEv2 frames (``tcpdump -c``), both directions at its host link, whole (the
+ICRC covers every byte); a sample that bounded ends inside a message, which the check is told
+(``cut_at``), and it holds the NAKs and CNPs the sender got, so resends and CNPs are judged as in a full
+capture; its data is never CE (no switch has seen it yet), so CE -> CNP is timed elsewhere, not judged
+here (``testbed.validate.longhaul_captures``). The pure set-up
 lives in ``testbed.validate.longhaul_setup``, the tables and plots in ``longhaul_report``.
 
     sudo testbed run long_haul_cnp --quick        # 30 km, both modes, both cases, 1 repetition (~2 min)
@@ -142,9 +149,10 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     backend, _why = S.long_haul_backend(plan, r)
     dci = [r.dci, r.dci[::-1]] if backend == "netem" else []  # the netem long haul's qdiscs count its drops
     netem0 = replica_egress_drops(rep, dci)
-    with ExitStack() as captures:  # CNPs where the senders get them, the congestion point's first signal
-        for node, nbr, way, expr, name in S.captures(G, case, r):
-            argv = tcpdump_argv(rep.intf_name(node, nbr), out / f"{name}.pcap", [expr], buffer_kib=4096, direction=way)
+    with ExitStack() as captures:  # CNPs where the senders get them, the congestion point's first signal, data
+        for node, nbr, way, expr, name, count in S.captures(G, case, r):
+            argv = tcpdump_argv(rep.intf_name(node, nbr), out / f"{name}.pcap", [expr], buffer_kib=4096, direction=way,
+                                count=count)
             captures.enter_context(tcpdump(lambda a, log, n=node: rep.popen(n, a, stdout=log.open("w"),  # noqa: SIM115
                                                                              stderr=subprocess.STDOUT),
                                            argv, out / f"tcpdump-{name}.log", f"{node}-{nbr}"))
@@ -165,6 +173,7 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     flows, neck = summarise_write_lat(results), F.port_stats(clients[bsw], bport)
     times = LC.capture_times(out, case, r, S.capture_lags(plan, case, r))   # behind a netem qdisc: stamped late
     feedback, parts = LC.feedback(times, mode)
+    data = LC.data_check(out, r.senders[0], plan.endpoint(r.senders[0]).emulated_dcqcn["cnp_interval"], plan.scale)
     dropped = F.drops(clients, plan)
     ev = watch.evidence(dropped)
     long_haul = ev["link_stats"].get(rep.link_node(*r.dci).name) if backend == "userspace" else None
@@ -181,7 +190,8 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
                              ring_drops=ev["ring_drops"])
     neck_doc = S.bottleneck_doc(plan, bsw, bnbr, len(S.crossing(case, r)))
     checked = TL.verdict({"mode": mode, "switch_cnps": neck["switch_cnps"], "cnps_rx": flows["cnps_rx"], "marks": neck["marks"],
-                          "feedback_check": S.feedback_check(plan, case, r, mode, feedback, neck_doc)}, block, sat)
+                          "feedback_check": S.feedback_check(plan, case, r, mode, feedback, neck_doc),
+                          "data_check": data}, block, sat)
     return {**flows, **neck, "feedback_delay_s": feedback, "long_haul_backend": backend,
             "feedback_delay_switch_clock_s": S.feedback_delay(epoch, neck["first_signal_us"], times["crossing"]),
             "long_haul_netem_drops": netem_lost if backend == "netem" else None, "drops": dropped["tail"] + dropped["red"],

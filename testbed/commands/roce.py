@@ -3,7 +3,9 @@
 Exit status 0 when the capture passes, 1 when it shows a protocol violation, a bad ICRC, a malformed
 RoCE packet (unless --allow-malformed), a corrupt file (idem) or no RoCE at all (unless --allow-empty);
 2 for a file that is not a capture. Data without an ECN-capable codepoint is a violation only with
---expect-ect (the testbed's DCQCN runs send ECT(0); many stacks send Not-ECT by default).
+--expect-ect (the testbed's DCQCN runs send ECT(0); many stacks send Not-ECT by default). A capture
+stopped at a packet count (``tcpdump -c N``) is checked with --cut-at N: holding N packets, it may end
+inside a message.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from rich.table import Table
 
 from testbed.cli import add_verbs
 from testbed.console import out, print_json
+from testbed.errors import UsageError
 from testbed.units import parse_duration
 
 
@@ -32,6 +35,9 @@ def register(sub) -> None:
     check.add_argument("--allow-malformed", action="store_true",
                        help="do not fail on malformed RoCE packets or a corrupt capture file")
     check.add_argument("--allow-empty", action="store_true", help="do not fail a capture without RoCE")
+    check.add_argument("--cut-at", type=int, metavar="N",
+                       help="the capture was stopped at N packets (tcpdump -c N): if it holds N, a message "
+                            "open at its end is no violation")
     check.set_defaults(func=_check)
 
 
@@ -39,7 +45,9 @@ def _check(args) -> int:
     from testbed.roce.check import check_capture, failures
 
     interval = parse_duration(args.cnp_interval, "--cnp-interval")
-    report = check_capture(args.capture, cnp_interval=interval, require_ect=args.expect_ect)
+    if args.cut_at is not None and args.cut_at < 1:
+        raise UsageError(f"--cut-at: must be the positive packet count given to tcpdump -c, got {args.cut_at}")
+    report = check_capture(args.capture, cnp_interval=interval, require_ect=args.expect_ect, cut_at=args.cut_at)
     why = failures(report, allow_malformed=args.allow_malformed, allow_empty=args.allow_empty)
     report["passed"] = not why
     report["failures"] = why
@@ -68,6 +76,8 @@ def _print(report: dict, why: list[str]) -> None:
     out.print(f"{report['packets']} packets, {report['roce_packets']} RoCEv2, "
                   f"{report['malformed']} malformed, {report['truncated']} truncated, "
                   f"{report['icrc_bad']} bad ICRC, {report['cnp']} CNPs")
+    if report["cut"]:
+        out.print(f"stopped at its packet count (--cut-at): {report['open_at_end']} QPs end inside a message")
     table = Table("src", "dst", "dest QP", "pkts", "retx", "reord", "dup", "ACK", "NAK", "READ rsp", "CE",
                   "CNP", "msgs", "bytes")
     for q in report["qps"]:

@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from testbed.console import console, print_json, require_root
+from testbed.console import console, require_root
 from testbed.emu.cpustat import load_average
 from testbed.errors import SpecError
 
@@ -88,11 +88,9 @@ def run(args) -> int:
                                  for b in row.backends)
         doc = _document(rows, res.dir, health, args, time.monotonic() - started)
         res.write_json("validate.json", doc)
-        if args.json:
-            print_json(doc)
-        else:
+        if not args.json:
             _print(doc)
-        console.print(f"results in [bold]{res.dir}[/bold]")
+        res.finish(doc)   # summary.json, the JSON on stdout with --json, status.json "ok": the run completed
     return 0 if doc["all_passed"] else 1
 
 

@@ -24,18 +24,21 @@ Spawn = Callable[[list, Path], subprocess.Popen]
 
 
 def tcpdump_argv(intf: str, pcap: Path, expr: Sequence[str], *, snaplen: int = 0, buffer_kib: int = 32768,
-                 nano: bool = False, direction: str | None = None) -> list[str]:
+                 nano: bool = False, direction: str | None = None, count: int | None = None) -> list[str]:
     """tcpdump writing the frames of ``intf`` matching ``expr`` into ``pcap``, each written at once (``-U``).
 
     ``snaplen`` 0 keeps whole frames; ``buffer_kib`` is the kernel capture buffer (a small one drops under a
     burst, counted by tcpdump as "dropped by kernel"); ``nano`` asks for nanosecond timestamps;
-    ``direction`` ``in`` or ``out`` keeps only frames received or sent by ``intf`` (``-Q``).
+    ``direction`` ``in`` or ``out`` keeps only frames received or sent by ``intf`` (``-Q``); ``count``
+    stops tcpdump after that many frames (``-c``: a bounded sample; :func:`tcpdump` then finds it exited).
     """
     argv = ["tcpdump", "-i", intf, "-n", "-U", "--immediate-mode", "-B", str(buffer_kib), "-s", str(snaplen)]
     if nano:
         argv += ["--time-stamp-precision", "nano"]
     if direction is not None:
         argv += ["-Q", direction]
+    if count is not None:
+        argv += ["-c", str(count)]
     return argv + ["-w", str(pcap), *expr]
 
 
@@ -56,7 +59,7 @@ def tcpdump(spawn: Spawn, argv: list, log: Path, what: str, *, settle: bool = Tr
     """Run tcpdump ``argv`` (from :func:`tcpdump_argv`) while the block runs; yields its process.
 
     Enters only once tcpdump listens (an :class:`EmulationError` with its log's last line if it exits
-    first). On leaving, with ``settle``, waits until the pcap has stopped growing (three equal sizes
+    first, or fails; one given a ``count`` may already be done, status 0). On leaving, with ``settle``, waits until the pcap has stopped growing (three equal sizes
     0.1 s apart, at most 30 s), then stops tcpdump with SIGINT so it flushes, and kills it if it hangs.
     """
     log = Path(log)
@@ -66,7 +69,7 @@ def tcpdump(spawn: Spawn, argv: list, log: Path, what: str, *, settle: bool = Tr
     try:
         poll(lambda: proc.poll() is not None or "listening on" in _text(log), timeout, 0.02,
              what=f"tcpdump on {what} to listen")
-        if proc.poll() is not None:
+        if proc.poll() is not None and (proc.returncode != 0 or "listening on" not in _text(log)):
             last = (_text(log).strip().splitlines() or ["no output"])[-1]
             raise EmulationError(f"tcpdump on {what} exited with status {proc.returncode}: {last} (log {log})")
         yield proc

@@ -18,6 +18,11 @@ per node.
 
 Exit rule (:func:`failures`): any violation, bad ICRC, malformed packet, corrupt file, or a capture
 without RoCE fails, the last three unless explicitly allowed.
+
+A capture stopped at a packet count (``tcpdump -c N``) ends mid-traffic: told so (``cut_at=N``), a
+capture holding N packets may end inside a message or a READ's responses without that being a
+violation (counted as ``open_at_end``). Its start needs no option: a QP's first packet seen may be
+anywhere in its PSN space or inside a message, and responses to what was sent before it are skipped.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from testbed.roce import opcodes as ops
 from testbed.roce.capture import Malformed, RocePacket, read_records, roce_of
 
 PSN_MOD = 1 << 24
+#: Default ``retx_gap``: an idle time that explains a resend as a timeout (seconds, undilated).
+RETX_GAP_S = 1e-3
 #: Violations listed in full; beyond this only the count grows.
 MAX_VIOLATIONS = 200
 _BTH = struct.Struct("!BBHII")
@@ -110,14 +117,20 @@ class Checker:
         require_ect: data packets without an ECN-capable codepoint are a violation (DCQCN runs).
         retx_gap: an idle time on a QP at least this long explains a resend as a timeout (seconds).
         cnp_wait: how long after CE-marked data its CNP may come (default: max(2 ms, 20 intervals)).
+        cut_at: the packet count the capture was stopped at (``tcpdump -c``); a capture holding that many
+            packets is ``cut``: a message (or a READ's responses) still open at its end is no violation.
+            None (default): the capture holds the whole traffic, so an open message is one.
     """
 
-    def __init__(self, cnp_interval: float = 50e-6, require_ect: bool = False, retx_gap: float = 1e-3,
-                 cnp_wait: float | None = None):
+    def __init__(self, cnp_interval: float = 50e-6, require_ect: bool = False, retx_gap: float = RETX_GAP_S,
+                 cnp_wait: float | None = None, cut_at: int | None = None):
         self.cnp_interval = cnp_interval
         self.require_ect = require_ect
         self.retx_gap = retx_gap
         self.cnp_wait = cnp_wait if cnp_wait is not None else max(2e-3, 20 * cnp_interval)
+        self.cut_at = cut_at
+        self.cut = False
+        self.open_at_end = 0
         self.packets = 0
         self.roce_packets = 0
         self.malformed = 0
@@ -283,6 +296,7 @@ class Checker:
 
     # -- after the capture ------------------------------------------------------------------------
     def report(self) -> dict:
+        self.cut = self.cut_at is not None and self.packets >= self.cut_at
         analysis.analyse(self)
         qps = []
         for qp in sorted(self.qps.values(), key=lambda q: (q.src, q.dst, q.dqpn, q.srcqp or 0)):
@@ -296,7 +310,8 @@ class Checker:
                         "messages": qp.messages, "message_bytes": qp.message_bytes})
         return {"packets": self.packets, "roce_packets": self.roce_packets, "malformed": self.malformed,
                 "malformed_reasons": self.malformed_reasons, "truncated": self.truncated,
-                "icrc_bad": self.icrc_bad, "cnp": self.cnp, "violation_count": self.violation_count,
+                "icrc_bad": self.icrc_bad, "cnp": self.cnp, "cut": self.cut, "open_at_end": self.open_at_end,
+                "violation_count": self.violation_count,
                 "violations": self.violations, "qps": qps}
 
     # -- helpers ----------------------------------------------------------------------------------

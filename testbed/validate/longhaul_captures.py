@@ -6,17 +6,40 @@
         receivers   {receiver: (CE-marked frames in, CNPs out)}
         crossing    capture times of the CNPs at the senders whose flows cross the congestion point
     feedback(times, mode)   the feedback delay on the one capture clock, and ECN's parts
+    data_check(out, sender, cnp_interval_s, scale)   ``roce check --expect-ect`` of the data sample
+    data_verdict(report, capture)                    that check's report as the trial's ``data_check``
 
 Every time is the kernel's capture timestamp (one clock for every namespace of the machine).
+
+The data sample (``data-<sender>.pcap``, :data:`longhaul_setup.DATA_SAMPLE_FRAMES` whole frames) is the
+first sender's RoCEv2 traffic in both directions at its host link, from before its QP starts until
+tcpdump's ``-c`` stops it, usually inside a message. What a sample that bounded can and cannot show, and
+how it is checked (``roce check``'s defaults otherwise, none weakened):
+
+* it may end inside a message: ``cut_at`` (a capture holding its count was stopped, the open message is
+  counted as ``open_at_end``, not a violation); a hole or a duplicate inside it is still one;
+* its first PSN is the QP's initial PSN, which need not be 0 (the checker never assumes 0);
+* both directions, so the NAKs that explain a go-back-N resend and the CNPs (the receiver's with ECN, the
+  switch's with fast CNP: format, BECN, spacing against the emulated CNP interval) are in it. Data leaves
+  the sender before any switch could mark it, so it is never CE here: CE -> CNP is not judged at this
+  point (``signal-ce`` and ``receiver-<h>`` time that loop);
+* every time is dilated: the CNP interval and ``retx_gap`` (the idle time that explains a resend as a
+  timeout) are the real ones x scale, or every 1.7 ms gap between two frames at 5 Mbit/s would excuse a
+  duplicate.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from testbed.errors import UsageError
+from testbed.roce.check import RETX_GAP_S, check_capture, failures
 from testbed.roce.opcodes import CNP
 from testbed.roce.timing import opcode_times
 from testbed.validate import longhaul_setup as S
+
+#: Violations a trial's ``data_check`` lists (the count is complete).
+FIRST_VIOLATIONS = 3
 
 
 def capture_times(out: Path, case: str, r, lag: dict | None = None) -> dict:
@@ -38,3 +61,43 @@ def feedback(times: dict, mode: str) -> tuple[float | None, dict | None]:
     sig = times["signal"]
     delay = S.feedback_on_wire(mode, sig["ce"], sig["cnp"], times["crossing"])
     return delay, (S.feedback_parts(sig["ce"], times["receivers"], times["crossing"]) if mode == "ecn" else None)
+
+
+def data_check(out: Path, sender: str, cnp_interval_s: float, scale: float) -> dict:
+    """``roce check --expect-ect --cut-at`` of the trial folder ``out``'s data sample of ``sender``, as
+    :func:`data_verdict`; ``cnp_interval_s``: the emulated CNP interval, ``scale``: the dilation."""
+    name = f"data-{sender}.pcap"
+    try:
+        report = check_capture(out / name, cnp_interval=cnp_interval_s, require_ect=True,
+                               retx_gap=RETX_GAP_S * scale, cut_at=S.DATA_SAMPLE_FRAMES)
+    except UsageError as exc:   # no file, or not a capture: the check did not run, which fails it
+        return data_verdict(None, name, str(exc))
+    return data_verdict(report, name)
+
+
+def data_verdict(report: dict | None, capture: str, error: str | None = None) -> dict:
+    """One trial's ``data_check`` from a :func:`testbed.roce.check.check_capture` report (pure).
+
+    ``ok`` only when the sample holds the sender's data, all of it ECN-capable, and passes ``roce check``
+    with its defaults (:func:`testbed.roce.check.failures`: no violation, bad ICRC, malformed packet or
+    corrupt file); ``reasons`` say why not, the first violation quoted. ``report`` None: the check could
+    not run (``error``), which fails it too.
+    """
+    if report is None:
+        return {"capture": capture, "packets": 0, "data_packets": 0, "ect": False, "violations": 0,
+                "first_violations": [], "ok": False, "reasons": [f"not checked: {error}"]}
+    qps = report["qps"]
+    data = sum(q["requests"] + q["read_responses"] for q in qps)
+    not_ect = sum(q["not_ect"] for q in qps)
+    reasons = failures(report)
+    if report["violation_count"] and report["violations"]:   # failures() names the violations first
+        v = report["violations"][0]
+        reasons[0] += f" (first: {v['qp']}" + (f" PSN {v['psn']}" if v["psn"] is not None else "") + f": {v['what']})"
+    if report["roce_packets"] and not data:
+        reasons.append("no data packet in the sample")
+    return {"capture": capture, "packets": report["roce_packets"], "data_packets": data,
+            "ect": bool(data) and not not_ect, "not_ect": not_ect,
+            "ce_marked": sum(q["ce_marked"] for q in qps), "cnps": report["cnp"],
+            "retransmissions": sum(q["retransmissions"] for q in qps), "cut": report["cut"],
+            "open_at_end": report["open_at_end"], "violations": report["violation_count"],
+            "first_violations": report["violations"][:FIRST_VIOLATIONS], "ok": not reasons, "reasons": reasons}

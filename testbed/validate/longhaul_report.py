@@ -1,7 +1,9 @@
 """What the long-haul experiment prints and plots (pure apart from drawing; no root).
 
-    trial_line(t)         a trial's health as it ends: losses and where, CPU, valid or why not
-    print_table(rows, to) one line per trial, real-world units, its verdict (INVALID trials say why)
+    trial_line(t)         a trial's health as it ends: losses and where, CPU, its data check, valid or why not
+    print_table(rows, to) one line per trial, real-world units, its data check, its verdict (INVALID
+                          trials say why)
+    data_cell(check)      the data check in a word: "1500 ECT" (frames checked, all clean), "FAIL" or "-"
     summarise(rows)       per (case, km, mode): mean and 95% interval over the valid repetitions
     print_summary(groups, to)  that table, when a point has more than one repetition
     print_verdict(rows, to)    closing lines: invalid trials, saturation
@@ -30,7 +32,16 @@ def trial_line(t: dict) -> str:
     where = f" (emulator: {', '.join(f'{k} {n}' for k, n in places.items())})" if places else ""
     return (f"  emulator_ok: {t['emulator_ok']}; lost {t['accounting']['lost']}{where}, unaccounted "
             f"{t['unaccounted_losses']}; own CPU {t['emulator']['own_cores']:.2f} cores, machine "
-            f"{t['cpu']['machine_mean']:.0f}%; {TL.label(t['validity'])}")
+            f"{t['cpu']['machine_mean']:.0f}%; data {data_cell(t.get('data_check'))}; {TL.label(t['validity'])}")
+
+
+def data_cell(check: dict | None) -> str:
+    """A trial's ``data_check`` (:func:`testbed.validate.longhaul_captures.data_verdict`) in a word: the
+    frames ``roce check --expect-ect`` passed, ``FAIL`` (the reasons are the trial's validity's) or ``-``
+    (not checked: results from before the check)."""
+    if check is None:
+        return "-"
+    return f"{check['packets']} ECT" if check["ok"] else "FAIL"
 
 
 def print_table(rows, to) -> None:
@@ -38,13 +49,15 @@ def print_table(rows, to) -> None:
     from rich.table import Table
 
     t = Table("case", "km", "mode", "goodput Mb/s", "FCT p50 ms", "FCT p99 ms", "queue peak", "queue mean",
-              "feedback ms", "drops", "retx", "switch CNPs", "CNPs rx", "sat.", "valid", title="long-haul congestion feedback (real-world units)")
+              "feedback ms", "drops", "retx", "switch CNPs", "CNPs rx", "data", "sat.", "valid",
+              title="long-haul congestion feedback (real-world units)")
     for x in rows:
         t.add_row(x["case"], f"{x['distance_km']:g}", x["mode"], f"{x['throughput_mbps']:.0f}",
                   _fmt(x["fct_p50_ms"]), _fmt(x["fct_p99_ms"]), str(x["queue_peak_pkts"]),
                   f"{x['queue_mean_pkts']:.1f}", _fmt(x["feedback_delay_ms"]), str(x["drops"]),
                   str(x["retransmissions"]), str(x["switch_cnps"]), str(x["cnps_at_senders"]),
-                  "yes" if x["emulator_saturated"] else "", "valid" if x["valid"] else "INVALID")
+                  data_cell(x.get("data_check")), "yes" if x["emulator_saturated"] else "",
+                  "valid" if x["valid"] else "INVALID")
     to.print(t)
     for x in rows:
         if not x["valid"]:
@@ -129,7 +142,7 @@ def print_summary(groups, to) -> None:
 
 #: Per-trial fields of summary.json and metrics.json.
 SUMMARY_KEYS = ("case", "distance_km", "mode", "repetition", "throughput_mbps", "fct_p50_ms", "fct_p99_ms",
-                "queue_peak_pkts", "feedback_delay_ms", "drops", "valid", "validity", "emulator_ok")
+                "queue_peak_pkts", "feedback_delay_ms", "drops", "valid", "validity", "emulator_ok", "data_check")
 METRICS_KEYS = ("case", "distance_km", "mode", "repetition", "valid", "validity", "emulator_ok", "health",
                 "unaccounted_losses", "accounting")
 

@@ -175,7 +175,7 @@ def row(case: str, distance_km: float, mode: str, scale: float, t: dict, repetit
             "emulator": t["emulator"], "cpu": t["cpu"],   # the evidence of the run's health block
             "long_haul_backend": t.get("long_haul_backend"), "long_haul_netem_drops": t.get("long_haul_netem_drops"),
             "accounting": t["accounting"], "bottleneck": t["bottleneck"], "cnps_rx": t["cnps_rx"],
-            "feedback_check": t.get("feedback_check"),
+            "feedback_check": t.get("feedback_check"), "data_check": t.get("data_check"),
             "throughput_mbps": round(t["goodput_bps"] * scale / 1e6, 1),
             "fct_p50_ms": real_ms(t["fct_p50_s"]), "fct_p99_ms": real_ms(t["fct_p99_s"]),
             "queue_peak_pkts": t["queue_peak"], "queue_mean_pkts": t["queue_mean"],
@@ -333,25 +333,35 @@ def parse_list(text: str, field: str, cast, allowed=None) -> list:
     return items
 
 
-#: tcpdump filters: a CNP (BTH opcode 0x81), a RoCEv2 frame marked CE (the IP header's ECN bits 11).
+#: tcpdump filters: a CNP (BTH opcode 0x81), a RoCEv2 frame marked CE (the IP header's ECN bits 11), any
+#: RoCEv2 frame (data, ACKs, CNPs: every RoCEv2 frame goes to UDP port 4791).
 CNP_FILTER, CE_FILTER = "udp dst port 4791 and udp[8] = 0x81", "udp dst port 4791 and ip[1] & 3 = 3"
+ROCE_FILTER = "udp dst port 4791"
+#: Frames of a trial's data sample (``data-<sender>``), whole (the ICRC covers every byte): ~1.6 MB of pcap,
+#: about 1.4 of the 1 MB messages a sender writes (1024 data frames each, an ACK every 32 PSNs).
+DATA_SAMPLE_FRAMES = 1500
 
 
 def captures(G, case: str, r: Roles) -> list[tuple]:
-    """Where a trial captures, as ``(node, neighbour, direction, filter, name)``: the CNPs reaching each sender
-    (``cnp-<sender>``), and at the congestion point, on the wire, its first signal: the CE-marked frames it
-    sends on towards the receiver (``signal-ce``) and the CNPs it sends back towards the senders
+    """Where a trial captures, as ``(node, neighbour, direction, filter, name, count)``: the CNPs reaching each
+    sender (``cnp-<sender>``), and at the congestion point, on the wire, its first signal: the CE-marked frames
+    it sends on towards the receiver (``signal-ce``) and the CNPs it sends back towards the senders
     (``signal-cnp``: its own, with fast CNP); at each receiver the CE-marked frames in and its CNPs out
     (``receiver-<h>``: the notification point's turn-around). Every capture is stamped by the one kernel
-    clock, so the feedback delay between them needs no join of the switch's clock with the machine's."""
+    clock, so the feedback delay between them needs no join of the switch's clock with the machine's.
+    ``count`` None: until the trial ends; the one bounded capture is the first sender's data sample
+    (``data-<sender>``: its first :data:`DATA_SAMPLE_FRAMES` RoCEv2 frames in both directions at its host
+    link, for ``roce check --expect-ect``: :func:`testbed.validate.longhaul_captures.data_check`)."""
     bsw, bnbr = bottleneck(case, r)
     import networkx as nx
 
     back = nx.shortest_path(G, bsw, r.senders[0])[1]
-    return ([(s, next(iter(G.neighbors(s))), "in", CNP_FILTER, f"cnp-{s}") for s in r.senders]
-            + [(bsw, bnbr, "out", CE_FILTER, "signal-ce"), (bsw, back, "out", CNP_FILTER, "signal-cnp")]
-            + [(h, next(iter(G.neighbors(h))), None, f"({CE_FILTER}) or ({CNP_FILTER})", f"receiver-{h}")
-               for h in r.receivers])
+    s0 = r.senders[0]
+    return ([(s, next(iter(G.neighbors(s))), "in", CNP_FILTER, f"cnp-{s}", None) for s in r.senders]
+            + [(bsw, bnbr, "out", CE_FILTER, "signal-ce", None), (bsw, back, "out", CNP_FILTER, "signal-cnp", None)]
+            + [(h, next(iter(G.neighbors(h))), None, f"({CE_FILTER}) or ({CNP_FILTER})", f"receiver-{h}", None)
+               for h in r.receivers]
+            + [(s0, next(iter(G.neighbors(s0))), None, ROCE_FILTER, f"data-{s0}", DATA_SAMPLE_FRAMES)])
 
 
 def feedback_on_wire(mode: str, signal_ce: list, signal_cnp: list, cnp_times: list) -> float | None:
@@ -445,7 +455,7 @@ def run_config(G, spec, args, distances, modes, cases, long_haul: str = "userspa
 
 def capture_lags(plan, case: str, r: Roles) -> dict:
     """{capture name: :func:`netem_lag_s` of its port} for every capture of :func:`captures`."""
-    return {name: netem_lag_s(plan, node, nbr) for node, nbr, _way, _expr, name in captures(plan.graph, case, r)}
+    return {name: netem_lag_s(plan, node, nbr) for node, nbr, _way, _expr, name, _n in captures(plan.graph, case, r)}
 
 
 def graph(spec_path, scale: float | None = None, pairs: int | None = None):

@@ -94,14 +94,15 @@ def verdict(trial: dict, block: dict, saturation: list[str]) -> dict:
     """The checked fields of one trial.
 
     Args:
-        trial: the row's protocol fields (``mode``, ``switch_cnps``, ``cnps_rx``, ``marks``) and its
-            ``feedback_check`` (:func:`testbed.validate.trials.feedback_check`; None: not measured).
+        trial: the row's protocol fields (``mode``, ``switch_cnps``, ``cnps_rx``, ``marks``), its
+            ``feedback_check`` (:func:`testbed.validate.trials.feedback_check`; None: not measured) and its
+            ``data_check`` (:func:`testbed.validate.longhaul_captures.data_verdict`; None: not checked).
         block: :func:`accounting.metrics_block`'s result for the trial.
         saturation: :func:`testbed.emu.health.saturation`'s reasons.
 
     Returns:
         ``{accounting, unaccounted_losses, emulator_ok, emulator, health: {healthy, reasons}, feedback_check,
-        validity}``;
+        data_check, validity}``;
         ``health`` joins the saturation reasons and the ledger's (unaccounted or in-emulator losses, late
         frames), so a trial is healthy only when both say so.
     """
@@ -109,7 +110,8 @@ def verdict(trial: dict, block: dict, saturation: list[str]) -> dict:
     reasons = list(saturation) + [r for r in block["emulator"]["reasons"] if r not in saturation]
     health = {"healthy": not reasons, "reasons": reasons}
     doc = {"accounting": total, "unaccounted_losses": total["unaccounted"], "emulator_ok": block["emulator_ok"],
-           "emulator": block["emulator"], "health": health, "feedback_check": trial.get("feedback_check")}
+           "emulator": block["emulator"], "health": health, "feedback_check": trial.get("feedback_check"),
+           "data_check": trial.get("data_check")}
     doc["validity"] = trial_validity({**trial, **doc})
     return doc
 

@@ -12,7 +12,9 @@ The long-haul scenario calls these; ``testbed validate`` reads their output back
 Field names of a trial (see docs/validation.md, "What the long-haul scenario must emit"):
 ``mode`` (``ecn`` | ``fast-cnp``), ``switch_cnps``, ``cnps_rx`` (CNPs the senders received), ``marks``,
 ``unaccounted_losses`` (frames lost without an attributed reason; or ``accounting.unaccounted``),
-``saturation`` (list of emulator-health reasons; empty = healthy) or ``health.healthy``.
+``saturation`` (list of emulator-health reasons; empty = healthy) or ``health.healthy``; optional
+``feedback_check`` and ``data_check`` (``roce check --expect-ect`` of a data sample,
+:func:`testbed.validate.longhaul_captures.data_verdict`): a failed one makes the trial invalid.
 """
 
 from __future__ import annotations
@@ -95,6 +97,9 @@ def trial_validity(trial: dict, mode: str | None = None) -> dict:
     if check and not check["ok"]:
         reasons.append(f"{mode} feedback {check['excess_us']:.1f} us over physics, more than the "
                        f"{check['allowance_us']:.1f} us allowed: the emulator's transit, not the fibre, set it")
+    data = trial.get("data_check")
+    if data and not data["ok"]:
+        reasons.append(f"data check ({data['capture']}, roce check --expect-ect): {'; '.join(data['reasons'])}")
     return {"valid": not reasons, "reasons": reasons}
 
 

@@ -5,7 +5,9 @@ asserts so: every frame lost is attributed (none were, in the runs recorded in d
 trials are valid, fast CNP fired (the switch's CNPs were accepted by the soft-RDMA senders, ICRC and QP
 right, without any CE mark), and its feedback reached the senders in less than half of end-to-end ECN's,
 which must cross the long haul twice (and is itself at or above the physics bound that
-``testbed validate --long-haul`` checks).
+``testbed validate --long-haul`` checks). Each trial's data sample (the first sender's first 1500 RoCEv2
+frames, both ways at its host link) passes ``testbed roce check --expect-ect``: all data ECN-capable, 0
+violations, no bad ICRC (a trial whose sample fails is INVALID, naming the violation).
 
 On a machine other runs overload, a trial says so (INVALID, with the reason); the test then runs the quick
 mode once more and fails if it is still not healthy, naming the reasons: rerun it alone.
@@ -76,6 +78,12 @@ def test_fast_cnp_feedback_beats_ecn_across_30km(tmp_path, capsys, quiet_cpu):
         assert r["throughput_mbps"] > 0 and 0 < r["fct_p50_ms"] <= r["fct_p99_ms"]
         assert set(r["bottleneck"]) >= {"real_rate_bps", "kmin_bytes", "kmax_bytes", "pmax"}
         assert r["bottleneck"]["flows"] == 2                     # both senders cross the sender-side DCI
+        # the scenario's own DCQCN data is ECN-capable and passes roce check on a bounded sample
+        dc = r["data_check"]
+        assert dc is not None and dc["capture"] == "data-h0.pcap", dc
+        assert dc["packets"] > 0 and dc["data_packets"] > 0 and dc["ect"] and dc["not_ect"] == 0, dc
+        assert dc["violations"] == 0 and dc["ok"] and dc["reasons"] == [], dc
+        assert dc["cnps"] > 0 and dc["ce_marked"] == 0     # CNPs reach the sender; data leaves it unmarked
     # the conservation ledger ran: every element and wire of the replica balanced (nothing missing)
     trial = json.loads((out / "30km" / "sender-dci-fast-cnp" / "trial.json").read_text())
     hops = trial["hops"]

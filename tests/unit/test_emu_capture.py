@@ -15,6 +15,9 @@ def test_argv_writes_each_frame_at_once_with_the_filter_last(tmp_path):
     assert argv[argv.index("-s") + 1] == "96" and argv[argv.index("-w") + 1] == str(tmp_path / "x.pcap")
     assert argv[-3:] == ["udp", "port", "4791"] and "nano" in argv
     assert "nano" not in tcpdump_argv("eth0", tmp_path / "x.pcap", ["arp"])
+    assert "-c" not in tcpdump_argv("eth0", tmp_path / "x.pcap", ["arp"])
+    bounded = tcpdump_argv("eth0", tmp_path / "x.pcap", ["arp"], count=1500)
+    assert bounded[bounded.index("-c") + 1] == "1500" and bounded[-1] == "arp"
 
 
 def _fake(script: str):
@@ -50,3 +53,13 @@ def test_an_error_in_the_block_still_stops_it(tmp_path):
     with pytest.raises(RuntimeError), tcpdump(_fake(LISTENS), argv, tmp_path / "t.log", "eth0") as proc:
         raise RuntimeError("the trial failed")
     assert proc.poll() is not None
+
+
+def test_a_bounded_capture_done_before_the_block_is_no_error(tmp_path):
+    # tcpdump -c N exits 0 once it has N frames; that may happen before the caller looks
+    done = ("import sys, pathlib; p = pathlib.Path(sys.argv[sys.argv.index('-w') + 1]); "
+            "p.write_bytes(b'x' * 24); print('listening on eth0', flush=True); print('3 packets captured')")
+    argv = tcpdump_argv("eth0", tmp_path / "x.pcap", ["arp"], count=3)
+    with tcpdump(_fake(done), argv, tmp_path / "t.log", "eth0") as proc:
+        proc.wait(timeout=10)
+    assert proc.returncode == 0 and (tmp_path / "x.pcap").stat().st_size == 24

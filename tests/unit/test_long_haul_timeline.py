@@ -54,14 +54,19 @@ def _long_haul_graph():
 def test_captures_at_the_senders_and_on_the_congestion_points_wire():
     G = _long_haul_graph()
     r = S.roles(G)
-    dci = {(n, nbr, way, name) for n, nbr, way, _f, name in S.captures(G, "sender-dci", r)}
+    dci = {(n, nbr, way, name) for n, nbr, way, _f, name, _c in S.captures(G, "sender-dci", r)}
     # CNPs as they reach each sender; the DCI's CE marks going on over the long haul, its CNPs going back
     assert {(s, next(iter(G.neighbors(s))), "in", f"cnp-{s}") for s in r.senders} <= dci
     assert (r.dci[0], r.dci[1], "out", "signal-ce") in dci
     assert (r.dci[0], next(iter(G.neighbors(r.senders[0]))), "out", "signal-cnp") in dci   # towards the ToR x0
-    tor = {(n, nbr, name) for n, nbr, _w, _f, name in S.captures(G, "receiver-tor", r)}
+    tor = {(n, nbr, name) for n, nbr, _w, _f, name, _c in S.captures(G, "receiver-tor", r)}
     assert (r.receiver_tor, r.receivers[0], "signal-ce") in tor and (r.receiver_tor, r.dci[1], "signal-cnp") in tor
     assert S.crossing("sender-dci", r) == r.senders and S.crossing("receiver-tor", r) == r.senders[:1]
+    # one bounded capture: the first sender's RoCEv2 frames both ways at its host link, whole, for roce check
+    for case in S.CASES:
+        bounded = [c for c in S.captures(G, case, r) if c[5] is not None]
+        assert bounded == [(r.senders[0], next(iter(G.neighbors(r.senders[0]))), None, S.ROCE_FILTER,
+                            f"data-{r.senders[0]}", S.DATA_SAMPLE_FRAMES)]
 
 
 def test_feedback_on_the_wire_from_the_modes_own_first_signal():

@@ -118,6 +118,30 @@ def test_not_ect_only_with_expect_ect(tmp_path, capsys):
     assert "dest QP" not in printed.err
 
 
+def test_a_capture_cut_at_its_packet_count_may_end_inside_a_message(tmp_path, capsys):
+    # tcpdump -c 5 stopped mid-WRITE: the sample starts mid-QP (PSN 700) and ends inside a message
+    w = rc_write(A, B, QP_B, 700, _data(8 * 1024))
+    pkts = w[:3] + [rc_ack(B, A, QP_A, 701, 1)] + w[3:4]
+    whole = _check(tmp_path, pkts)
+    assert _what(whole) == ["capture ends inside a message"] and not whole["cut"]
+    cut = _check(tmp_path, pkts, cut_at=5)
+    assert passed(cut) and cut["cut"] and cut["open_at_end"] == 1, cut["violations"]
+    # a count the capture did not reach: it holds the whole traffic, the open message stays a violation
+    assert _what(_check(tmp_path, pkts, cut_at=6)) == ["capture ends inside a message"]
+    # the cut excuses only the end: a hole inside the sample is still a lost packet
+    holed = _check(tmp_path, w[:1] + w[2:5], cut_at=4)
+    assert _what(holed) == ["PSNs 701..701 never seen"]
+    # a READ whose responses the cut stopped is open, not missing; without the cut they are missing
+    reads = _read_exchange(50, 4096, 1)
+    assert passed(_check(tmp_path, reads[:3], cut_at=3))
+    assert any("never seen" in x for x in _what(_check(tmp_path, reads[:3])))
+    capsys.readouterr()
+    assert main(["roce", "check", str(tmp_path / "c.pcap"), "--cut-at", "3"]) == 0
+    assert "end inside a message" in capsys.readouterr().out
+    assert main(["roce", "check", str(tmp_path / "c.pcap"), "--cut-at", "0"]) == 2
+    assert "--cut-at" in capsys.readouterr().err
+
+
 # -- induced faults, each with its QP and PSN ------------------------------------------------------
 def _violation(rep, text):
     hits = [v for v in rep["violations"] if text in v["what"]]

@@ -46,3 +46,6 @@ def test_long_haul_rows_from_a_results_folder(tmp_path):
     assert out["measured"] == 5 and out["all_passed"] and out["missing"] == 0   # bound, saved, 2 excess, gain
     assert all(Path(r["plot"]).is_file() for r in out["rows"])
     assert any("gain-vs-distance" in r["plot"] for r in out["rows"])
+    status = json.loads((tmp_path / "out" / "status.json").read_text())   # a completed run says so
+    assert status["status"] == "ok", status
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["all_passed"]
