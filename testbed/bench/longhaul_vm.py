@@ -93,7 +93,8 @@ def _cell(r: dict | None, key: str) -> str:
         if t.get("stalled_fraction") is None:
             return "not measured" + (f" ({t['error']})" if t.get("error") else "")
         beyond = (t.get("stalled_fraction_beyond") or {}).get("5ms")
-        return (f"{t['stalled_fraction']:.1%}" + ("" if beyond is None else f" ({beyond:.1%} beyond 5 ms)")
+        return (f"{t['stalled_fraction']:.1%} beyond {t['tolerance_us'] / 1e3:g} ms"
+                + ("" if beyond is None or t["tolerance_us"] == 5000 else f" ({beyond:.1%} beyond 5 ms)")
                 + f"; {t['stalls']} wake-ups > {t['stall_ms']:g} ms, longest {t['lateness_us']['max'] / 1e3:.0f} ms"
                 + f" ({t['policy']})")
     if key == "signals":
@@ -105,7 +106,7 @@ ROWS = (("trial", "valid"), ("feedback delay, ms (real)", "feedback_delay_ms"), 
         ("FCT p99, ms (real)", "fct_p99_ms"), ("goodput, Mb/s (real)", "throughput_mbps"),
         ("queue peak, frames", "queue_peak_pkts"), ("queue mean, frames", "queue_mean_pkts"),
         ("congestion signals", "signals"), ("frames lost", "lost"), ("guest CPU (machine)", "cpu"),
-        ("link-node frames late", "late_fraction"), ("guest's timers stalled (late > 250 us)", "timers"))
+        ("link-node frames late", "late_fraction"), ("guest's timers late (beyond the link nodes' tolerance)", "timers"))
 
 
 def markdown(results: dict, header: list[str] | None = None) -> str:
