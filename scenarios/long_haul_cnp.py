@@ -130,6 +130,7 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
 def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, window: int) -> dict:
     from testbed.emu.capture import tcpdump, tcpdump_argv
     from testbed.links.kwire import replica_egress_drops
+    from testbed.links.node import late_tolerance_at
     from testbed.p4rt import fabric_stats as F
     from testbed.poll import poll
     from testbed.rdma.endpoint import sender_result, summarise_write_lat
@@ -163,7 +164,8 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
                    for s, doc in zip(r.senders, docs, strict=True)]
         sampler = F.QueueSampler(rep.switch(bsw).client, bport, S.TIMELINE_EVERY_S * plan.scale).start()
         started = time.monotonic()
-        with CpuWatch([rep.switch(sw).process.proc.pid for sw in clients]) as cpu:  # keep-awake spinners left out
+        with CpuWatch([rep.switch(sw).process.proc.pid for sw in clients],  # keep-awake spinners left out
+                      timer_tolerance_s=late_tolerance_at(plan.scale)) as cpu:  # the link nodes' own bound
             poll(lambda: all(p.poll() is not None for _, p in senders), timeout=args.trial_timeout, interval=0.2,
                  what=f"senders of {case}/{mode}")
         elapsed, queue = time.monotonic() - started, sampler.stop()

@@ -42,14 +42,28 @@ def argv(backend: str, out: str | Path) -> list[str]:
 
 
 def load(folder: Path) -> dict:
-    """{mode: row of rows.json, with the trial's ``settled_s``, ``ring_frames_min`` and link-node lateness}."""
+    """{mode: row of rows.json, with the trial's ``settled_s``, ``ring_frames_min``, link-node lateness and
+    the machine's timer stalls (``timers``: :mod:`testbed.emu.timerprobe`)}.
+
+    The row is valid only when its health block is too (:func:`testbed.emu.runhealth.assess` over the
+    trial's CPU, timers and ledger, as the run's ``emulator_ok`` judges it): a netem trial whose machine's
+    timers stalled is INVALID, as a link-node trial whose frames were late is."""
+    from testbed.emu.runhealth import assess
+
     folder = Path(folder)
     out = {}
     for row in json.loads((folder / "rows.json").read_text()):
         trial = json.loads((folder / f"{row['distance_km']:g}km" / f"{row['case']}-{row['mode']}" / "trial.json").read_text())
         late = trial.get("emulator", {}).get("late_fraction")
-        out[row["mode"]] = {**row, "settled_s": trial.get("settled_s"), "ring_frames_min": trial.get("ring_frames_min"),
-                            "late_fraction": late, "elapsed_s": trial.get("elapsed_s"), "cpu": trial.get("cpu", {})}
+        cpu = trial.get("cpu", {})
+        block = assess(cpu=cpu, ledger=trial.get("emulator"), reasons=(trial.get("health") or {}).get("reasons", []))
+        reasons = list(row["validity"]["reasons"])
+        reasons += [f"emulator unhealthy: {r}" for r in block["emulator"]["reasons"] if not any(r in x for x in reasons)]
+        valid = row["valid"] and not reasons
+        out[row["mode"]] = {**row, "valid": valid, "validity": {**row["validity"], "valid": valid, "reasons": reasons},
+                            "settled_s": trial.get("settled_s"), "ring_frames_min": trial.get("ring_frames_min"),
+                            "late_fraction": late, "elapsed_s": trial.get("elapsed_s"), "cpu": cpu,
+                            "timers": cpu.get("timers")}
     return out
 
 
@@ -72,8 +86,17 @@ def _cell(r: dict | None, key: str) -> str:
         return f"{r['cpu'].get('machine_mean', 0):.0f} %"
     if key == "late_fraction":
         if r.get("long_haul_backend") == "netem":
-            return "no link node (netem's lateness is not measured)"
+            return "no link node: judged by the machine's timers (next row)"
         return "-" if r.get("late_fraction") is None else f"{r['late_fraction']:.1%}"
+    if key == "timers":
+        t = r.get("timers") or {}
+        if t.get("stalled_fraction") is None:
+            return "not measured" + (f" ({t['error']})" if t.get("error") else "")
+        beyond = (t.get("stalled_fraction_beyond") or {}).get("5ms")
+        return (f"{t['stalled_fraction']:.1%} beyond {t['tolerance_us'] / 1e3:g} ms"
+                + ("" if beyond is None or t["tolerance_us"] == 5000 else f" ({beyond:.1%} beyond 5 ms)")
+                + f"; {t['stalls']} wake-ups > {t['stall_ms']:g} ms, longest {t['lateness_us']['max'] / 1e3:.0f} ms"
+                + f" ({t['policy']})")
     if key == "signals":
         return f"{r['marks']} marks, {r['switch_cnps']} switch CNPs, {r['cnps_at_senders']} CNPs at senders"
     return _f(r.get(key))
@@ -83,7 +106,7 @@ ROWS = (("trial", "valid"), ("feedback delay, ms (real)", "feedback_delay_ms"), 
         ("FCT p99, ms (real)", "fct_p99_ms"), ("goodput, Mb/s (real)", "throughput_mbps"),
         ("queue peak, frames", "queue_peak_pkts"), ("queue mean, frames", "queue_mean_pkts"),
         ("congestion signals", "signals"), ("frames lost", "lost"), ("guest CPU (machine)", "cpu"),
-        ("link-node frames late", "late_fraction"))
+        ("link-node frames late", "late_fraction"), ("guest's timers late (beyond the link nodes' tolerance)", "timers"))
 
 
 def markdown(results: dict, header: list[str] | None = None) -> str:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from testbed.emu.cpustat import host_cpu_times, spinner_pids, steal_fraction
+from testbed.emu.runhealth import timer_stall_reason
 
 
 def saturation(cpu: dict, delay_line: dict | None, switch_pps: float, bench_pps: float,
@@ -25,9 +26,12 @@ def saturation(cpu: dict, delay_line: dict | None, switch_pps: float, bench_pps:
     """Reasons to distrust a trial: the emulator, not the protocol, was the limit (empty: trust it).
 
     Args:
-        cpu: {"machine_mean", "switch_max"} percentages sampled during the trial.
+        cpu: {"machine_mean", "switch_max"} percentages sampled during the trial, and the timer probe's
+            ``timers`` (:class:`CpuWatch`).
         delay_line: the long haul's stats (None: no delay line). Frames sent late count only when the
-            lateness is a noticeable share (2%) of the emulated one-way delay.
+            lateness is a noticeable share (2%) of the emulated one-way delay. Without one nothing measured
+            the long haul's lateness (tc netem, or no long haul): the machine's timers stalling too long
+            (:func:`testbed.emu.runhealth.timer_stall_reason`) is then a reason.
         switch_pps: busiest switch's packet rate during the trial.
         bench_pps: what one BMv2 forwards on this machine (``testbed bench p4``).
         udp_overflows: datagrams the hosts' kernels dropped because an endpoint did not read in time.
@@ -50,6 +54,10 @@ def saturation(cpu: dict, delay_line: dict | None, switch_pps: float, bench_pps:
             why.append(f"delay line late on {late / sent:.1%} of frames (by {worst * 1e3:.1f} ms on average)")
         if delay_line.get("rx_kernel_drops", 0):
             why.append(f"delay line lost {delay_line['rx_kernel_drops']} frames in the kernel")
+    else:
+        stalled = timer_stall_reason(cpu.get("timers"))
+        if stalled:
+            why.append(stalled)
     if switch_pps > 0.8 * bench_pps:
         why.append(f"busiest switch at {switch_pps:.0f} pps, near BMv2's {bench_pps:.0f} pps here")
     if udp_overflows:
@@ -84,14 +92,19 @@ def udp_rcvbuf_errors(snmp_text: str) -> int:
 
 
 class CpuWatch:
-    """Samples machine CPU and the switches' CPU every 0.5 s on a thread (while a trial runs)."""
+    """Samples machine CPU and the switches' CPU every 0.5 s on a thread (while a trial runs), and runs a
+    :class:`testbed.emu.timerprobe.TimerProbe` beside it: how late the machine fired timers meanwhile
+    (every run gets it this way: every scenario watches its trials with a CpuWatch)."""
 
-    def __init__(self, pids, exclude=()):
+    def __init__(self, pids, exclude=(), timer_tolerance_s: float | None = None):
         """``pids``: the switches (a list, or ``{name: pid}`` to have them named in the summary's
         ``processes``); ``exclude``: processes whose CPU is not the emulator's load, subtracted from the
         machine's -- every :class:`testbed.emu.awake.KeepAwake` spinner running now is added to it, whoever
-        started it."""
+        started it, and so is the timer probe; ``timer_tolerance_s``: the probe's tolerance (default
+        :data:`testbed.emu.timerprobe.TOLERANCE_S`)."""
         import psutil
+
+        from testbed.emu.timerprobe import TOLERANCE_S, TimerProbe
 
         named = pids if isinstance(pids, dict) else {str(p): p for p in pids}
         self.names = [n for n, p in named.items() if p]
@@ -107,6 +120,7 @@ class CpuWatch:
         self.switch: list[float] = []
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
+        self.probe = TimerProbe(tolerance_s=TOLERANCE_S if timer_tolerance_s is None else timer_tolerance_s)
 
     def _run(self):
         import psutil
@@ -127,30 +141,43 @@ class CpuWatch:
                 pass
 
     def __enter__(self):
-        self._times = [host_cpu_times()]
-        self._wall = [time.monotonic()]
-        self._cpu = {n: [_cpu_s(p)] for n, p in zip(self.names, self.procs, strict=True)}
-        self._t.start()
+        import psutil
+
+        self.probe.__enter__()
+        try:
+            self.excluded.append(psutil.Process(self.probe.pid))
+            self._times = [host_cpu_times()]
+            self._wall = [time.monotonic()]
+            self._cpu = {n: [_cpu_s(p)] for n, p in zip(self.names, self.procs, strict=True)}
+            self._t.start()
+        except BaseException:
+            self.probe.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(self, *exc):
-        self._stop.set()
-        self._t.join(timeout=5)
-        self._times.append(host_cpu_times())
-        self._wall.append(time.monotonic())
-        for n, p in zip(self.names, self.procs, strict=True):
-            self._cpu[n].append(_cpu_s(p))
+        try:
+            self._stop.set()
+            self._t.join(timeout=5)
+            self._times.append(host_cpu_times())
+            self._wall.append(time.monotonic())
+            for n, p in zip(self.names, self.procs, strict=True):
+                self._cpu[n].append(_cpu_s(p))
+        finally:
+            self.probe.__exit__(*exc)   # stopped on every way out: no probe outlives its watch
 
     def summary(self) -> dict:
         """Means over the trial; ``host_steal``: the share of CPU time the hypervisor took (the emulator's
         late frames track it on a VM, docs/pfc.md "Lateness"); ``processes``: each watched process's CPU
-        seconds over the trial's wall seconds (None: it ended before the trial did)."""
+        seconds over the trial's wall seconds (None: it ended before the trial did); ``timers``: the timer
+        probe's figures (:func:`testbed.emu.timerprobe.summarise`; None before the watch ends)."""
         steal = steal_fraction(*self._times) if len(self._times) == 2 else 0.0
         wall = self._wall[1] - self._wall[0] if len(self._wall) == 2 else 0.0
         procs = {n: {"cpu_s": round(c[1] - c[0], 3) if len(c) == 2 and None not in c else None,
                      "wall_s": round(wall, 3)} for n, c in getattr(self, "_cpu", {}).items()}
         return {"machine_mean": statistics.fmean(self.machine) if self.machine else 0.0,
-                "switch_max": max(self.switch, default=0.0), "host_steal": round(steal, 4), "processes": procs}
+                "switch_max": max(self.switch, default=0.0), "host_steal": round(steal, 4), "processes": procs,
+                "timers": self.probe.summary}
 
 
 def _cpu_s(proc) -> float | None:

@@ -12,10 +12,13 @@ has into::
                   "unaccounted": 0 | None,          # frames lost without a counted cause (None: not accounted)
                   "lost_inside_emulator": 0 | None, # socket/ring/interface drops (None: not counted)
                   "machine": {"busy", "host_steal", "switch_max"} | None,
+                  "timers": {"policy", "stalled_fraction", "lateness_us", "stalls", ...} | None,
                   "cpu": {process: {cpu_s, wall_s, cpu_fraction}}, "own_cores": 0.8 | None}}
 
 :func:`combine` joins the blocks of a run's trials or parts (healthy only when all are), :func:`line` is
-the one console line. ``Results.health`` (testbed/scenario.py) is how a scenario calls them.
+the one console line; :func:`timer_stall_reason` is how a run without a link node is judged by the
+machine's timers (:mod:`testbed.emu.timerprobe`, beside every :class:`testbed.emu.health.CpuWatch`).
+``Results.health`` (testbed/scenario.py) is how a scenario calls them.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ from testbed.links.accounting import MAX_LATE_FRACTION, lateness_percentiles, li
 #: link cores' late fraction tracks the steal (docs/pfc.md, "Lateness": 1.3 % late at 1.1 % steal, 5.7 %
 #: at 5.4 %), and tc/OVS timers slip the same way.
 MAX_STEAL = 0.05
+#: Share of a run in which the machine's timers fired late beyond the probe's tolerance (the
+#: ``stalled_fraction`` of :mod:`testbed.emu.timerprobe`) above which a run without a link node is not
+#: trusted: the link node's own bound on late frames. The probe's tolerance is the link node's late
+#: tolerance and its figure the share of evenly spread timers that fired later, so it is the late
+#: fraction a link node would have reported had the machine's timers been its only limit; tc
+#: netem/tbf, OVS and BMv2 time their work with the same kernel timers, and nothing in them says so.
+MAX_STALLED_FRACTION = MAX_LATE_FRACTION
 #: Machine busy (keep-awake spinners left out) at or above which a run without a lateness measure (no link
 #: node) cannot show that the emulator kept up -- the same bound as :func:`testbed.emu.health.saturation`.
 MAX_BUSY = 0.95
@@ -48,7 +58,7 @@ def assess(*, cpu: dict | None = None, link_stats: dict | None = None, ledger: d
         reasons: the scenario's own reasons to distrust the run (already judged; kept first).
     """
     ev = {"reasons": [], "late_fraction": None, "lateness_us": {}, "unaccounted": unaccounted,
-          "lost_inside_emulator": lost_inside, "machine": None, "cpu": {}, "own_cores": None}
+          "lost_inside_emulator": lost_inside, "machine": None, "timers": None, "cpu": {}, "own_cores": None}
     if ledger:
         ev.update({k: ledger.get(k) for k in ("late_fraction", "lateness_us", "unaccounted", "cpu", "own_cores")})
         ev["lost_inside_emulator"] = ledger.get("lost_inside_emulator")
@@ -57,6 +67,7 @@ def assess(*, cpu: dict | None = None, link_stats: dict | None = None, ledger: d
     if cpu:
         ev["machine"] = {"busy": round(cpu.get("machine_mean", 0.0) / 100, 3), "host_steal": cpu.get("host_steal", 0.0),
                          "switch_max": round(cpu.get("switch_max", 0.0) / 100, 3)}
+        ev["timers"] = cpu.get("timers")
         for name, p in (cpu.get("processes") or {}).items():
             ev["cpu"].setdefault(name, _fraction(p))
     if ev["cpu"] and ev["own_cores"] is None:
@@ -89,8 +100,31 @@ def _fraction(p: dict) -> dict:
     return {**p, "cpu_fraction": round(cpu_s / wall_s, 3) if cpu_s is not None and wall_s else None}
 
 
+def link_node_measured(ev: dict) -> bool:
+    """Whether a link node measured its own lateness in the run (a frame ledger without link nodes still
+    says 0.0 late: no link node, no measure)."""
+    return ev.get("late_fraction") is not None and bool(ev.get("lateness_us"))
+
+
+def timer_stall_reason(timers: dict | None) -> str | None:
+    """The reason to distrust a run without a link node whose machine's timers stalled (None: they did not,
+    or were not measured): the timer probe's ``stalled_fraction`` above :data:`MAX_STALLED_FRACTION`.
+
+    Only a SCHED_FIFO probe's figure is judged: a normal-policy probe (not root) waits for the CPU behind
+    every busy task, which a kernel timer does not -- beside 3 busy loops on this 2-core guest its
+    stalled_fraction read 4.6 % where a SCHED_FIFO one read 0.013 % (docs/architecture.md "Timer stalls").
+    """
+    timers = timers or {}
+    stalled = timers.get("stalled_fraction")
+    if stalled is None or stalled <= MAX_STALLED_FRACTION or not str(timers.get("policy", "")).startswith("SCHED_FIFO"):
+        return None
+    return (f"timers stalled {stalled:.1%} of the run (> {MAX_STALLED_FRACTION:.0%}): tc/OVS/BMv2 timing is "
+            "the machine's")
+
+
 def _judge(ev: dict) -> list[tuple[str, str]]:
-    """The reasons the evidence itself gives, each with its topic (empty: healthy)."""
+    """The reasons the evidence itself gives, each with its topic (empty: healthy). A run with a link node
+    is judged by its late frames; one without by the timer probe and the machine's CPU."""
     why = []
     if ev["unaccounted"]:
         why.append(("without a counted cause", f"{ev['unaccounted']} frames lost without a counted cause"))
@@ -103,7 +137,11 @@ def _judge(ev: dict) -> list[tuple[str, str]]:
     if m.get("host_steal", 0.0) > MAX_STEAL:
         why.append(("host steal", f"the hypervisor took {m['host_steal']:.1%} of the CPU time "
                                   f"(host steal > {MAX_STEAL:.0%})"))
-    if ev["late_fraction"] is None and m.get("busy", 0.0) >= MAX_BUSY:
+    measured = link_node_measured(ev)
+    stalled = None if measured else timer_stall_reason(ev.get("timers"))
+    if stalled:
+        why.append(("timers stalled", stalled))
+    if not measured and m.get("busy", 0.0) >= MAX_BUSY:
         why.append(("machine CPU", f"machine CPU {m['busy']:.0%} busy, and no lateness measure to show "
                                    "the emulator kept up"))
     return why
@@ -124,12 +162,15 @@ def combine(parts: dict) -> dict:
         return max(values) if values else None
 
     machines = [e["machine"] for e in evs.values() if e.get("machine")]
+    timers = [{**e["timers"], "part": k} for k, e in evs.items()
+              if (e.get("timers") or {}).get("stalled_fraction") is not None]
     ev = {"reasons": [f"{k}: {r}" for k, e in evs.items() for r in e["reasons"]],
           "late_fraction": worst(e.get("late_fraction") for e in evs.values()),
           "lateness_us": {f"{k}: {n}": v for k, e in evs.items() for n, v in (e.get("lateness_us") or {}).items()},
           "unaccounted": total("unaccounted"), "lost_inside_emulator": total("lost_inside_emulator"),
           "machine": {key: worst(m.get(key) for m in machines) for key in ("busy", "host_steal", "switch_max")}
           if machines else None,
+          "timers": max(timers, key=lambda t: t["stalled_fraction"], default=None),   # the worst part's, named
           "cpu": {}, "own_cores": worst(e.get("own_cores") for e in evs.values()),
           "parts": evs}
     return {"emulator_ok": all(b["emulator_ok"] for b in parts.values()), "emulator": ev}
@@ -149,6 +190,10 @@ def line(block: dict) -> str:
         bits.append(f"lost inside {ev['lost_inside_emulator']}")
     if ev.get("machine"):
         bits.append(f"machine {ev['machine']['busy']:.0%} busy, steal {ev['machine']['host_steal']:.1%}")
+    t = ev.get("timers") or {}
+    if t.get("stalled_fraction") is not None:
+        bits.append(f"timers stalled {t['stalled_fraction']:.2%} (p99 {t['lateness_us']['p99']} us, "
+                    f"{t['stalls']} over {t['stall_ms']:g} ms, {t['policy']})")
     if ev.get("own_cores") is not None:
         bits.append(f"own CPU {ev['own_cores']:.2f} cores")
     head = f"emulator_ok: {block['emulator_ok']}"

@@ -1,6 +1,7 @@
 """What every scenario test checks of its run's emulator health (testbed.emu.runhealth): the block is in
 metrics.json with its evidence, its line is on the console, and -- where the quick mode is sized to run
-healthy on an idle 2-core machine -- it says healthy (the failure names the reasons)."""
+healthy on an idle 2-core machine -- it says healthy (the failure names the reasons). Every run's block
+carries the machine's timer stalls, measured by a SCHED_FIFO probe."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ def check_health(metrics: dict, printed: str, healthy: bool = True, links: bool 
     assert EVIDENCE <= set(ev), sorted(EVIDENCE - set(ev))
     assert metrics["emulator_ok"] == (not ev["reasons"]), ev["reasons"]
     assert ev["machine"] is not None and 0.0 <= ev["machine"]["busy"] <= 1.0 and ev["machine"]["host_steal"] >= 0
+    timers = ev.get("timers") or {}   # the timer probe beside the run's CpuWatch (testbed.emu.timerprobe)
+    assert timers.get("stalled_fraction") is not None and timers["wakeups"] > 0, f"no timer-probe figures: {timers}"
+    assert timers["policy"].startswith("SCHED_FIFO"), timers["policy"]   # scenario tests run as root
     if links:
         assert ev["late_fraction"] is not None and ev["lateness_us"], "link nodes ran but no lateness measured"
         assert all(p.get("p99") is not None for dirs in ev["lateness_us"].values() for p in dirs.values()

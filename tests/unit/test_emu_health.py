@@ -25,3 +25,17 @@ def test_packet_socket_drops_sums_only_our_switches():
 def test_losses_no_switch_counted_are_the_emulators():
     assert health.saturation({}, None, 0, 15000, unexplained_gaps=0) == []
     assert "outside the switch pipelines" in health.saturation({}, None, 0, 15000, unexplained_gaps=3)[0]
+
+
+def test_a_trial_without_a_delay_line_is_distrusted_when_the_timers_stalled():
+    stalled = {"timers": {"policy": "SCHED_FIFO 20", "stalled_fraction": 0.03}}
+    (reason,) = health.saturation(stalled, None, 0, 15000)
+    assert reason.startswith("timers stalled 3.0% of the run")
+    # the same assess() says it once: the trial's reasons carry it, the run's block does not repeat it
+    from testbed.emu.runhealth import assess
+
+    assert assess(cpu=stalled, reasons=[reason])["emulator"]["reasons"] == [reason]
+    line = {"directions": {"a>b": {"tx_packets": 1000, "mean_late_lateness_s": 0.0}}, "emulator_late": 0,
+            "params": {"delay_s": 0.15}}
+    assert health.saturation(stalled, line, 0, 15000) == []      # a delay line measures its own lateness
+    assert health.saturation({"timers": {"policy": "SCHED_FIFO 20", "stalled_fraction": 0.002}}, None, 0, 15000) == []

@@ -128,3 +128,56 @@ def test_results_health_says_it_in_one_line_and_the_index_metrics_carries_it(tmp
     metrics = json.loads((out / "metrics.json").read_text())   # the scenario wrote none: the index has it
     assert metrics["emulator_ok"] is False and metrics["emulator"] == block["emulator"]
     assert metrics["summary"] == {"flows": 2}
+
+
+def _timers(stalled=0.0004, policy="SCHED_FIFO 20", p99=66, stalls=0):
+    """A timer probe's summary (testbed.emu.timerprobe.summarise's keys)."""
+    return {"policy": policy, "period_us": 1000, "wakeups": 30_000, "wall_s": 30.0,
+            "lateness_us": {"p50": 25, "p99": p99, "max": 900}, "stalls": stalls, "stall_ms": 10.0,
+            "tolerance_us": 250.0, "late_s": stalled * 30, "stalled_fraction": stalled,
+            "stalled_fraction_beyond": {"1ms": 0.0, "5ms": 0.0}, "cpu_s": 0.8, "cpu_fraction": 0.027}
+
+
+def test_an_idle_machines_timers_keep_a_run_without_link_nodes_healthy_and_are_said():
+    block = runhealth.assess(cpu={**_cpu(), "timers": _timers()})
+    assert block["emulator_ok"] is True and block["emulator"]["timers"]["stalled_fraction"] == 0.0004
+    assert "timers stalled 0.04% (p99 66 us, 0 over 10 ms, SCHED_FIFO 20)" in runhealth.line(block)
+
+
+def test_stalled_timers_fail_a_run_without_a_link_node_naming_the_figure():
+    block = runhealth.assess(cpu={**_cpu(), "timers": _timers(stalled=0.031, p99=12_000, stalls=40)})
+    assert block["emulator_ok"] is False
+    assert block["emulator"]["reasons"] == ["timers stalled 3.1% of the run (> 1%): tc/OVS/BMv2 timing is the machine's"]
+    # a frame ledger without link nodes still says 0.0 late: that is no measure (the netem long haul's case)
+    ledger = accounting.metrics_block({"f": 100}, {"f": 100}, {})["emulator"]
+    assert ledger["late_fraction"] == 0.0
+    stalled = runhealth.assess(cpu={**_cpu(), "timers": _timers(stalled=0.031)}, ledger=ledger)
+    assert stalled["emulator_ok"] is False and "timers stalled 3.1%" in stalled["emulator"]["reasons"][0]
+    assert runhealth.assess(cpu={**_cpu(), "timers": _timers(stalled=0.009)}, ledger=ledger)["emulator_ok"] is True
+
+
+def test_a_link_node_run_is_judged_by_its_own_lateness_and_records_the_timers():
+    cpu = {**_cpu(), "timers": _timers(stalled=0.2, stalls=500)}
+    block = runhealth.assess(cpu=cpu, link_stats={"dl0": _link()})
+    assert block["emulator_ok"] is True and block["emulator"]["timers"]["stalled_fraction"] == 0.2
+    late = runhealth.assess(cpu=cpu, link_stats={"dl0": _link(late=400, hist={"<10us": 9_600, ">=1ms": 400})})
+    assert [r for r in late["emulator"]["reasons"] if "timers" in r] == []   # its late frames are the reason
+
+
+def test_a_normal_policy_probe_is_recorded_not_judged():
+    # without SCHED_FIFO the probe waits behind busy tasks, which a kernel timer does not
+    block = runhealth.assess(cpu={**_cpu(), "timers": _timers(stalled=0.024, policy="SCHED_OTHER")})
+    assert block["emulator_ok"] is True and block["emulator"]["timers"]["policy"] == "SCHED_OTHER"
+    assert runhealth.timer_stall_reason({"error": "the timer probe did not start"}) is None
+    assert runhealth.timer_stall_reason(None) is None
+
+
+def test_combine_keeps_the_worst_parts_timers_and_says_which():
+    calm = runhealth.assess(cpu={**_cpu(), "timers": _timers(stalled=0.001)})
+    stalled = runhealth.assess(cpu={**_cpu(), "timers": _timers(stalled=0.05)})
+    both = runhealth.combine({"ecn": calm, "fast-cnp": stalled})
+    assert both["emulator_ok"] is False and both["emulator"]["timers"]["part"] == "fast-cnp"
+    assert both["emulator"]["timers"]["stalled_fraction"] == 0.05
+    assert both["emulator"]["reasons"] == ["fast-cnp: timers stalled 5.0% of the run (> 1%): tc/OVS/BMv2 timing is "
+                                           "the machine's"]
+    assert runhealth.combine({"a": runhealth.assess(cpu=_cpu())})["emulator"]["timers"] is None

@@ -111,3 +111,24 @@ def test_netem_lag_is_the_netem_delay_of_the_capturing_end_only():
     plan = NS(links=[haul, host])
     assert netem_lag_s(plan, "d0", "d1") == 3.0 == netem_lag_s(plan, "d1", "d0")
     assert netem_lag_s(plan, "d0", "x0") == 0.0   # no netem on d0's end of that link
+
+
+def test_a_netem_trial_follows_its_health_block_and_shows_the_timers(tmp_path):
+    timers = {"policy": "SCHED_FIFO 20", "stalled_fraction": 0.021, "stalled_fraction_beyond": {"5ms": 0.012},
+              "stalls": 96, "stall_ms": 10.0, "tolerance_us": 250.0, "lateness_us": {"p50": 40, "p99": 30_000, "max": 212_000}}
+    rows = [_row("ecn", long_haul_backend="netem"), _row("fast-cnp", long_haul_backend="netem")]
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    for m, t in zip(V.MODES, (timers, {**timers, "stalled_fraction": 0.004}), strict=True):
+        d = tmp_path / "30km" / f"sender-dci-{m}"
+        d.mkdir(parents=True)
+        d.joinpath("trial.json").write_text(json.dumps({
+            "emulator": {"late_fraction": 0.0, "lateness_us": {}, "unaccounted": 0, "lost_inside_emulator": 0},
+            "health": {"healthy": True, "reasons": []}, "cpu": {"machine_mean": 60.0, "timers": t}}))
+    got = V.load(tmp_path)
+    assert got["ecn"]["valid"] is False and got["fast-cnp"]["valid"] is True   # rows.json said both valid
+    assert got["ecn"]["validity"]["reasons"] == ["emulator unhealthy: timers stalled 2.1% of the run (> 1%): "
+                                                 "tc/OVS/BMv2 timing is the machine's"]
+    text = V.markdown({"netem": got})
+    assert "| trial | INVALID: emulator unhealthy: timers stalled 2.1%" in text
+    assert "2.1% beyond 0.25 ms (1.2% beyond 5 ms); 96 wake-ups > 10 ms, longest 212 ms (SCHED_FIFO 20)" in text
+    assert "netem's lateness is not measured" not in text and "judged by the machine's timers" in text
