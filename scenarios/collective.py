@@ -18,7 +18,10 @@ What it shows:
   4. acceptance after SONiC's RoCEv2 plan, on fat-tree-k4 with 8 ranks (testbed/collective/acceptance.py):
      a ring allreduce across a link failure (JCT without/with, #wrong 0), 7:1 incast per-QP fairness
      (< 30%), the 8-rank all-to-all verdict; --acceptance-only runs it alone, --no-acceptance leaves it out
-  and the emulator's health and the frames lost, attributed to the queue that dropped them.
+  and the emulator's health and the frames lost, attributed to the queue that dropped them. The sweep
+  also captures rank 0's first 1500 RoCEv2 frames (both ways at its host link) and checks them as
+  ``testbed roce check --expect-ect`` (``data_check`` in the summary: ECN-capable, 0 violations); a
+  failed check fails the run (exit 1), as an inexact element does.
   ``--failures SCHEDULE`` fails links or switches of the small fabric during the sweep (docs/collectives.md).
 
     sudo testbed run collective --quick      # small fabric, 4 ranks, up to 256 KiB; part 4 (1.5-2 min)
@@ -115,7 +118,13 @@ def main(argv=None) -> int:
         res.write_json("metrics.json", {**doc, **block})
         summary.update(emulator_ok=block["emulator_ok"], health_reasons=block["emulator"]["reasons"])
         res.finish(summary)
-    return 1 if wrong or failed else 0
+    return 1 if wrong or failed or not data_ok(summary) else 0
+
+
+def data_ok(summary: dict) -> bool:
+    """The sweep's data sample passed ``roce check --expect-ect`` (``data_check``; True when the run has no
+    sweep: --acceptance-only). A failed one fails the run (exit 1), as an inexact element does."""
+    return summary.get("data_check", {"ok": True})["ok"]
 
 
 def health_parts(parts: dict) -> dict:
@@ -143,7 +152,7 @@ def small_parts(args, rate, sizes, failures, out, X, P, CollectiveFabric, JobRun
         fab.warm(hosts)
         console.print("[bold]1. size sweep and every collective, 4 ranks, small fabric[/bold]")
         r1 = fab.run([JobRun("sweep", tuple(hosts), runs=sweep(sizes, big), iters=2, warmup=1)], "sweep",
-                     failures=failures)
+                     failures=failures, sample=hosts[0])   # rank 0's data: roce check --expect-ect
         console.print("[bold]3. trace replay[/bold]")
         r3 = fab.run([JobRun("trace", tuple(hosts), trace=TRACE, chunks=2)], "trace")
         for r in (r1, r3):
@@ -162,7 +171,8 @@ def small_summary(r1: dict, r3: dict, rate: float, X) -> dict:
            "largest_ring_size_bytes": ring[-1]["size_bytes"],
            "busbw_over_link": {f"{r['collective']}/{r['algorithm']}/skew{r['skew']:g}/{r['size_bytes']}":
                                round(r["busbw_bps"] / rate, 3) for r in rows},
-           "trace_step_time_s": r3["jobs"][0]["trace"]["step_time_s"], "load": r1["health"]["load"]}
+           "trace_step_time_s": r3["jobs"][0]["trace"]["step_time_s"], "load": r1["health"]["load"],
+           "data_check": r1["data_check"]}
     if r1.get("failures"):
         doc["failures"] = X.summary(r1)["failures"]
     return doc

@@ -6,7 +6,8 @@
       .run([JobRun(job, hosts), ...])  -> {"jobs": [...], "links": [...], "health": {...}}
         every job's rank processes start at once (python -m testbed.collective.rank); a start barrier
         over all of them makes concurrent jobs really overlap; switch port counters before and after;
-        machine CPU and ovs-vswitchd sampled; host UDP buffer overflows counted
+        machine CPU and ovs-vswitchd sampled; host UDP buffer overflows counted; with ``sample=host``, that
+        rank's first RoCEv2 frames captured and checked as ``roce check --expect-ect`` (``data_check``)
 
 What each job runs is data (:class:`JobRun`): a size sweep of one collective, or a trace. The figures
 come from the rank reports through :mod:`testbed.collective.report` (pure).
@@ -18,6 +19,7 @@ import json
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from testbed.console import console
 from testbed.emu.cpustat import load_average
 from testbed.errors import EmulationError
 from testbed.poll import poll
+from testbed.roce.sample import sample_line
 
 RANK = [sys.executable, "-m", "testbed.collective.rank"]
 #: the plan's QP timeout is the real fabric's dilated by scale (minutes at scale 10^4): a run caps it,
@@ -162,12 +165,37 @@ class CollectiveFabric:
         return {"mtu": 1024, "window": self.window, "timeout_s": min(ep.emulated_qp_timeout_s, QP_TIMEOUT_CAP_S),
                 "plan_timeout_s": ep.emulated_qp_timeout_s, "dcqcn": ep.emulated_dcqcn}
 
-    def run(self, jobs: list[JobRun], tag: str, timeout: float = 600.0, failures: list | None = None) -> dict:
+    def data_sample(self, folder: Path, host: str):
+        """tcpdump of ``host``'s first :data:`~testbed.roce.sample.DATA_SAMPLE_FRAMES` RoCEv2 frames, both
+        directions at its host link, whole (``data-<host>.pcap``): the one capture helper, as a context."""
+        from testbed.emu.capture import tcpdump, tcpdump_argv
+        from testbed.roce.sample import DATA_SAMPLE_FRAMES, ROCE_FILTER
+
+        nbr = next(iter(self.G.neighbors(host)))
+        argv = tcpdump_argv(self.rep.intf_name(host, nbr), folder / f"data-{host}.pcap", [ROCE_FILTER],
+                            buffer_kib=4096, count=DATA_SAMPLE_FRAMES)
+        return tcpdump(lambda a, log: self.rep.popen(host, a, stdout=log.open("w"),  # noqa: SIM115
+                                                     stderr=subprocess.STDOUT),
+                       argv, folder / f"tcpdump-data-{host}.log", f"{host}-{nbr}")
+
+    def sample_check(self, folder: Path, host: str) -> dict:
+        """:meth:`data_sample`'s pcap checked as ``roce check --expect-ect --cut-at``, at the plan's emulated
+        CNP interval and the dilated resend gap, capped at the QP timeout the ranks run with."""
+        from testbed.roce.sample import check_sample, retx_gap_for
+
+        dcqcn = self.plan.endpoint(host).emulated_dcqcn or {}
+        return check_sample(folder / f"data-{host}.pcap", dcqcn.get("cnp_interval", 0.0),
+                            retx_gap_for(self.scale, self.qp_config(host)["timeout_s"]))
+
+    def run(self, jobs: list[JobRun], tag: str, timeout: float = 600.0, failures: list | None = None,
+            sample: str | None = None) -> dict:
         """Run ``jobs`` concurrently; returns per-job figures, per-link utilisation and health.
 
         ``failures``: :func:`testbed.collective.failures.parse` events, executed after the start barrier
         through :class:`FabricControl` (the paths ``testbed fail`` uses); whatever they leave failed is
-        restored when the jobs end. QP timeouts inside the failure windows are reported, not a fault."""
+        restored when the jobs end. QP timeouts inside the failure windows are reported, not a fault.
+        ``sample``: a rank's host whose RoCEv2 frames are sampled (:meth:`data_sample`) and checked after
+        the run as ``roce check --expect-ect`` (:meth:`sample_check`): the result's ``data_check``."""
         from testbed.emu.health import CpuWatch, LossWatch, ovs_pid, saturation
         from testbed.emu.runhealth import assess
 
@@ -179,48 +207,52 @@ class CollectiveFabric:
         all_hosts = [h for j in jobs for h in j.hosts]
         if len(set(all_hosts)) != len(all_hosts):
             raise EmulationError("two ranks on one host: every rank needs its own host (one RoCE device each)")
-        for k, job in enumerate(jobs, start=1):
-            jdir = folder / job.name
-            jdir.mkdir(exist_ok=True)
-            ips = [self.rep.ip(h) for h in job.hosts]
-            fan_in = fan_in_of(job)
-            for r, h in enumerate(job.hosts):
-                qp = self.qp_config(h)
-                qp["window"] = max(MIN_WINDOW, min(qp["window"], INCAST_PACKETS // fan_in))
-                if failures:
-                    qp["retry_limit"] = F.retry_budget(failures, qp["timeout_s"], timeout)
-                cfg = {"rank": r, "ips": ips, "job": k, "dir": str(jdir), "qp": qp,
-                       "seed": job.seed, "iters": job.iters, "warmup": job.warmup, "timeout_s": timeout,
-                       "chunks": job.chunks, "scale": self.scale,
-                       "global": {"dir": str(folder / "start"), "index": index, "n": total}, **job.extra}
-                if job.trace is not None:
-                    cfg["trace"] = job.trace
-                else:
-                    cfg["runs"] = [dict(x) for x in job.runs]
-                index += 1
-                path = jdir / f"config-{r}.json"
-                path.write_text(json.dumps(cfg))
-                log = open(jdir / f"rank-{r}.log", "w")  # noqa: SIM115 - closed after the process ends
-                procs.append((job, r, h, self.rep.popen(h, RANK + [str(path)], stdout=log, stderr=subprocess.STDOUT),
-                              log))
-        intfs = sorted({x[2] for x in R.directed_links(self.plan)})
-        pid = ovs_pid()
-        losses = LossWatch(self.rep, all_hosts, [pid] if pid else []).start()
-        before = read_counters(intfs)
-        drops_before = self.drops(intfs)
-        t0 = time.time()
-        chaos = FailureDriver(self, failures, folder / "start", total, timeout) if failures else None
-        try:
-            with CpuWatch({"ovs-vswitchd": pid} if pid else {}) as cpu:
-                poll(lambda: all(p.poll() is not None for _, _, _, p, _ in procs), timeout=timeout + 120,
-                     interval=0.2, what=f"rank processes of {', '.join(j.name for j in jobs)}")
-        finally:
-            failed = chaos.finish() if chaos else None
-            for _, _, _, p, log in procs:
-                if p.poll() is None:
-                    p.terminate()
-                    p.wait(timeout=10)
-                log.close()
+        capture = ExitStack()   # the data sample: from before the sampled rank's QPs start to its count
+        if sample is not None:
+            capture.enter_context(self.data_sample(folder, sample))
+        with capture:
+            for k, job in enumerate(jobs, start=1):
+                jdir = folder / job.name
+                jdir.mkdir(exist_ok=True)
+                ips = [self.rep.ip(h) for h in job.hosts]
+                fan_in = fan_in_of(job)
+                for r, h in enumerate(job.hosts):
+                    qp = self.qp_config(h)
+                    qp["window"] = max(MIN_WINDOW, min(qp["window"], INCAST_PACKETS // fan_in))
+                    if failures:
+                        qp["retry_limit"] = F.retry_budget(failures, qp["timeout_s"], timeout)
+                    cfg = {"rank": r, "ips": ips, "job": k, "dir": str(jdir), "qp": qp,
+                           "seed": job.seed, "iters": job.iters, "warmup": job.warmup, "timeout_s": timeout,
+                           "chunks": job.chunks, "scale": self.scale,
+                           "global": {"dir": str(folder / "start"), "index": index, "n": total}, **job.extra}
+                    if job.trace is not None:
+                        cfg["trace"] = job.trace
+                    else:
+                        cfg["runs"] = [dict(x) for x in job.runs]
+                    index += 1
+                    path = jdir / f"config-{r}.json"
+                    path.write_text(json.dumps(cfg))
+                    log = open(jdir / f"rank-{r}.log", "w")  # noqa: SIM115 - closed after the process ends
+                    procs.append((job, r, h, self.rep.popen(h, RANK + [str(path)], stdout=log,
+                                                            stderr=subprocess.STDOUT), log))
+            intfs = sorted({x[2] for x in R.directed_links(self.plan)})
+            pid = ovs_pid()
+            losses = LossWatch(self.rep, all_hosts, [pid] if pid else []).start()
+            before = read_counters(intfs)
+            drops_before = self.drops(intfs)
+            t0 = time.time()
+            chaos = FailureDriver(self, failures, folder / "start", total, timeout) if failures else None
+            try:
+                with CpuWatch({"ovs-vswitchd": pid} if pid else {}) as cpu:
+                    poll(lambda: all(p.poll() is not None for _, _, _, p, _ in procs), timeout=timeout + 120,
+                         interval=0.2, what=f"rank processes of {', '.join(j.name for j in jobs)}")
+            finally:
+                failed = chaos.finish() if chaos else None
+                for _, _, _, p, log in procs:
+                    if p.poll() is None:
+                        p.terminate()
+                        p.wait(timeout=10)
+                    log.close()
         after = read_counters(intfs)
         drops_after = self.drops(intfs)
         drops = {k: drops_after[k] - drops_before[k] for k in drops_after}
@@ -283,6 +315,9 @@ class CollectiveFabric:
         console.print(f"[dim]{tag}: {jcts}; "
                       f"emulator {'ok' if health['ok'] else 'UNHEALTHY: ' + '; '.join(reasons)}[/dim]")
         result = {"jobs": out_jobs, "links": links, "health": health, "span_s": span}
+        if sample is not None:
+            result["data_check"] = self.sample_check(folder, sample)
+            console.print(f"[dim]{tag}: {sample_line(result['data_check'])}[/dim]")
         if failed is not None:
             result["failures"] = failed
             if failed["error"]:

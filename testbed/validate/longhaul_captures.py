@@ -6,8 +6,8 @@
         receivers   {receiver: (CE-marked frames in, CNPs out)}
         crossing    capture times of the CNPs at the senders whose flows cross the congestion point
     feedback(times, mode)   the feedback delay on the one capture clock, and ECN's parts
-    data_check(out, sender, cnp_interval_s, scale)   ``roce check --expect-ect`` of the data sample
-    data_verdict(report, capture)                    that check's report as the trial's ``data_check``
+    data_check(out, sender, cnp_interval_s, scale)   ``roce check --expect-ect`` of the data sample, as the
+                                                     trial's ``data_check`` (:mod:`testbed.roce.sample`)
 
 Every time is the kernel's capture timestamp (one clock for every namespace of the machine).
 
@@ -32,14 +32,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.errors import UsageError
-from testbed.roce.check import RETX_GAP_S, check_capture, failures
 from testbed.roce.opcodes import CNP
+from testbed.roce.sample import check_sample, retx_gap_for
 from testbed.roce.timing import opcode_times
 from testbed.validate import longhaul_setup as S
-
-#: Violations a trial's ``data_check`` lists (the count is complete).
-FIRST_VIOLATIONS = 3
 
 
 def capture_times(out: Path, case: str, r, lag: dict | None = None) -> dict:
@@ -65,39 +61,6 @@ def feedback(times: dict, mode: str) -> tuple[float | None, dict | None]:
 
 def data_check(out: Path, sender: str, cnp_interval_s: float, scale: float) -> dict:
     """``roce check --expect-ect --cut-at`` of the trial folder ``out``'s data sample of ``sender``, as
-    :func:`data_verdict`; ``cnp_interval_s``: the emulated CNP interval, ``scale``: the dilation."""
-    name = f"data-{sender}.pcap"
-    try:
-        report = check_capture(out / name, cnp_interval=cnp_interval_s, require_ect=True,
-                               retx_gap=RETX_GAP_S * scale, cut_at=S.DATA_SAMPLE_FRAMES)
-    except UsageError as exc:   # no file, or not a capture: the check did not run, which fails it
-        return data_verdict(None, name, str(exc))
-    return data_verdict(report, name)
-
-
-def data_verdict(report: dict | None, capture: str, error: str | None = None) -> dict:
-    """One trial's ``data_check`` from a :func:`testbed.roce.check.check_capture` report (pure).
-
-    ``ok`` only when the sample holds the sender's data, all of it ECN-capable, and passes ``roce check``
-    with its defaults (:func:`testbed.roce.check.failures`: no violation, bad ICRC, malformed packet or
-    corrupt file); ``reasons`` say why not, the first violation quoted. ``report`` None: the check could
-    not run (``error``), which fails it too.
-    """
-    if report is None:
-        return {"capture": capture, "packets": 0, "data_packets": 0, "ect": False, "violations": 0,
-                "first_violations": [], "ok": False, "reasons": [f"not checked: {error}"]}
-    qps = report["qps"]
-    data = sum(q["requests"] + q["read_responses"] for q in qps)
-    not_ect = sum(q["not_ect"] for q in qps)
-    reasons = failures(report)
-    if report["violation_count"] and report["violations"]:   # failures() names the violations first
-        v = report["violations"][0]
-        reasons[0] += f" (first: {v['qp']}" + (f" PSN {v['psn']}" if v["psn"] is not None else "") + f": {v['what']})"
-    if report["roce_packets"] and not data:
-        reasons.append("no data packet in the sample")
-    return {"capture": capture, "packets": report["roce_packets"], "data_packets": data,
-            "ect": bool(data) and not not_ect, "not_ect": not_ect,
-            "ce_marked": sum(q["ce_marked"] for q in qps), "cnps": report["cnp"],
-            "retransmissions": sum(q["retransmissions"] for q in qps), "cut": report["cut"],
-            "open_at_end": report["open_at_end"], "violations": report["violation_count"],
-            "first_violations": report["violations"][:FIRST_VIOLATIONS], "ok": not reasons, "reasons": reasons}
+    :func:`testbed.roce.sample.data_verdict`; ``cnp_interval_s``: the emulated CNP interval, ``scale``: the
+    dilation (the resend gap is ``roce check``'s x scale)."""
+    return check_sample(out / f"data-{sender}.pcap", cnp_interval_s, retx_gap_for(scale), S.DATA_SAMPLE_FRAMES)

@@ -36,7 +36,7 @@ def trial_line(t: dict) -> str:
 
 
 def data_cell(check: dict | None) -> str:
-    """A trial's ``data_check`` (:func:`testbed.validate.longhaul_captures.data_verdict`) in a word: the
+    """A trial's ``data_check`` (:func:`testbed.roce.sample.data_verdict`) in a word: the
     frames ``roce check --expect-ect`` passed, ``FAIL`` (the reasons are the trial's validity's) or ``-``
     (not checked: results from before the check)."""
     if check is None:

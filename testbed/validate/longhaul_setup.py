@@ -23,6 +23,7 @@ from pathlib import Path
 from testbed.errors import SpecError
 from testbed.plan import Overrides, plan_replica
 from testbed.plan.replica import CNP_INTERVAL_S
+from testbed.roce.sample import DATA_SAMPLE_FRAMES, ROCE_FILTER  # noqa: F401 - the captures' (tests read them here)
 from testbed.topo.builder import set_link
 
 DISTANCES_KM = (0, 10, 30, 50, 100)
@@ -333,13 +334,10 @@ def parse_list(text: str, field: str, cast, allowed=None) -> list:
     return items
 
 
-#: tcpdump filters: a CNP (BTH opcode 0x81), a RoCEv2 frame marked CE (the IP header's ECN bits 11), any
-#: RoCEv2 frame (data, ACKs, CNPs: every RoCEv2 frame goes to UDP port 4791).
-CNP_FILTER, CE_FILTER = "udp dst port 4791 and udp[8] = 0x81", "udp dst port 4791 and ip[1] & 3 = 3"
-ROCE_FILTER = "udp dst port 4791"
-#: Frames of a trial's data sample (``data-<sender>``), whole (the ICRC covers every byte): ~1.6 MB of pcap,
-#: about 1.4 of the 1 MB messages a sender writes (1024 data frames each, an ACK every 32 PSNs).
-DATA_SAMPLE_FRAMES = 1500
+#: tcpdump filters: a CNP (BTH opcode 0x81), a RoCEv2 frame marked CE (the IP header's ECN bits 11), and
+#: any RoCEv2 frame (:data:`ROCE_FILTER`, from testbed.roce.sample); a trial's data sample (``data-<sender>``)
+#: holds :data:`DATA_SAMPLE_FRAMES` whole frames, about 1.4 of the 1 MB messages a sender writes (1024 data
+#: frames each, an ACK every 32 PSNs).
 
 
 def captures(G, case: str, r: Roles) -> list[tuple]:

@@ -96,7 +96,7 @@ def verdict(trial: dict, block: dict, saturation: list[str]) -> dict:
     Args:
         trial: the row's protocol fields (``mode``, ``switch_cnps``, ``cnps_rx``, ``marks``), its
             ``feedback_check`` (:func:`testbed.validate.trials.feedback_check`; None: not measured) and its
-            ``data_check`` (:func:`testbed.validate.longhaul_captures.data_verdict`; None: not checked).
+            ``data_check`` (:func:`testbed.roce.sample.data_verdict`; None: not checked).
         block: :func:`accounting.metrics_block`'s result for the trial.
         saturation: :func:`testbed.emu.health.saturation`'s reasons.
 

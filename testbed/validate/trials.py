@@ -14,7 +14,7 @@ Field names of a trial (see docs/validation.md, "What the long-haul scenario mus
 ``unaccounted_losses`` (frames lost without an attributed reason; or ``accounting.unaccounted``),
 ``saturation`` (list of emulator-health reasons; empty = healthy) or ``health.healthy``; optional
 ``feedback_check`` and ``data_check`` (``roce check --expect-ect`` of a data sample,
-:func:`testbed.validate.longhaul_captures.data_verdict`): a failed one makes the trial invalid.
+:func:`testbed.roce.sample.data_verdict`): a failed one makes the trial invalid.
 """
 
 from __future__ import annotations

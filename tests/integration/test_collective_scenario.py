@@ -2,7 +2,8 @@
 with every element exact, the summary carries the figures and the emulator's verdict, and the results
 folder has the metrics and the plot. Part 4 (acceptance after SONiC's RoCEv2 plan, fat-tree-k4, 8 ranks):
 the ring allreduce is exact across a cut of a link it loaded, the cut fell inside the job; 7:1 incast
-per-QP fairness deviation < 30%; the 8-rank all-to-all passes (exact)."""
+per-QP fairness deviation < 30%; the 8-rank all-to-all passes (exact). The sweep's DCQCN data (rank 0's
+first 1500 RoCEv2 frames at its host link) passes ``roce check --expect-ect``: all ECT, 0 violations."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 
 import pytest
 
+from testbed.roce.sample import DATA_SAMPLE_FRAMES
 from testbed.scenario import REPO_ROOT
 from tests.integration.runhealth import check_health
 
@@ -32,6 +34,14 @@ def test_quick_scenario(tmp_path):
     assert len(summary["trace_step_time_s"]) == 2 and all(t > 0 for t in summary["trace_step_time_s"])
     assert isinstance(summary["emulator_ok"], bool) and "load" in summary
     assert (out / "metrics.json").exists() and (out / "busbw.png").exists()
+    # the scenario's own DCQCN data is ECN-capable and passes roce check on a bounded sample of rank 0
+    dc = summary["data_check"]
+    assert dc["capture"] == "data-h0.pcap" and (out / "small" / "sweep" / "data-h0.pcap").exists(), dc
+    assert dc["packets"] == DATA_SAMPLE_FRAMES and dc["cut"], dc      # the sweep sends more: -c stopped it
+    assert dc["data_packets"] > 0 and dc["ect"] and dc["not_ect"] == 0, dc
+    assert dc["violations"] == 0 and dc["ok"] and dc["reasons"] == [], dc
+    said = " ".join(proc.stderr.split())                                 # the console may wrap the line
+    assert f"sweep: data sample data-h0.pcap: {DATA_SAMPLE_FRAMES} frames" in said and "expect-ect ok" in said
     assert json.loads((out / "status.json").read_text())["status"] == "ok"
     acc = summary["acceptance"]
     cut = acc["link_failure"]

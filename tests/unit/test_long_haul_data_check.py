@@ -10,6 +10,7 @@ from scapy.utils import wrpcap
 
 from testbed.roce.craft import rc_ack, rc_write
 from testbed.roce.layers import cnp
+from testbed.roce.sample import data_verdict
 from testbed.validate import longhaul_captures as LC
 from testbed.validate import longhaul_report as report
 from testbed.validate import longhaul_setup as S
@@ -112,7 +113,7 @@ def test_a_missing_or_broken_sample_fails_the_check(tmp_path, content, why):
 def test_a_sample_without_data_fails(tmp_path, monkeypatch):
     dc = _check(tmp_path, [_cnp_to_h0(100.0)], monkeypatch)
     assert not dc["ok"] and dc["reasons"] == ["no data packet in the sample"]
-    empty = LC.data_verdict({"packets": 0, "roce_packets": 0, "malformed": 0, "truncated": 0, "icrc_bad": 0,
+    empty = data_verdict({"packets": 0, "roce_packets": 0, "malformed": 0, "truncated": 0, "icrc_bad": 0,
                              "cnp": 0, "cut": False, "open_at_end": 0, "violation_count": 0, "violations": [],
                              "qps": [], "truncated_file": False}, "data-h0.pcap")
     assert not empty["ok"] and "no RoCEv2 packet among 0" in empty["reasons"][0]
