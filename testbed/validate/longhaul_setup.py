@@ -338,6 +338,7 @@ def parse_list(text: str, field: str, cast, allowed=None) -> list:
 #: any RoCEv2 frame (:data:`ROCE_FILTER`, from testbed.roce.sample); a trial's data sample (``data-<sender>``)
 #: holds :data:`DATA_SAMPLE_FRAMES` whole frames, about 1.4 of the 1 MB messages a sender writes (1024 data
 #: frames each, an ACK every 32 PSNs).
+CNP_FILTER, CE_FILTER = "udp dst port 4791 and udp[8] = 0x81", "udp dst port 4791 and ip[1] & 3 = 3"
 
 
 def captures(G, case: str, r: Roles) -> list[tuple]:
