@@ -11,21 +11,11 @@
 
 Every time is the kernel's capture timestamp (one clock for every namespace of the machine).
 
-The data sample (``data-<sender>.pcap``, :data:`longhaul_setup.DATA_SAMPLE_FRAMES` whole frames) is the
+The data sample (``data-<sender>.pcap``, :data:`testbed.roce.sample.DATA_SAMPLE_FRAMES` whole frames) is the
 first sender's RoCEv2 traffic in both directions at its host link, from before its QP starts until
-tcpdump's ``-c`` stops it, usually inside a message. What a sample that bounded can and cannot show, and
-how it is checked (``roce check``'s defaults otherwise, none weakened):
-
-* it may end inside a message: ``cut_at`` (a capture holding its count was stopped, the open message is
-  counted as ``open_at_end``, not a violation); a hole or a duplicate inside it is still one;
-* its first PSN is the QP's initial PSN, which need not be 0 (the checker never assumes 0);
-* both directions, so the NAKs that explain a go-back-N resend and the CNPs (the receiver's with ECN, the
-  switch's with fast CNP: format, BECN, spacing against the emulated CNP interval) are in it. Data leaves
-  the sender before any switch could mark it, so it is never CE here: CE -> CNP is not judged at this
-  point (``signal-ce`` and ``receiver-<h>`` time that loop);
-* every time is dilated: the CNP interval and ``retx_gap`` (the idle time that explains a resend as a
-  timeout) are the real ones x scale, or every 1.7 ms gap between two frames at 5 Mbit/s would excuse a
-  duplicate.
+tcpdump's ``-c`` stops it; what a sample that bounded can and cannot show, and how it is checked, is
+:mod:`testbed.roce.sample`'s (shared with the collective's sweep). Here its data is never CE (it leaves
+the sender before any switch could mark it): CE -> CNP is timed by ``signal-ce`` and ``receiver-<h>``.
 """
 
 from __future__ import annotations

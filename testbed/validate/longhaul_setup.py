@@ -23,7 +23,7 @@ from pathlib import Path
 from testbed.errors import SpecError
 from testbed.plan import Overrides, plan_replica
 from testbed.plan.replica import CNP_INTERVAL_S
-from testbed.roce.sample import DATA_SAMPLE_FRAMES, ROCE_FILTER  # noqa: F401 - the captures' (tests read them here)
+from testbed.roce.sample import DATA_SAMPLE_FRAMES, ROCE_FILTER
 from testbed.topo.builder import set_link
 
 DISTANCES_KM = (0, 10, 30, 50, 100)
