@@ -19,10 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 IN_VM = bool(os.environ.get("TESTBED_KERNEL_TESTS"))  # set by `make kernel-test`
 HOST_TESTS = ["test_kernel_vm.py", "test_harness.py", "test_cluster_vm.py"]
-#: The partitioned replica in two VMs (docs/cluster.md) runs under `make cluster-vm-test`, not `make vm-test`:
-#: it builds a k=4 fat-tree twice in TCG guests (minutes), which the CI budget does not hold.
-CLUSTER_VM = bool(os.environ.get("TESTBED_CLUSTER_VM"))
-collect_ignore = HOST_TESTS if IN_VM else ([] if CLUSTER_VM else ["test_cluster_vm.py"])
+collect_ignore = HOST_TESTS if IN_VM else []
 collect_ignore_glob = [] if IN_VM else ["guest/*"]
 
 
