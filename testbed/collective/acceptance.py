@@ -36,12 +36,12 @@ def fairness(row: dict, sink: int = 0, limit: float = FAIRNESS_LIMIT) -> dict:
 
 
 def busiest_fabric_link(links: list[dict], G) -> tuple:
-    """(u, v) of the link between two switches that moved the most bytes (``links``: busiest first)."""
-    for x in links:
-        u, v = x["link"].split("->")
-        if G.nodes[u].get("role") != "host" and G.nodes[v].get("role") != "host" and x["bytes"] > 0:
-            return u, v
-    raise ValueError("no fabric link carried traffic")
+    """(u, v) of the link between two switches that moved the most bytes."""
+    fabric = [(x["bytes"], tuple(x["link"].split("->"))) for x in links]
+    fabric = [(b, uv) for b, uv in fabric if b > 0 and all(G.nodes[n].get("role") != "host" for n in uv)]
+    if not fabric:
+        raise ValueError("no fabric link carried traffic")
+    return max(fabric, key=lambda x: x[0])[1]
 
 
 def link_bytes(links: list[dict], a, b) -> int:

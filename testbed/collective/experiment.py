@@ -60,6 +60,7 @@ class Options:
     trace: dict | None = None
     timeout_s: float = 600.0
     failures: tuple = ()          # testbed.collective.failures.Event, sorted
+    nic_rates: tuple = ()         # (rank, real NIC rate in bit/s): ranks slower than the fabric's host links
 
     @classmethod
     def from_args(cls, a) -> "Options":
@@ -109,9 +110,60 @@ class Options:
             from testbed.collective.failures import parse
 
             failures = tuple(parse(a.failures, fabric_graph(a.fabric)))
-        return cls(a.fabric, a.collective, a.algorithm, a.ranks if trace is None else trace["ranks"], tuple(sizes),
+        ranks = a.ranks if trace is None else trace["ranks"]
+        nics = parse_nic_rates(getattr(a, "nic_rate", None), ranks, host_link_rate(fabric_graph(a.fabric)), rate)
+        return cls(a.fabric, a.collective, a.algorithm, ranks, tuple(sizes),
                    places * a.jobs if len(places) == 1 else places, a.jobs, bool(a.pods), a.chunks, a.iters,
-                   a.warmup, float(a.skew), a.root, rate, trace, failures=failures)
+                   a.warmup, float(a.skew), a.root, rate, trace, failures=failures, nic_rates=nics)
+
+
+def host_link_rate(G) -> float:
+    """The fabric's fastest host-link rate (real): ``--link-rate`` is its emulated value, so it fixes the scale."""
+    return max(d["rate_bps"] for u, v, d in G.edges(data=True)
+               if "host" in (G.nodes[u].get("role"), G.nodes[v].get("role")))
+
+
+def parse_nic_rates(text: str | None, ranks: int, host_rate: float, link_rate: float) -> tuple:
+    """``--nic-rate 1=25G,3=50G``: rank 1 of every job has a 25G NIC, rank 3 a 50G one (real units), the
+    other ranks the fabric's host-link rate. A NIC slower than its switch port makes the link run at the
+    NIC's rate (as a 25G NIC on a 100G port does, through a breakout or auto-negotiation), so the rank's host
+    link is emulated at that rate / scale; faster than the port is refused (the port would gate it)."""
+    if not text:
+        return ()
+    from testbed.units import format_rate
+
+    out: dict = {}
+    floor = host_rate * 1e5 / link_rate        # the emulated floor --link-rate has, in real units
+    for item in str(text).split(","):
+        rank_text, sep, rate_text = item.strip().partition("=")
+        if not sep or not rank_text.strip().isdigit():
+            raise SpecError("--nic-rate", f"{item.strip()!r} is not RANK=RATE (e.g. 1=25G)")
+        r = int(rank_text)
+        if r >= ranks:
+            raise SpecError("--nic-rate", f"rank {r} does not exist: ranks are 0..{ranks - 1}")
+        if r in out:
+            raise SpecError("--nic-rate", f"rank {r} is given twice")
+        bps = parse_rate(rate_text.strip(), "--nic-rate")
+        if not floor <= bps <= host_rate:
+            raise SpecError("--nic-rate", f"rank {r}: {rate_text.strip()} must be between {format_rate(floor)} "
+                                          f"(100 kbit/s emulated at this --link-rate) and the fabric's host-link "
+                                          f"rate {format_rate(host_rate)}")
+        out[r] = bps
+    return tuple(sorted(out.items()))
+
+
+def with_nic_rates(G, placements: list[list], nic_rates: tuple):
+    """A copy of ``G`` whose host links run at their rank's NIC rate (``nic_rates`` apply to every job)."""
+    from testbed.topo.builder import set_link
+
+    if not nic_rates:
+        return G
+    H = G.copy()      # fresh attribute dicts per edge; LinkParams are frozen
+    for hosts in placements:
+        for r, bps in nic_rates:
+            for nbr in list(H.neighbors(hosts[r])):
+                set_link(H, hosts[r], nbr, rate_bps=float(bps))
+    return H
 
 
 def check_job_count(fabric: str, jobs: int) -> None:
@@ -183,6 +235,10 @@ def plot(jobs: list[dict], link_rate_bps: float, path) -> None:
             ax.plot([r["size_bytes"] for r in rows], [r["algbw_bps"] / 1e6 for r in rows], marker=".", ls=":",
                     label=f"{j['name']} algbw")
     ax.axhline(link_rate_bps / 1e6, color="grey", ls="--", label="host link rate")
+    slow = [min(x["emulated_bps"] for x in j["nics"]["ranks"]) for j in jobs
+            if (j.get("nics") or {}).get("heterogeneous")]
+    if slow:
+        ax.axhline(min(slow) / 1e6, color="tab:red", ls=":", label="slowest NIC")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("size (bytes)")
     ax.set_ylabel("emulated Mb/s")
@@ -194,21 +250,30 @@ def plot(jobs: list[dict], link_rate_bps: float, path) -> None:
 
 def run(opts: Options, out_dir, tag: str = "run") -> dict:
     """Place, build, run, summarise (root)."""
+    from testbed.collective.report import nic_gating
     from testbed.collective.runner import CollectiveFabric
 
-    G = fabric_graph(opts.fabric)
-    placements = place_jobs(G, opts)
+    G0 = fabric_graph(opts.fabric)
+    placements = place_jobs(G0, opts)
     jobs = job_runs(opts, placements)
-    with CollectiveFabric(G, opts.link_rate_bps, out_dir) as fab:
+    G = with_nic_rates(G0, placements, opts.nic_rates)
+    scale = host_link_rate(G0) / opts.link_rate_bps
+    with CollectiveFabric(G, opts.link_rate_bps, out_dir, scale=scale) as fab:
         fab.warm([h for p in placements for h in p])
         result = fab.run(jobs, tag, opts.timeout_s, failures=list(opts.failures) or None)
         result["scale"] = fab.scale
+    for j in result["jobs"]:
+        j["nics"] = nic_gating(j["hosts"], {h: nic_rate(G, h) for h in j["hosts"]}, result["links"], scale)
     result["fabric"] = opts.fabric
     result["link_rate_bps"] = opts.link_rate_bps
     result["placements"] = {j.name: {"policy": opts.placement[k], "hosts": list(j.hosts),
                                      "ring_switch_hops": P.ring_hops(G, list(j.hosts))}
                             for k, j in enumerate(jobs)}
     return result
+
+
+def nic_rate(G, host) -> float:
+    return min(G.edges[host, nbr]["rate_bps"] for nbr in G.neighbors(host))
 
 
 def summary(result: dict) -> dict:
@@ -222,6 +287,13 @@ def summary(result: dict) -> dict:
                        wrong=sum(r["wrong"] for r in j["rows"]))
         if j.get("trace"):
             doc.update(step_time_s=j["trace"]["step_time_s"], wrong=j["trace"]["wrong"])
+        nics = j.get("nics")
+        if nics and nics["heterogeneous"]:
+            doc["nics"] = {k: nics[k] for k in ("slowest_nic_bps", "slowest_ranks", "gate", "gate_utilisation",
+                                                 "others_max_utilisation", "gate_is_slowest")}
+            if j.get("rows"):
+                emulated_slowest = nics["slowest_nic_bps"] / result["scale"]
+                doc["nics"]["busbw_over_slowest_nic"] = round(j["rows"][-1]["busbw_bps"] / emulated_slowest, 4)
         jobs.append(doc)
     busiest = result["links"][0] if result["links"] else None
     fl = result.get("failures")
@@ -230,6 +302,20 @@ def summary(result: dict) -> dict:
             "health_reasons": result["health"]["reasons"], "load": result["health"]["load"],
             **({"failures": {k: fl[k] for k in ("log", "windows_s", "timeouts_inside", "timeouts_outside", "skipped",
                                                 "restored", "error")}} if fl else {})}
+
+
+def nic_line(nics: dict) -> str:
+    """``# NICs ...; gated by rank R``: each rank's NIC (real) and how busy its host link was."""
+    from testbed.units import format_rate
+
+    ranks = "  ".join(f"r{x['rank']} {x['host']} {format_rate(x['nic_bps'])} {x['busy']:.2f}" for x in nics["ranks"])
+    g = nics["ranks"][nics["gate"]]
+    verdict = (f"gated by rank {g['rank']} ({g['host']}, {format_rate(g['nic_bps'])} NIC): its host link busy "
+               f"{g['busy']:.2f} of the run, the others at most {nics['others_max_utilisation']:.2f}")
+    if not nics["gate_is_slowest"]:
+        verdict += (f"; NOT a slowest NIC (ranks {nics['slowest_ranks']} at {format_rate(nics['slowest_nic_bps'])}):"
+                    " a fabric link or the emulator held the job back")
+    return f"# NICs (rank host rate busy): {ranks}; {verdict}"
 
 
 def print_report(result: dict, quiet_stdout: bool = False) -> None:
@@ -250,6 +336,9 @@ def print_report(result: dict, quiet_stdout: bool = False) -> None:
         for (coll, algo, skew), rows in groups.items():
             out.print(metrics.table_text(rows).replace(f"# {coll},", f"# {coll} ({algo or 'default'}"
                                                        + (f", skew {skew:g}" if skew != 1 else "") + "),", 1))
+        nics = j.get("nics")
+        if nics and nics["heterogeneous"]:
+            out.print(nic_line(nics))
         if j.get("trace"):
             tr = j["trace"]
             out.print(f"# trace replay: step times (emulated s) {[round(s, 4) for s in tr['step_time_s']]}, "

@@ -89,14 +89,38 @@ def directed_links(plan) -> list[tuple]:
 
 
 def link_usage(links: list[tuple], before: dict, after: dict, seconds: float, top: int = 0) -> list[dict]:
-    """Utilisation of every directed link from interface byte counters ``{(intf, 'tx'|'rx'): bytes}``."""
+    """Utilisation of every directed link from interface byte counters ``{(intf, 'tx'|'rx'): bytes}``,
+    busiest first: by utilisation (a slow NIC's full link above a fast one carrying more bytes), then bytes."""
     rows = []
     for u, v, intf, way, rate in links:
         moved = after.get((intf, way), 0) - before.get((intf, way), 0)
         util = moved * 8 / seconds / rate if seconds > 0 and rate else 0.0
         rows.append({"link": f"{u}->{v}", "bytes": moved, "utilisation": round(util, 4)})
-    rows.sort(key=lambda r: -r["bytes"])
+    rows.sort(key=lambda r: (-r["utilisation"], -r["bytes"]))
     return rows[:top] if top else rows
+
+
+def nic_gating(hosts: list, nic_bps: dict, links: list[dict], scale: float) -> dict:
+    """Who gates a job whose ranks have different NIC rates: every rank's host link, up and down, as
+    :func:`link_usage` measured it (bytes over the run / (seconds x that link's emulated rate), so a slow
+    NIC's link is judged against its own rate). The gate is the rank whose link was busiest: a ring or a
+    tree moves the same bytes through every rank, so the slowest NIC's link fills while the others wait on
+    it. ``gate_is_slowest`` says whether the measured gate is a slowest NIC; when it is not, something else
+    (a fabric link, the emulator) held the job back. ``nic_bps`` is real; ``scale`` gives the emulated."""
+    util = {x["link"]: x["utilisation"] for x in links}
+    ranks = []
+    for r, h in enumerate(hosts):
+        up = max((u for k, u in util.items() if k.startswith(f"{h}->")), default=0.0)
+        down = max((u for k, u in util.items() if k.endswith(f"->{h}")), default=0.0)
+        ranks.append({"rank": r, "host": h, "nic_bps": nic_bps[h], "emulated_bps": nic_bps[h] / scale,
+                      "up_utilisation": up, "down_utilisation": down, "busy": max(up, down)})
+    slowest = min(x["nic_bps"] for x in ranks)
+    gate = max(ranks, key=lambda x: x["busy"])
+    others = [x["busy"] for x in ranks if x is not gate]
+    return {"ranks": ranks, "heterogeneous": len({x["nic_bps"] for x in ranks}) > 1, "slowest_nic_bps": slowest,
+            "slowest_ranks": [x["rank"] for x in ranks if x["nic_bps"] == slowest], "gate": gate["rank"],
+            "gate_host": gate["host"], "gate_utilisation": gate["busy"],
+            "others_max_utilisation": max(others, default=0.0), "gate_is_slowest": gate["nic_bps"] == slowest}
 
 
 def counted_drops(qdisc_json: str, link_json: str, devs=None) -> int:

@@ -93,14 +93,16 @@ def read_counters(intfs) -> dict:
 
 
 class CollectiveFabric:
-    """A replica for collective jobs. ``link_rate_bps`` is the emulated rate of the host links."""
+    """A replica for collective jobs. ``link_rate_bps`` is the emulated rate of the fastest host link; the
+    scale follows from it unless given (host links slowed to a rank's NIC rate keep the fabric's scale)."""
 
-    def __init__(self, G, link_rate_bps: float, out_dir: Path, name: str = "collective", window: int = WINDOW):
+    def __init__(self, G, link_rate_bps: float, out_dir: Path, name: str = "collective", window: int = WINDOW,
+                 scale: float | None = None):
         self.G, self.rate, self.out_dir, self.name = G, float(link_rate_bps), Path(out_dir), name
         self.window = window
         host_rates = [d["rate_bps"] for u, v, d in G.edges(data=True)
                       if "host" in (G.nodes[u].get("role"), G.nodes[v].get("role"))]
-        self.scale = max(host_rates) / self.rate
+        self.scale = scale if scale is not None else max(host_rates) / self.rate
         self.run_reg = self.rep = self.ctl = self.plan = None
 
     def __enter__(self) -> "CollectiveFabric":

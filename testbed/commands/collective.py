@@ -2,8 +2,8 @@
 
     testbed collective run [--fabric small|fat-tree-k4|rail-small] [--collective allreduce] [--algorithm ring]
         [--ranks 4] [--sizes 64KiB,256KiB,1MiB] [--placement packed[,spread]] [--jobs 1] [--pods] [--chunks 4]
-        [--iters 2] [--warmup 1] [--skew 1] [--link-rate 10M] [--trace FILE] [--failures SCHEDULE] [--out DIR]
-        [--json]
+        [--iters 2] [--warmup 1] [--skew 1] [--link-rate 10M] [--nic-rate RANK=RATE,...] [--trace FILE]
+        [--failures SCHEDULE] [--out DIR] [--json]
         (root) one rank per host, RDMA SENDs on RC QPs; prints size, time, algbw, busbw (real-world GB/s
         with the emulated Mb/s beside) and #wrong, per job; JCT, busiest links, emulator health
     testbed collective schedule --collective C --ranks N --size S [--algorithm A] [--chunks K] [--json]
@@ -45,6 +45,9 @@ def _common(p, run: bool) -> None:
         p.add_argument("--root", type=int, default=0, help="broadcast root rank (default 0)")
         p.add_argument("--link-rate", default=DEFAULT_LINK_RATE,
                        help=f"emulated host-link rate; sets the time dilation (default {DEFAULT_LINK_RATE})")
+        p.add_argument("--nic-rate", metavar="RANK=RATE,...",
+                       help="ranks with slower NICs (real units, every job), e.g. 1=25G,3=50G: their host links run "
+                            "at that rate; the report says which rank gates the job (docs/collectives.md)")
         p.add_argument("--trace", help="replay this trace (JSON, docs/collectives.md) instead of a sweep")
         p.add_argument("--failures", metavar="SCHEDULE",
                        help="fail links/switches during the job, e.g. 2s:down:t0-a0,4s:up:t0-a0 (times after the "

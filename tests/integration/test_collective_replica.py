@@ -77,3 +77,26 @@ def test_failure_schedule_stalls_the_ring_and_it_recovers_exact(tmp_path):
     assert cfg["qp"]["retry_limit"] == F.retry_budget(events, cfg["qp"]["timeout_s"], 120)
     if fl["timeouts_outside"] == 0:
         assert not any("QP timeouts" in r for r in result["health"]["reasons"])
+
+
+def test_a_slow_nic_gates_the_ring_and_the_report_names_it(tmp_path):
+    """Rank 1 with a 25G NIC among 100G ones (``--nic-rate 1=25G``): its host link runs at a quarter of the
+    others' emulated rate, so a ring allreduce, which moves the same bytes through every rank, cannot have
+    a busbw above that rate; the report must name rank 1 as the gate from the measured link utilisation
+    (its link far busier than any other host link), and the result stays exact."""
+    from testbed.collective import experiment as X
+
+    opts = X.Options(fabric="small", ranks=4, sizes=(SIZE,), iters=1, warmup=0, link_rate_bps=RATE,
+                     nic_rates=((1, 25e9),), timeout_s=120)
+    result = X.run(opts, tmp_path)
+    job = result["jobs"][0]
+    row, nics = job["rows"][0], job["nics"]
+    assert row["wrong"] == 0
+    slow = RATE / 4
+    assert nics["ranks"][1]["emulated_bps"] == pytest.approx(slow) and nics["heterogeneous"]
+    assert 0 < row["busbw_bps"] <= slow * 1.05, "the ring beat its slowest link"
+    assert nics["gate"] == 1 and nics["gate_is_slowest"], nics
+    assert nics["gate_utilisation"] >= 2 * nics["others_max_utilisation"], nics
+    doc = X.summary(result)["jobs"][0]["nics"]
+    assert doc["gate"] == 1 and doc["busbw_over_slowest_nic"] == pytest.approx(row["busbw_bps"] / slow, rel=1e-3)
+    print(X.nic_line(nics), f"busbw {row['busbw_bps'] / 1e6:.3f} Mb/s", result["health"]["ok"])
