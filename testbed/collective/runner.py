@@ -198,14 +198,10 @@ class CollectiveFabric:
         restored when the jobs end. QP timeouts inside the failure windows are reported, not a fault.
         ``sample``: a rank's host whose RoCEv2 frames are sampled (:meth:`data_sample`) and checked after
         the run as ``roce check --expect-ect`` (:meth:`sample_check`): the result's ``data_check``."""
-        from testbed.emu.health import CpuWatch, LossWatch, ovs_pid, saturation
-        from testbed.emu.runhealth import assess
+        from testbed.emu.health import CpuWatch, LossWatch, ovs_pid
 
         folder = self.out_dir / tag
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "start").mkdir(exist_ok=True)
-        total = sum(len(j.hosts) for j in jobs)
-        procs, index = [], 0
+        (folder / "start").mkdir(parents=True, exist_ok=True)
         all_hosts = [h for j in jobs for h in j.hosts]
         if len(set(all_hosts)) != len(all_hosts):
             raise EmulationError("two ranks on one host: every rank needs its own host (one RoCE device each)")
@@ -213,53 +209,84 @@ class CollectiveFabric:
         if sample is not None:
             capture.enter_context(self.data_sample(folder, sample))
         with capture:
-            for k, job in enumerate(jobs, start=1):
-                jdir = folder / job.name
-                jdir.mkdir(exist_ok=True)
-                ips = [self.rep.ip(h) for h in job.hosts]
-                fan_in = fan_in_of(job)
-                for r, h in enumerate(job.hosts):
-                    qp = self.qp_config(h)
-                    qp["window"] = max(MIN_WINDOW, min(qp["window"], INCAST_PACKETS // fan_in))
-                    if failures:
-                        qp["retry_limit"] = F.retry_budget(failures, qp["timeout_s"], timeout)
-                    cfg = {"rank": r, "ips": ips, "job": k, "dir": str(jdir), "qp": qp,
-                           "seed": job.seed, "iters": job.iters, "warmup": job.warmup, "timeout_s": timeout,
-                           "chunks": job.chunks, "scale": self.scale,
-                           "global": {"dir": str(folder / "start"), "index": index, "n": total}, **job.extra}
-                    if job.trace is not None:
-                        cfg["trace"] = job.trace
-                    else:
-                        cfg["runs"] = [dict(x) for x in job.runs]
-                    index += 1
-                    path = jdir / f"config-{r}.json"
-                    path.write_text(json.dumps(cfg))
-                    log = open(jdir / f"rank-{r}.log", "w")  # noqa: SIM115 - closed after the process ends
-                    procs.append((job, r, h, self.rep.popen(h, RANK + [str(path)], stdout=log,
-                                                            stderr=subprocess.STDOUT), log))
+            procs = self._start_ranks(jobs, folder, timeout, failures)
             intfs = sorted({x[2] for x in R.directed_links(self.plan)})
             pid = ovs_pid()
             losses = LossWatch(self.rep, all_hosts, [pid] if pid else []).start()
-            before = read_counters(intfs)
-            drops_before = self.drops(intfs)
+            before, drops_before = read_counters(intfs), self.drops(intfs)
             t0 = time.time()
-            chaos = FailureDriver(self, failures, folder / "start", total, timeout) if failures else None
+            chaos = FailureDriver(self, failures, folder / "start", len(procs), timeout) if failures else None
             try:
                 with CpuWatch({"ovs-vswitchd": pid} if pid else {}) as cpu:
                     poll(lambda: all(p.poll() is not None for _, _, _, p, _ in procs), timeout=timeout + 120,
                          interval=0.2, what=f"rank processes of {', '.join(j.name for j in jobs)}")
             finally:
                 failed = chaos.finish() if chaos else None
-                for _, _, _, p, log in procs:
-                    if p.poll() is None:
-                        p.terminate()
-                        p.wait(timeout=10)
-                    log.close()
-        after = read_counters(intfs)
-        drops_after = self.drops(intfs)
+                _stop(procs)
+        after, drops_after = read_counters(intfs), self.drops(intfs)
         drops = {k: drops_after[k] - drops_before[k] for k in drops_after}
-        t1 = time.time()
-        lost = losses.stop()
+        wall = time.time() - t0
+        out_jobs, all_reports = self._collect(jobs, folder)
+        span = max(j["end"] for j in out_jobs) - min(j["start"] for j in out_jobs)
+        links = R.link_usage(R.directed_links(self.plan), before, after, span)
+        health = self._health(out_jobs, all_reports, cpu.summary(), losses.stop(), drops, failed, wall)
+        jcts = ", ".join(f"{j['name']} JCT {j['jct_s']:.2f}s" for j in out_jobs)
+        console.print(f"[dim]{tag}: {jcts}; "
+                      f"emulator {'ok' if health['ok'] else 'UNHEALTHY: ' + '; '.join(health['reasons'])}[/dim]")
+        result = {"jobs": out_jobs, "links": links, "health": health, "span_s": span}
+        if sample is not None:
+            result["data_check"] = self.sample_check(folder, sample)
+            console.print(f"[dim]{tag}: {sample_line(result['data_check'])}[/dim]")
+        if failed is not None:
+            result["failures"] = failed
+            if failed["error"]:
+                raise EmulationError(f"failure schedule: {failed['error']} (the fabric was restored; results in "
+                                     f"{folder})")
+        return result
+
+    def _start_ranks(self, jobs: list[JobRun], folder: Path, timeout: float, failures) -> list[tuple]:
+        """One rank process per host, each with its config file and log: [(job, rank, host, Popen, log)].
+        Every rank of every job shares the start barrier in ``folder/start``; per-QP windows follow the
+        job's fan-in, and with failures the QPs' retries outlast the outages."""
+        procs, total = [], sum(len(j.hosts) for j in jobs)
+        try:
+            self._start_jobs(jobs, folder, timeout, failures, procs, total)
+        except BaseException:
+            _stop(procs)        # the ranks already started would wait at the barrier until their timeout
+            raise
+        return procs
+
+    def _start_jobs(self, jobs, folder: Path, timeout: float, failures, procs: list, total: int) -> None:
+        for k, job in enumerate(jobs, start=1):
+            jdir = folder / job.name
+            jdir.mkdir(exist_ok=True)
+            ips = [self.rep.ip(h) for h in job.hosts]
+            fan_in = fan_in_of(job)
+            for r, h in enumerate(job.hosts):
+                qp = self.qp_config(h)
+                qp["window"] = max(MIN_WINDOW, min(qp["window"], INCAST_PACKETS // fan_in))
+                if failures:
+                    qp["retry_limit"] = F.retry_budget(failures, qp["timeout_s"], timeout)
+                cfg = {"rank": r, "ips": ips, "job": k, "dir": str(jdir), "qp": qp,
+                       "seed": job.seed, "iters": job.iters, "warmup": job.warmup, "timeout_s": timeout,
+                       "chunks": job.chunks, "scale": self.scale,
+                       "global": {"dir": str(folder / "start"), "index": len(procs), "n": total}, **job.extra}
+                if job.trace is not None:
+                    cfg["trace"] = job.trace
+                else:
+                    cfg["runs"] = [dict(x) for x in job.runs]
+                path = jdir / f"config-{r}.json"
+                path.write_text(json.dumps(cfg))
+                log = open(jdir / f"rank-{r}.log", "w")  # noqa: SIM115 - closed by _stop after the process ends
+                try:
+                    procs.append((job, r, h, self.rep.popen(h, RANK + [str(path)], stdout=log,
+                                                            stderr=subprocess.STDOUT), log))
+                except BaseException:
+                    log.close()
+                    raise
+
+    def _collect(self, jobs: list[JobRun], folder: Path) -> tuple[list[dict], list[dict]]:
+        """Every job's figures from its ranks' reports (a missing report or a rank's error: one line)."""
         out_jobs, all_reports = [], []
         for job in jobs:
             jdir = folder / job.name
@@ -284,9 +311,16 @@ class CollectiveFabric:
             else:
                 doc["rows"] = R.job_rows(reports, self.scale)
             out_jobs.append(doc)
-        span = max(j["end"] for j in out_jobs) - min(j["start"] for j in out_jobs)
-        links = R.link_usage(R.directed_links(self.plan), before, after, span)
-        cpu_sum = cpu.summary()
+        return out_jobs, all_reports
+
+    def _health(self, out_jobs: list[dict], all_reports: list[dict], cpu_sum: dict, lost: dict, drops: dict,
+                failed: dict | None, wall: float) -> dict:
+        """The run's emulator health: CPU saturation, socket overflows, QP timeouts (outside the failure
+        windows), and the loss ledger; frames no counter saw are unaccounted unless a failure schedule ran
+        (frames on a downed port are counted nowhere)."""
+        from testbed.emu.health import saturation
+        from testbed.emu.runhealth import assess
+
         reasons = saturation(cpu_sum, None, 0.0, float("inf"), lost["udp_rcvbuf_errors"], 0)
         if lost["switch_socket_drops"]:    # ovs-vswitchd serves every run on the machine: its count is shared
             reasons.append(f"ovs-vswitchd's packet sockets dropped {lost['switch_socket_drops']} frames (counted for "
@@ -294,7 +328,8 @@ class CollectiveFabric:
         timeouts = sum(j["qp_stats"]["timeouts"] for j in out_jobs)
         if failed is not None:
             failed.update(F.timeout_verdict(failed, [t for j in out_jobs for t in j["timeout_times"]],
-                                            max(j["end"] for j in out_jobs), self.qp_config(all_hosts[0])["timeout_s"]))
+                                            max(j["end"] for j in out_jobs),
+                                            self.qp_config(out_jobs[0]["hosts"][0])["timeout_s"]))
             timeouts = failed["timeouts_outside"]
         if timeouts:
             reasons.append(f"{timeouts} QP timeouts{' outside the failure windows' if failed else ''}: packets were "
@@ -304,28 +339,22 @@ class CollectiveFabric:
                                                                   "of a core"]
         ledger = R.loss_ledger(all_reports, sum(drops.values()))
         ledger["counted_by"] = drops
-        # frames no queue or interface counted are the unaccounted ones (lost in the emulator's I/O); with a
-        # failure schedule the run cannot tell those from frames sent into a downed port (counted nowhere)
         unaccounted = ledger["unattributed"]
         if failed is not None:
             ledger["note"] = "a failure schedule ran: frames on a downed port are counted nowhere"
             unaccounted = None
         block = assess(cpu=cpu_sum, unaccounted=unaccounted, reasons=reasons)
-        health = {"ok": block["emulator_ok"], "reasons": block["emulator"]["reasons"], "cpu": cpu_sum, **lost,
-                  "losses": ledger, "wall_s": t1 - t0, "load": _load(), "block": block}
-        jcts = ", ".join(f"{j['name']} JCT {j['jct_s']:.2f}s" for j in out_jobs)
-        console.print(f"[dim]{tag}: {jcts}; "
-                      f"emulator {'ok' if health['ok'] else 'UNHEALTHY: ' + '; '.join(reasons)}[/dim]")
-        result = {"jobs": out_jobs, "links": links, "health": health, "span_s": span}
-        if sample is not None:
-            result["data_check"] = self.sample_check(folder, sample)
-            console.print(f"[dim]{tag}: {sample_line(result['data_check'])}[/dim]")
-        if failed is not None:
-            result["failures"] = failed
-            if failed["error"]:
-                raise EmulationError(f"failure schedule: {failed['error']} (the fabric was restored; results in "
-                                     f"{folder})")
-        return result
+        return {"ok": block["emulator_ok"], "reasons": block["emulator"]["reasons"], "cpu": cpu_sum, **lost,
+                "losses": ledger, "wall_s": wall, "load": _load(), "block": block}
+
+
+def _stop(procs: list[tuple]) -> None:
+    """Terminate rank processes still running (a timeout or an error elsewhere) and close their logs."""
+    for _, _, _, p, log in procs:
+        if p.poll() is None:
+            p.terminate()
+            p.wait(timeout=10)
+        log.close()
 
 
 class FabricControl:
