@@ -52,12 +52,30 @@ def test_summarize_keys():
     runs = [{"outage_ms": v} for v in (10, 20, 30, 40)]
     ecmp = {"select": {"pods": {"max_over_mean": 1.2}, "one_pair": {"max_over_mean": 4.0}}}
     sw = [{"outage_ms": 5, "rejoin_lost": 0}, {"outage_ms": 7, "rejoin_lost": 3}]
-    doc = bench.summarize(runs, [{"outage_ms": 2}, {"outage_ms": 4}], ecmp, sw)
+    fast = [{"outage_ms": 2, "controller_reaction_ms": 20.0, "cut_command_ms": 1.5},
+            {"outage_ms": 4, "controller_reaction_ms": 30.0, "cut_command_ms": 2.5}]
+    doc = bench.summarize(runs, fast, ecmp, sw)
     assert doc["controller_outage_ms_median"] == 25 and doc["controller_outage_ms_p95"] == pytest.approx(38.5)
     assert doc["fast_failover_outage_ms_median"] == 3
     assert doc["ecmp_max_over_mean"] == {"select": {"pods": 1.2, "one_pair": 4.0}}
     assert doc["switch_loss_outage_ms_median"] == 6 and doc["switch_loss_rejoin_lost_max"] == 3
     assert doc["repetitions"] == 2
+    assert doc["fast_failover_port_status_ms_median"] == 25 and doc["fast_failover_cut_command_ms_median"] == 2
+    line = bench.report_lines(bench.summarize([], fast, {}), 2)[0]
+    assert "port status reached the controller a median 25.0 ms" in line and "command took 2.0 ms" in line
+
+
+def test_cut_timeline_places_the_loss_against_the_cut_command():
+    """Probes every 0.5 ms from t=10 s; the cut command ran 10.100-10.102 s; probes sent 10.0995-10.1245 s
+    were lost (one in flight before the command began, the last 24.5 ms after), plus a stray loss
+    earlier that is not the cut's; the restore came at 10.5 s."""
+    send = [10.0 + i * 0.0005 for i in range(1000)]
+    lost = set(range(199, 250)) | {20}
+    got = [i for i in range(1000) if i not in lost]
+    t = bench.cut_timeline(send, got, 10.100, 10.102, 10.5)
+    assert t["cut_command_ms"] == pytest.approx(2.0)
+    assert t["first_lost_ms"] == pytest.approx(-0.5) and t["last_lost_ms"] == pytest.approx(24.5)
+    assert bench.cut_timeline(send, list(range(1000)), 10.1, 10.102, 10.5)["first_lost_ms"] is None
 
 
 def test_p4_figures_leave_out_trials_that_could_not_measure():
