@@ -101,8 +101,15 @@ def run(G, res: Results, args) -> dict:
             ip_of = {h: rep.ip(h) for h in hs}
             kw = {"cwd": str(REPO_ROOT), "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
             recvs = {h: rep.popen(h, PROBE + ["recv", "--port", str(PORT), "--timeout", str(args.duration + 10),
-                                              "--idle", "1.5", "--out", str(probe_dir / f"{h}-recv.json")],
+                                              "--idle", "1.5", "--ready", str(probe_dir / f"{h}-recv.ready"),
+                                              "--out", str(probe_dir / f"{h}-recv.json")],
                                   **kw) for h in hs}
+            # senders start once every receiver listens: probes sent before are lost at the destination
+            poll(lambda: all((probe_dir / f"{h}-recv.ready").exists() or recvs[h].poll() is not None for h in hs),
+                 timeout=60, interval=0.02, what="every probe receiver to bind")
+            for h in hs:
+                if not (probe_dir / f"{h}-recv.ready").exists():
+                    wait_finished(recvs[h], f"udp probe receiver on {h}", 1)   # exited: raises with its last words
             with CpuWatch(emulator_processes(rep, ctl)) as cpu:   # the traffic's span
                 t_start = time.time()
                 sends = {h: rep.popen(h, PROBE + ["send", "--dst", ",".join(ip_of[d] for d in hs if d != h),

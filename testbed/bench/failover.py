@@ -223,15 +223,32 @@ class Stream:
 
     The receiver stops after ``idle`` seconds of silence, so ``idle`` must outlast any outage the stream
     is there to measure: a receiver that quit during an outage counts the rest of the stream as lost.
+    The sender starts only once the receiver's socket is bound: before that, every probe is lost at the
+    destination, and a cut made while a slow-starting receiver (hundreds of ms on a loaded machine) was not
+    yet listening counted those losses as its outage (a 185 ms "fast-failover outage" whose first 571
+    probes, from the stream's first, never had a socket to reach).
     """
 
     def __init__(self, rep, src, dst, port: int, sport: int, interval: float, duration: float, workdir: Path,
                  tag: str, idle: float = 3.0):
         self.recv_file = workdir / f"{tag}-recv.json"
         self.send_file = workdir / f"{tag}-send.json"
+        ready = workdir / f"{tag}-recv.ready"
+        ready.unlink(missing_ok=True)
         kw = {"cwd": str(REPO), "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
         self.recv = rep.popen(dst, PROBE + ["recv", "--port", str(port), "--timeout", str(duration + 3),
-                                            "--idle", str(idle), "--out", str(self.recv_file)], **kw)
+                                            "--idle", str(idle), "--ready", str(ready), "--out", str(self.recv_file)],
+                              **kw)
+        try:
+            poll(lambda: ready.exists() or self.recv.poll() is not None, timeout=30, interval=0.01,
+                 what=f"the probe receiver on {dst} to bind")
+            if not ready.exists():
+                wait_finished(self.recv, f"udp probe receiver on {dst}", 1)   # raises with its last words
+        except BaseException:
+            if self.recv.poll() is None:
+                self.recv.kill()
+                self.recv.wait()
+            raise
         self.send = rep.popen(src, PROBE + ["send", "--dst", rep.ip(dst), "--port", str(port), "--sport",
                                             str(sport), "--interval", str(interval), "--duration", str(duration),
                                             "--size", "200", "--out", str(self.send_file)], **kw)
