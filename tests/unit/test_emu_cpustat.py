@@ -64,7 +64,10 @@ def test_spinners_are_found_by_their_mark_and_their_cpu_is_not_busy():
             if spun > 10:                   # they did spin (100 ticks/s per idle CPU)...
                 break
         assert spun > 10, f"the spinners never spun in 5 one-second windows (spun, raw, busy): {windows}"
-        assert s["busy"] < raw - 0.25       # ...and sample() found them and left their CPU out
+        # ...and sample() found them and left their CPU out: at least half of what they measurably took
+        # (other work beside the test, e.g. a VM, keeps raw near 1 and leaves the spinners only a share)
+        share = spun / (os.sysconf("SC_CLK_TCK") * os.cpu_count())
+        assert s["busy"] < raw - 0.5 * share, (windows, round(share, 3))
         pids = awake.pids
     poll(lambda: not set(pids) & set(spinner_pids()), timeout=10, what="spinners gone")
     assert process_ticks([2 ** 22 + 7]) == 0   # no such process: nothing, no error
