@@ -85,7 +85,7 @@ def compare(a: dict, b: dict) -> dict:
            "ratio": ratio(la.get("delivered_pps"), lb.get("delivered_pps")),
            "a_busy": ha, "b_busy": hb, "health_equal": equal}
     pps["goal_met"] = pps["ratio"] is not None and pps["ratio"] >= PPS_GOAL and equal
-    pps["health_note"] = health_note(ha, hb, equal)
+    pps["health_note"] = health_note(ha, hb, equal) + loss_note(la.get("loss_pct"), lb.get("loss_pct"))
     return {"build": build, "pps": pps, "goals": {"build_ratio_max": BUILD_GOAL, "pps_ratio_min": PPS_GOAL}}
 
 
@@ -97,6 +97,14 @@ def health_note(ha, hb, equal: bool) -> str:
     if equal:
         return f"equal health: {text}"
     return f"UNEQUAL health: {text}; A {state[ha >= SATURATED]}, B {state[hb >= SATURATED]}"
+
+
+def loss_note(a, b) -> str:
+    """Loss is part of the picture: one saturated machine slows its own senders (little loss), while
+    two machines' senders can run ahead of the other machine's receivers (loss at the receiving end)."""
+    if a is None or b is None:
+        return ""
+    return f"; loss {a:g} % (A) vs {b:g} % (B)"
 
 
 def _cell(x, fmt="{:.1f}") -> str:
@@ -125,7 +133,7 @@ def table(a: dict, b: dict, cmp: dict) -> list[str]:
 
 
 def _run_config(vm, name: str, extra: str, args) -> dict:
-    from testbed.emu.vmcluster import SPEC
+    from testbed.cluster.vms import SPEC
 
     cmd = (f"testbed cluster run {SPEC} {extra} --links off --no-checks --udp-flows {args.udp_flows} "
            f"--udp-kpps {args.udp_kpps:g} --iperf-seconds {args.seconds:g} --out /mnt/out/{name}")
@@ -138,8 +146,8 @@ def _run_config(vm, name: str, extra: str, args) -> dict:
 def _main(args) -> int:
     import subprocess
 
+    from testbed.cluster.vms import IDENTITY, KNOWN_HOSTS, cluster_vms, worker
     from testbed.emu.cpustat import load_average
-    from testbed.emu.vmcluster import IDENTITY, KNOWN_HOSTS, cluster_vms, worker
     from testbed.emu.vmimage import VMError, ensure_image
     from testbed.scenario import _check_creatable
     from testbed.topo.spec import build_graph, load_spec, resolve_spec

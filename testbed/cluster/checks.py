@@ -268,10 +268,12 @@ def udp_load(cluster, flows: int = 8, offer_kpps: float = 10.0, seconds: float =
     for j, (src, dst) in enumerate(pairs):
         port = UDP_PORT + j
         jobs.append((dst, ["iperf3", "-s", "-1", "-p", str(port)]))
+        # Retried while the server is not listening yet (iperf3 3.12 -J exits 0 even then: the JSON says
+        # "unable to connect"); any other outcome is the flow's report.
+        log = f"/tmp/udp-{port}.json"
         jobs.append((src, ["sh", "-c", f"for i in $(seq 100); do iperf3 -c {layout.host(dst).ip} -p {port} -u "
-                                       f"-b {bps:.0f} -l {UDP_PAYLOAD} -t {seconds:g} -J > /tmp/udp-{port}.json "
-                                       f"2>&1 && cat /tmp/udp-{port}.json && exit 0; sleep 0.2; done; "
-                                       f"cat /tmp/udp-{port}.json; exit 1"]))
+                                       f"-b {bps:.0f} -l {UDP_PAYLOAD} -t {seconds:g} -J > {log} 2>&1; "
+                                       f"grep -q 'unable to connect' {log} || break; sleep 0.2; done; cat {log}"]))
         meta.append({"src": layout.host(src).name, "dst": layout.host(dst).name,
                      "crosses_cut": cluster.partition.assign[src] != cluster.partition.assign[dst]})
     samplers = []

@@ -22,7 +22,7 @@ import shlex
 
 import pytest
 
-from testbed.emu.vmcluster import SPEC, cluster_vms
+from testbed.cluster.vms import SPEC, cluster_vms
 from testbed.poll import poll
 
 RUN = f"testbed cluster run {SPEC} --scale 50000 --links rates"
