@@ -170,3 +170,129 @@ def failover_cut(cluster, pings: int = 20, timeout: float = 60.0) -> dict:
 def _adjacent(path, edge) -> bool:
     names = [str(n) for n in path]
     return any({a, b} == set(edge) for a, b in zip(names, names[1:], strict=False))
+
+
+# ---------------------------------------------------------------------------------------------- UDP load
+#: UDP payload of the load flows: small datagrams, so the figure is packets, not bytes.
+UDP_PAYLOAD = 64
+UDP_PORT = 5301
+
+
+def load_pairs(G, imbalance: float, flows: int) -> list[tuple]:
+    """``flows`` disjoint (src, dst) host pairs across the fabric's 2-way partition, alternating direction.
+
+    The pairs depend on the fabric only, never on how many workers run it: one worker and two workers
+    carry the same traffic, and with two workers (the same partition) every flow crosses the cut.
+
+    Raises:
+        SpecError: more flows than hosts on the smaller side.
+    """
+    from testbed.cluster.partition import partition
+    from testbed.errors import SpecError
+
+    part = partition(G, 2, imbalance)
+    sides = [[h for h in hosts_of(G) if part.assign[h] == w] for w in (0, 1)]
+    most = min(len(s) for s in sides)
+    if not 1 <= flows <= most:
+        raise SpecError("--udp-flows", f"expected 1..{most} (hosts on the smaller side of the fabric's 2-way "
+                                       f"cut), got {flows}")
+    return [(sides[0][i], sides[1][i]) if i % 2 == 0 else (sides[1][i], sides[0][i]) for i in range(flows)]
+
+
+def cpu_times(stat: str) -> list[int] | None:
+    """The aggregate ``cpu`` line of a ``/proc/stat`` text (user .. steal), or None."""
+    for line in stat.splitlines():
+        words = line.split()
+        if words and words[0] == "cpu":
+            return [int(x) for x in (words[1:9] + ["0"] * 8)[:8]]
+    return None
+
+
+def cpu_busy(output: str) -> float | None:
+    """Busy share between the first and the last ``cpu`` line of ``output`` (two /proc/stat readings)."""
+    from testbed.emu.cpustat import busy_fraction
+
+    lines = [ln for ln in output.splitlines() if ln.split()[:1] == ["cpu"]]
+    if len(lines) < 2:
+        return None
+    return round(busy_fraction(cpu_times(lines[0]), cpu_times(lines[-1])), 4)
+
+
+def udp_rate(report: dict, seconds: float) -> dict:
+    """Offered and delivered packets/s of one iperf3 UDP client report (its end summary, with the server's
+    loss count): offered = datagrams sent, delivered = sent - lost.
+
+    Raises:
+        EmulationError: the report has no end-of-test summary.
+    """
+    from testbed.errors import EmulationError
+
+    if report.get("error"):
+        raise EmulationError(f"iperf3: {report['error']}")
+    try:
+        s = report["end"]["sum"]
+        sent, lost = int(s["packets"]), int(s["lost_packets"])
+        secs = float(s.get("seconds") or seconds)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise EmulationError(f"iperf3 gave no UDP summary ({exc}): {str(report)[:200]}") from None
+    got = max(0, sent - lost)
+    return {"sent": sent, "lost": lost, "seconds": secs, "offered_pps": sent / secs if secs > 0 else 0.0,
+            "delivered_pps": got / secs if secs > 0 else 0.0}
+
+
+def load_summary(flows: list[dict], offer_pps: float) -> dict:
+    """Sum of the flows' rates; ``passed`` when every flow reported."""
+    ok = [f for f in flows if "delivered_pps" in f]
+    sent = sum(f["sent"] for f in ok)
+    lost = sum(f["lost"] for f in ok)
+    return {"flows": len(flows), "reported": len(ok), "asked_pps": offer_pps * len(flows),
+            "offered_pps": round(sum(f["offered_pps"] for f in ok), 1),
+            "delivered_pps": round(sum(f["delivered_pps"] for f in ok), 1),
+            "loss_pct": round(100.0 * lost / sent, 2) if sent else None, "passed": bool(flows) and len(ok) == len(flows)}
+
+
+def udp_load(cluster, flows: int = 8, offer_kpps: float = 10.0, seconds: float = 10.0) -> dict:
+    """``flows`` concurrent iperf3 UDP flows of UDP_PAYLOAD-byte datagrams, each offered ``offer_kpps``,
+    between the hosts of :func:`load_pairs`; the packets per second delivered in sum, and how busy each
+    worker's CPU was meanwhile (``/proc/stat`` read 1 s into the traffic and 1 s before its end, on the
+    worker itself: a namespace shares the machine's /proc/stat).
+
+    Offered above what the fabric carries, the delivered sum is the emulator's capacity (senders, switches,
+    tunnels and receivers together); the CPU busy share says whether a worker was saturated."""
+    from testbed.errors import EmulationError
+
+    pairs = load_pairs(cluster.plan.graph, cluster.imbalance, flows)
+    layout = cluster.plan.layout
+    bps = offer_kpps * 1000 * UDP_PAYLOAD * 8
+    jobs, meta = [], []
+    for j, (src, dst) in enumerate(pairs):
+        port = UDP_PORT + j
+        jobs.append((dst, ["iperf3", "-s", "-1", "-p", str(port)]))
+        # Retried while the server is not listening yet (iperf3 3.12 -J exits 0 even then: the JSON says
+        # "unable to connect"); any other outcome is the flow's report.
+        log = f"/tmp/udp-{port}.json"
+        jobs.append((src, ["sh", "-c", f"for i in $(seq 100); do iperf3 -c {layout.host(dst).ip} -p {port} -u "
+                                       f"-b {bps:.0f} -l {UDP_PAYLOAD} -t {seconds:g} -J > {log} 2>&1; "
+                                       f"grep -q 'unable to connect' {log} || break; sleep 0.2; done; cat {log}"]))
+        meta.append({"src": layout.host(src).name, "dst": layout.host(dst).name,
+                     "crosses_cut": cluster.partition.assign[src] != cluster.partition.assign[dst]})
+    samplers = []
+    for w in range(cluster.partition.n):   # one sampler per worker, on a host it holds
+        host = next(h for h in hosts_of(cluster.plan.graph) if cluster.partition.assign[h] == w)
+        samplers.append(host)
+        jobs.append((host, ["sh", "-c", f"sleep 1; head -1 /proc/stat; sleep {max(seconds - 2, 0.5):g}; "
+                                        "head -1 /proc/stat"]))
+    results = cluster.exec_many(jobs, timeout=seconds + 120)
+    out = []
+    for j, m in enumerate(meta):
+        rc, text = results[2 * j + 1]
+        try:
+            report = json.loads(text[text.index("{"):])
+            out.append({**m, **udp_rate(report, seconds)})
+        except (ValueError, TypeError) as exc:
+            out.append({**m, "rc": rc, "why": f"no iperf3 report ({exc}): {text.strip()[-300:]}"})
+        except EmulationError as exc:   # keep the other flows
+            out.append({**m, "rc": rc, "why": str(exc)})
+    busy = [cpu_busy(results[2 * len(meta) + i][1]) for i in range(len(samplers))]
+    return {**load_summary(out, offer_kpps * 1000), "payload_bytes": UDP_PAYLOAD, "seconds": seconds,
+            "cpu_busy": {cluster.workers[i].label: b for i, b in enumerate(busy)}, "per_flow": out}

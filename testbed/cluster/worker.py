@@ -123,7 +123,9 @@ class Part:
         self.out = Path(job["out_dir"])
         self.rep = None
         self.started = threading.Event()
-        self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="exec")
+        # Commands wait in their thread (an iperf3 server until its client is done): one part may hold
+        # every host of the fabric, each with a client, a server and a sampler at once.
+        self.pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="exec")
 
     def tunnel_commands(self, pp) -> list[list[str]]:
         from testbed.cluster.parts import tunnel_argv

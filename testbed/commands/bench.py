@@ -10,7 +10,7 @@ from __future__ import annotations
 from testbed.cli import add_verbs, register_all
 
 #: Benchmark modules under testbed.bench.
-BENCHES = ("build", "link", "failover", "rdma", "p4", "agg", "collective", "pfc")
+BENCHES = ("build", "link", "failover", "rdma", "p4", "agg", "collective", "pfc", "cluster")
 
 
 def register(sub) -> None:

@@ -44,6 +44,10 @@ def register(sub) -> None:
     r.add_argument("--scale", type=float, metavar="N", help="time dilation (default: the spec's)")
     r.add_argument("--links", default="spec", metavar="MODE", help="spec | rates | off (default spec)")
     r.add_argument("--iperf-seconds", type=float, default=10.0, metavar="S", help="length of the iperf3 test")
+    r.add_argument("--udp-flows", type=int, default=0, metavar="N",
+                   help="also measure packets/s: N concurrent iperf3 UDP flows across the fabric's 2-way cut "
+                        "(64 B datagrams, --iperf-seconds long; default 0: none); runs with --no-checks too")
+    r.add_argument("--udp-kpps", type=float, default=10.0, metavar="K", help="offered kpps per UDP flow (default 10)")
     r.add_argument("--hold", action="store_true", help="after the checks, stay up until Ctrl-C")
     r.add_argument("--no-checks", action="store_true", help="skip the all-pairs ping and the iperf3 test")
     r.add_argument("--dry-run", action="store_true", help="workers plan their part but build nothing")
@@ -114,6 +118,12 @@ def _run(args) -> int:
         raise SpecError("--scale", f"expected a positive number such as 1000, got {args.scale:g}")
     if not 0 < args.iperf_seconds <= 600:
         raise SpecError("--iperf-seconds", f"expected 0 < S <= 600, got {args.iperf_seconds:g}")
+    if args.udp_flows:
+        from testbed.topo.spec import build_graph
+
+        if not 0 < args.udp_kpps <= 1000:
+            raise SpecError("--udp-kpps", f"expected 0 < K <= 1000 kpps per flow, got {args.udp_kpps:g}")
+        checks.load_pairs(build_graph(spec), cfg.imbalance, args.udp_flows)   # a bad count: one line, nothing built
     overrides = Overrides(scale=args.scale, links=args.links)
     ssh = SshOptions(known_hosts=args.known_hosts or cfg.known_hosts, identity=args.identity or cfg.identity,
                      accept_new=args.accept_new_host_keys)
@@ -147,7 +157,13 @@ def _run(args) -> int:
             data.print(f"failover across the cut ({'--'.join(fo.get('failed', []))}): rerouted in "
                           f"{fo.get('reroute_s')} s, ping loss {fo.get('ping_loss_pct')} % "
                           f"({'pass' if fo['passed'] else 'FAIL: ' + str(fo.get('why', ''))})")
-        doc["passed"] = all(doc[k]["passed"] for k in ("pingall", "iperf_cut", "failover_cut") if k in doc)
+        if not args.dry_run and args.udp_flows:
+            doc["udp_load"] = ld = checks.udp_load(cl, args.udp_flows, args.udp_kpps, args.iperf_seconds)
+            busy = ", ".join(f"{k} {v if v is None else f'{v:.2f}'}" for k, v in ld["cpu_busy"].items())
+            data.print(f"UDP load, {ld['flows']} flows x {args.udp_kpps:g} kpps asked: offered {ld['offered_pps']:.0f} "
+                       f"pps, delivered {ld['delivered_pps']:.0f} pps (loss {ld['loss_pct']} %); CPU busy: {busy}"
+                       + ("" if ld["passed"] else f" (FAIL: {ld['reported']}/{ld['flows']} flows reported)"))
+        doc["passed"] = all(doc[k]["passed"] for k in ("pingall", "iperf_cut", "failover_cut", "udp_load") if k in doc)
         (out_dir / "results.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
         if args.hold:
             console.print("cluster: up; Ctrl-C tears every worker down")

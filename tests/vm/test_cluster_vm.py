@@ -22,12 +22,9 @@ import shlex
 
 import pytest
 
-from testbed.emu.vm import VMGroup
+from testbed.cluster.vms import SPEC, cluster_vms
 from testbed.poll import poll
-from testbed.topo.spec import resolve_spec
 
-UNDERLAY = {"a": "10.99.0.1", "b": "10.99.0.2"}
-SPEC = "/mnt/share/cluster-k4.yaml"
 RUN = f"testbed cluster run {SPEC} --scale 50000 --links rates"
 LEFTOVERS = r"""python3 - <<'EOF'
 import glob, json, os, subprocess
@@ -59,31 +56,7 @@ def assert_clean(vms) -> None:
 
 @pytest.fixture(scope="module")
 def vms(vm_image, vm_out):
-    with VMGroup(vm_image, vm_out / "cluster", names=("a", "b"), links=[("a", "b")]) as g:
-        jobs = []
-        for name, ip in UNDERLAY.items():   # both VMs at once: provisioning, underlay, fresh host keys, sshd
-            dev = g.ifname(name, "b" if name == "a" else "a")
-            jobs.append(g[name].spawn(
-                "bash scripts/setup.sh > /mnt/out/setup.log 2>&1 && "
-                f"ip link set {dev} mtu 1600 up && ip addr add {ip}/24 dev {dev} && "
-                "rm -f /etc/ssh/ssh_host_* && ssh-keygen -q -A && mkdir -p /run/sshd /root/.ssh && "
-                f"chmod 700 /root/.ssh && /usr/sbin/sshd -o ListenAddress={ip} -o PasswordAuthentication=no "
-                "-o KbdInteractiveAuthentication=no -o PermitRootLogin=prohibit-password && "
-                f"cp /etc/ssh/ssh_host_ed25519_key.pub /mnt/share/host-{name}.pub"))
-        for job in jobs:
-            job.wait(900)
-        g["a"].run("ssh-keygen -q -t ed25519 -N '' -f /root/.ssh/id_ed25519 && "
-                   "cp /root/.ssh/id_ed25519.pub /mnt/share/client.pub")
-        known = "".join(f"{ip} {' '.join((g.share / f'host-{n}.pub').read_text().split()[:2])}\n"
-                        for n, ip in UNDERLAY.items())
-        (g.share / "known_hosts").write_text(known)
-        for name in UNDERLAY:
-            g[name].run("cp /mnt/share/client.pub /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys")
-        g["a"].run("cp /mnt/share/known_hosts /root/.ssh/known_hosts")
-        spec = resolve_spec("fat-tree-k4").read_text()
-        (g.share / "cluster-k4.yaml").write_text(
-            spec + "\ncluster:\n  workers: [root@10.99.0.1, root@10.99.0.2]\n"
-                   "  known_hosts: /root/.ssh/known_hosts\n  identity: /root/.ssh/id_ed25519\n")
+    with cluster_vms(vm_image, vm_out / "cluster") as g:   # sshd in both, keys exchanged, SPEC written
         yield g
 
 
