@@ -51,7 +51,7 @@ from testbed.console import console, require_root  # noqa: E402
 from testbed.emu.health import CpuWatch, emulator_processes  # noqa: E402
 from testbed.emu.ops import set_link_state  # noqa: E402
 from testbed.errors import SpecError  # noqa: E402
-from testbed.links.probe import wait_finished  # noqa: E402
+from testbed.links.probe import wait_bound, wait_finished  # noqa: E402
 from testbed.poll import poll, sleep_until  # noqa: E402
 from testbed.routing.failover import (  # noqa: E402
     BIN_S,
@@ -104,12 +104,8 @@ def run(G, res: Results, args) -> dict:
                                               "--idle", "1.5", "--ready", str(probe_dir / f"{h}-recv.ready"),
                                               "--out", str(probe_dir / f"{h}-recv.json")],
                                   **kw) for h in hs}
-            # senders start once every receiver listens: probes sent before are lost at the destination
-            poll(lambda: all((probe_dir / f"{h}-recv.ready").exists() or recvs[h].poll() is not None for h in hs),
-                 timeout=60, interval=0.02, what="every probe receiver to bind")
-            for h in hs:
-                if not (probe_dir / f"{h}-recv.ready").exists():
-                    wait_finished(recvs[h], f"udp probe receiver on {h}", 1)   # exited: raises with its last words
+            wait_bound({probe_dir / f"{h}-recv.ready": (recvs[h], f"udp probe receiver on {h}") for h in hs},
+                       timeout=60)
             with CpuWatch(emulator_processes(rep, ctl)) as cpu:   # the traffic's span
                 t_start = time.time()
                 sends = {h: rep.popen(h, PROBE + ["send", "--dst", ",".join(ip_of[d] for d in hs if d != h),

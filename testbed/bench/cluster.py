@@ -49,12 +49,10 @@ def register(sub) -> None:
 
 def check_args(args, G) -> None:
     """One line naming the flag for a bad value (before anything boots)."""
-    from testbed.cluster.checks import load_pairs
+    from testbed.cluster.checks import check_udp_load
     from testbed.cluster.partition import DEFAULT_IMBALANCE
 
-    load_pairs(G, DEFAULT_IMBALANCE, args.udp_flows)
-    if not 0 < args.udp_kpps <= 1000:
-        raise SpecError("--udp-kpps", f"expected 0 < K <= 1000 kpps per flow, got {args.udp_kpps:g}")
+    check_udp_load(G, DEFAULT_IMBALANCE, args.udp_flows, args.udp_kpps)
     if not 2 <= args.seconds <= 600:
         raise SpecError("--seconds", f"expected 2 <= S <= 600, got {args.seconds:g}")
     if not 1 <= args.cpus <= 2:

@@ -52,7 +52,7 @@ from testbed.console import console, print_json, require_root
 from testbed.console import out as stdout
 from testbed.emu.ops import set_link_state
 from testbed.errors import EmulationError, UsageError
-from testbed.links.probe import outage, wait_finished
+from testbed.links.probe import Outage, outage, wait_bound, wait_finished
 from testbed.poll import poll, sleep_until
 from testbed.routing.failover import link_event, loadavg
 from testbed.topo.graph import HOST, hosts
@@ -79,22 +79,15 @@ def register(sub) -> None:
 
 
 # ------------------------------------------------------------------------------------------ pure
-def cut_timeline(send_times, received, t_cut: float, t_cut_done: float, t_restore: float) -> dict:
+def cut_timeline(send_times, o: Outage, t_cut: float, t_cut_done: float) -> dict:
     """Where a cut's outage sits against the cut command (pure): the command's own duration, and the send
-    times of the first and last probe of the longest loss run inside the cut, from the command's start.
-    A first loss before the command returned means frames were dropping while the kernel was still taking
-    the port down (and before it could tell anyone)."""
-    got = set(received)
-    lost = [i for i, t in enumerate(send_times) if t_cut - 0.002 <= t < t_restore and i not in got]
-    best: list = []
-    run: list = []
-    for i in lost:
-        run = run + [i] if run and i == run[-1] + 1 else [i]
-        if len(run) > len(best):
-            best = run
+    times of the first and last probe of the longest loss run inside the cut (``o``: the :func:`outage` of
+    the cut's window), from the command's start. A first loss before the command returned means frames were
+    dropping while the kernel was still taking the port down (and before it could tell anyone)."""
     out = {"cut_command_ms": (t_cut_done - t_cut) * 1e3, "first_lost_ms": None, "last_lost_ms": None}
-    if best:
-        out.update(first_lost_ms=(send_times[best[0]] - t_cut) * 1e3, last_lost_ms=(send_times[best[-1]] - t_cut) * 1e3)
+    if o.window_run:
+        first, last = o.window_run
+        out.update(first_lost_ms=(send_times[first] - t_cut) * 1e3, last_lost_ms=(send_times[last] - t_cut) * 1e3)
     return out
 
 
@@ -240,10 +233,7 @@ class Stream:
                                             "--idle", str(idle), "--ready", str(ready), "--out", str(self.recv_file)],
                               **kw)
         try:
-            poll(lambda: ready.exists() or self.recv.poll() is not None, timeout=30, interval=0.01,
-                 what=f"the probe receiver on {dst} to bind")
-            if not ready.exists():
-                wait_finished(self.recv, f"udp probe receiver on {dst}", 1)   # raises with its last words
+            wait_bound({ready: (self.recv, f"udp probe receiver on {dst}")})
         except BaseException:
             if self.recv.poll() is None:
                 self.recv.kill()
@@ -302,7 +292,7 @@ def one_cut(rep, ctl, G, src, dst, sport: int, interval: float, workdir: Path, t
     r = outage(raw["send_times"], raw["seq"], interval, window=(t_restore, float("inf")))
     return {"src": src, "dst": dst, "sport": sport, "cut": list(cut), **o.as_dict(),
             "restore_lost": r.lost_in_window, "controller_reaction_ms": (ev["time"] - t_cut) * 1e3,
-            **cut_timeline(raw["send_times"], raw["seq"], t_cut, t_cut_done, t_restore),
+            **cut_timeline(raw["send_times"], o, t_cut, t_cut_done),
             "controller_push_ms": (ev["pushed"] - ev["time"]) * 1e3 if ev.get("pushed") else None}
 
 

@@ -199,23 +199,23 @@ def load_pairs(G, imbalance: float, flows: int) -> list[tuple]:
     return [(sides[0][i], sides[1][i]) if i % 2 == 0 else (sides[1][i], sides[0][i]) for i in range(flows)]
 
 
-def cpu_times(stat: str) -> list[int] | None:
-    """The aggregate ``cpu`` line of a ``/proc/stat`` text (user .. steal), or None."""
-    for line in stat.splitlines():
-        words = line.split()
-        if words and words[0] == "cpu":
-            return [int(x) for x in (words[1:9] + ["0"] * 8)[:8]]
-    return None
+def check_udp_load(G, imbalance: float, flows: int, kpps: float) -> None:
+    """``--udp-flows`` / ``--udp-kpps`` checked before anything is built or booted (one line naming the flag)."""
+    from testbed.errors import SpecError
+
+    if not 0 < kpps <= 1000:
+        raise SpecError("--udp-kpps", f"expected 0 < K <= 1000 kpps per flow, got {kpps:g}")
+    load_pairs(G, imbalance, flows)
 
 
 def cpu_busy(output: str) -> float | None:
     """Busy share between the first and the last ``cpu`` line of ``output`` (two /proc/stat readings)."""
-    from testbed.emu.cpustat import busy_fraction
+    from testbed.emu.cpustat import busy_fraction, cpu_times_of
 
     lines = [ln for ln in output.splitlines() if ln.split()[:1] == ["cpu"]]
     if len(lines) < 2:
         return None
-    return round(busy_fraction(cpu_times(lines[0]), cpu_times(lines[-1])), 4)
+    return round(busy_fraction(cpu_times_of(lines[0]), cpu_times_of(lines[-1])), 4)
 
 
 def udp_rate(report: dict, seconds: float) -> dict:

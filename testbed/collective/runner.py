@@ -100,9 +100,9 @@ class CollectiveFabric:
                  scale: float | None = None):
         self.G, self.rate, self.out_dir, self.name = G, float(link_rate_bps), Path(out_dir), name
         self.window = window
-        host_rates = [d["rate_bps"] for u, v, d in G.edges(data=True)
-                      if "host" in (G.nodes[u].get("role"), G.nodes[v].get("role"))]
-        self.scale = scale if scale is not None else max(host_rates) / self.rate
+        from testbed.collective.experiment import host_link_rate
+
+        self.scale = scale if scale is not None else host_link_rate(G) / self.rate
         self.run_reg = self.rep = self.ctl = self.plan = None
 
     def __enter__(self) -> "CollectiveFabric":

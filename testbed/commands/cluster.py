@@ -121,9 +121,7 @@ def _run(args) -> int:
     if args.udp_flows:
         from testbed.topo.spec import build_graph
 
-        if not 0 < args.udp_kpps <= 1000:
-            raise SpecError("--udp-kpps", f"expected 0 < K <= 1000 kpps per flow, got {args.udp_kpps:g}")
-        checks.load_pairs(build_graph(spec), cfg.imbalance, args.udp_flows)   # a bad count: one line, nothing built
+        checks.check_udp_load(build_graph(spec), cfg.imbalance, args.udp_flows, args.udp_kpps)   # nothing built
     overrides = Overrides(scale=args.scale, links=args.links)
     ssh = SshOptions(known_hosts=args.known_hosts or cfg.known_hosts, identity=args.identity or cfg.identity,
                      accept_new=args.accept_new_host_keys)

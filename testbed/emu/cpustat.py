@@ -19,7 +19,17 @@ def host_cpu_times() -> list[int]:
     """The machine's aggregate CPU times (``/proc/stat`` first line, clock ticks): user, nice, system, idle,
     iowait, irq, softirq, steal."""
     with open("/proc/stat") as f:
-        return [int(x) for x in f.readline().split()[1:9]]
+        return cpu_times_of(f.readline())
+
+
+def cpu_times_of(stat: str) -> list[int] | None:
+    """The aggregate ``cpu`` line of a ``/proc/stat`` text (this machine's or another's, e.g. a cluster
+    worker's read over SSH) as :func:`host_cpu_times` gives it (missing trailing counters are 0), or None."""
+    for line in stat.splitlines():
+        words = line.split()
+        if words and words[0] == "cpu":
+            return [int(x) for x in (words[1:9] + ["0"] * 8)[:8]]
+    return None
 
 
 def steal_fraction(before: list[int], after: list[int]) -> float:

@@ -188,6 +188,7 @@ class Outage:
     lost_in_window: int
     longest_gap: int  # longest run of consecutive lost sequence numbers
     interval: float
+    window_run: tuple = ()  # (first, last) sequence number of the longest such run inside the window
 
     @property
     def outage_ms(self) -> float:
@@ -213,6 +214,19 @@ def wait_finished(proc, what: str, timeout: float) -> None:
         raise EmulationError(f"{what} failed ({proc.returncode}): {err}")
 
 
+def wait_bound(receivers: dict, timeout: float = 30.0) -> None:
+    """Wait until every receiver has bound its socket: ``{ready_file: (proc, what)}``, each started with
+    ``recv --ready ready_file``. Probes sent before are lost at the destination, so a sender starts only
+    after this. A receiver that exits first raises with its last words (:func:`wait_finished`)."""
+    from testbed.poll import poll
+
+    poll(lambda: all(f.exists() or p.poll() is not None for f, (p, _) in receivers.items()), timeout=timeout,
+         interval=0.01, what=f"{', '.join(w for _, w in receivers.values())} to bind")
+    for f, (p, what) in receivers.items():
+        if not f.exists():
+            wait_finished(p, what, 1)
+
+
 def outage(send_times: list[float], received, interval: float, window: tuple[float, float] | None = None) -> Outage:
     """Loss of one stream.
 
@@ -225,14 +239,25 @@ def outage(send_times: list[float], received, interval: float, window: tuple[flo
     got = set(received)
     lost_seqs = [i for i in range(len(send_times)) if i not in got]
     in_window = [i for i in lost_seqs if window is None or window[0] <= send_times[i] < window[1]]
-    longest = run = 0
-    prev = None
-    for i in lost_seqs:
-        run = run + 1 if prev is not None and i == prev + 1 else 1
-        longest = max(longest, run)
-        prev = i
     return Outage(sent=len(send_times), received=len(got & set(range(len(send_times)))), lost=len(lost_seqs),
-                  lost_in_window=len(in_window), longest_gap=longest, interval=interval)
+                  lost_in_window=len(in_window), longest_gap=_run_length(_longest_run(lost_seqs)), interval=interval,
+                  window_run=_longest_run(in_window))
+
+
+def _longest_run(seqs: list[int]) -> tuple:
+    """(first, last) of the longest run of consecutive numbers in sorted ``seqs`` (the first on a tie); ()."""
+    best: tuple = ()
+    start = None
+    for k, i in enumerate(seqs):
+        if k == 0 or i != seqs[k - 1] + 1:
+            start = i
+        if not best or i - start > best[1] - best[0]:
+            best = (start, i)
+    return best
+
+
+def _run_length(run: tuple) -> int:
+    return run[1] - run[0] + 1 if run else 0
 
 
 def unmeasured(send_times: list[float], broken: tuple[float, float], interval: float) -> str | None:

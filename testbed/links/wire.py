@@ -27,6 +27,7 @@ from testbed.errors import EmulationError
 from testbed.links.core import line_argv
 from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S, read_stats
 from testbed.links.model import LinkParams
+from testbed.links.probe import wait_bound
 from testbed.poll import poll
 
 IP_A, IP_B = "10.77.0.1", "10.77.0.2"
@@ -123,7 +124,7 @@ class Wire:
                                                           "--idle", str(idle), "--timeout", str(timeout)]),
                                 env=env)
         try:
-            poll(ready.exists, timeout=30, interval=0.02, what="probe receiver to bind")  # a slow (TCG) guest
+            wait_bound({ready: (recv, "probe receiver")})  # 30 s: a slow (TCG) guest
             sent = subprocess.run(self.exec_argv("a", py + ["send", "--dst", self.ip_b, "--port", str(port),
                                                             "--count", str(count), "--pps", str(pps),
                                                             "--size", str(size), "--tos", str(tos)]),

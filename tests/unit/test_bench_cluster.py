@@ -11,6 +11,7 @@ import pytest
 from testbed.bench import cluster as B
 from testbed.cluster import checks
 from testbed.cluster.partition import DEFAULT_IMBALANCE, partition
+from testbed.emu.cpustat import cpu_times_of
 from testbed.errors import EmulationError, SpecError
 from testbed.topo.spec import build_graph, load_spec, resolve_spec
 
@@ -41,10 +42,10 @@ def test_load_pairs_refuse_a_count_the_fabric_cannot_pair(k4, flows):
 def test_cpu_busy_from_two_proc_stat_readings():
     first = "cpu  100 0 50 800 50 0 0 0 0 0\n"
     second = "cpu  400 0 150 900 50 0 0 0 0 0\n"     # +300 user +100 system +100 idle of 500
-    assert checks.cpu_times(first) == [100, 0, 50, 800, 50, 0, 0, 0]
+    assert cpu_times_of(first) == [100, 0, 50, 800, 50, 0, 0, 0]
     assert checks.cpu_busy("noise\n" + first + second) == 0.8
     assert checks.cpu_busy(first) is None
-    assert checks.cpu_times("intr 1 2\n") is None
+    assert cpu_times_of("intr 1 2\n") is None
 
 
 def _report(sent, lost, seconds=10.0):

@@ -6,6 +6,7 @@ import pytest
 
 from testbed.bench import failover as bench
 from testbed.errors import UsageError
+from testbed.links.probe import outage
 from testbed.routing import failover as scen
 from testbed.routing.brain import RoutingBrain, route_dict
 from tests.unit.test_routing_brain import fat_tree
@@ -72,10 +73,11 @@ def test_cut_timeline_places_the_loss_against_the_cut_command():
     send = [10.0 + i * 0.0005 for i in range(1000)]
     lost = set(range(199, 250)) | {20}
     got = [i for i in range(1000) if i not in lost]
-    t = bench.cut_timeline(send, got, 10.100, 10.102, 10.5)
+    t = bench.cut_timeline(send, outage(send, got, 0.0005, window=(10.098, 10.5)), 10.100, 10.102)
     assert t["cut_command_ms"] == pytest.approx(2.0)
     assert t["first_lost_ms"] == pytest.approx(-0.5) and t["last_lost_ms"] == pytest.approx(24.5)
-    assert bench.cut_timeline(send, list(range(1000)), 10.1, 10.102, 10.5)["first_lost_ms"] is None
+    none = outage(send, list(range(1000)), 0.0005, window=(10.098, 10.5))
+    assert bench.cut_timeline(send, none, 10.1, 10.102)["first_lost_ms"] is None
 
 
 def test_p4_figures_leave_out_trials_that_could_not_measure():
