@@ -3,7 +3,8 @@
 Unlike ``mn -c`` (which deletes every bridge and kills every controller on the machine), this removes
 exactly the objects recorded in the run registry (``/run/scaleout-testbed/runs``) of runs whose process
 is gone: their processes (checked by start time), OVS bridges (by uuid), interfaces (by ifindex) and
-namespaces.  Live runs are left alone unless ``--force``.
+namespaces.  Live runs are left alone unless ``--force``. It also removes the temporary folders of test
+VM groups (``/tmp/scaleout-vm-*``) whose owning process is gone.
 """
 
 from __future__ import annotations
@@ -23,13 +24,18 @@ def register(sub) -> None:
 def _clean(args) -> int:
     require_root("testbed clean")
     from testbed.emu.registry import clean
+    from testbed.emu.vm import remove_stale_dirs
 
     reports = clean(force=args.force, dry_run=args.dry_run)
+    vm_dirs = remove_stale_dirs(dry_run=args.dry_run)
     failed = any(r["failed"] for r in reports)
     if args.json:  # exactly one JSON document on stdout, nothing else
-        print_json({"dry_run": args.dry_run, "runs": reports})
+        print_json({"dry_run": args.dry_run, "runs": reports,
+                    "vm_dirs": [{"path": str(d), "why": why} for d, why in vm_dirs]})
         return 1 if failed else 0
     verb = "would remove" if args.dry_run else "removed"
+    for d, why in vm_dirs:
+        out.print(f"{verb} VM folder {d} ({why})")
     if not reports:
         out.print("nothing to clean: no recorded runs")
     for r in reports:

@@ -23,7 +23,9 @@ console goes to ``out_dir/<name>-console.log``. The guest has no network but the
 Faults: a VM that does not boot raises :class:`VMError` with one line naming the console log. Whatever
 happens (success, an exception, Ctrl-C, SIGTERM), leaving the ``with`` block stops every QEMU it started
 and removes its sockets and temporary folder; a ``kill -9`` of the Python process still takes QEMU down
-(``PR_SET_PDEATHSIG``), leaving only the temporary folder under ``/tmp/scaleout-vm-*``.
+(``PR_SET_PDEATHSIG``), leaving only the temporary folder under ``/tmp/scaleout-vm-*``. That folder names
+its owner (pid and start time, in ``owner``), so ``testbed clean`` and ``make vm-test`` remove the folders
+of dead owners and never a live group's.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.emu.registry import process_start, same_process
 from testbed.emu.signals import deferred_signals, terminate_raises
 from testbed.emu.vmimage import VMError, choose_accel
 from testbed.poll import poll
@@ -46,6 +49,8 @@ from testbed.vm import recipe
 
 REPO = Path(__file__).resolve().parents[2]
 TMP_PREFIX = "scaleout-vm-"
+OWNER = "owner"            # "<pid> <start time>" of the Python process whose VMGroup made the folder
+UNOWNED_GRACE_S = 60.0     # a folder without an owner file younger than this may be one being made
 GUEST_SHARE = "/mnt/share"
 DEFAULT_BOOT_TIMEOUT = 300.0   # TCG on a loaded 2-core machine: ~20 s idle, minutes when contended
 NICE = 10
@@ -312,6 +317,7 @@ class VMGroup:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.accel = self.accel_choice or choose_accel(self.image)
         self.tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+        (self.tmp / OWNER).write_text(f"{os.getpid()} {process_start(os.getpid())}\n")
         self.share.mkdir()
         cfgs = self._configs()
         for cfg in cfgs:
@@ -343,9 +349,9 @@ class VMGroup:
                 shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def leftovers() -> dict:
-    """QEMU processes and temporary folders this module may leave (for tests): {"qemu": [pid], "tmp": [path]}."""
-    pids = []
+def _qemu_cmdlines() -> dict[int, list[bytes]]:
+    """Running QEMUs whose command line names one of our temporary folders: {pid: argv}."""
+    found = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -354,9 +360,58 @@ def leftovers() -> dict:
         except OSError:
             continue
         if cmd and cmd[0].endswith(b"qemu-system-x86_64") and any(TMP_PREFIX.encode() in c for c in cmd):
-            pids.append(int(proc.name))
+            found[int(proc.name)] = cmd
+    return found
+
+
+def leftovers() -> dict:
+    """QEMU processes and temporary folders this module may leave (for tests): {"qemu": [pid], "tmp": [path]}."""
     tmp = sorted(str(p) for p in Path(tempfile.gettempdir()).glob(TMP_PREFIX + "*"))
-    return {"qemu": pids, "tmp": tmp}
+    return {"qemu": sorted(_qemu_cmdlines()), "tmp": tmp}
+
+
+def stale_dirs(root: Path | None = None, now: float | None = None) -> list[tuple[Path, str]]:
+    """Temporary folders whose VMGroup is gone (its Python process was SIGKILLed or crashed), with why.
+
+    A folder with an ``owner`` file is stale when that process (pid and start time) no longer runs. One
+    without (made before owners were recorded, or in the instant before the file is written) is stale only
+    when no running QEMU names it and it is older than :data:`UNOWNED_GRACE_S`.
+    """
+    root = Path(tempfile.gettempdir()) if root is None else root
+    now = time.time() if now is None else now
+    qemus = None
+    stale = []
+    for d in sorted(root.glob(TMP_PREFIX + "*")):
+        if not d.is_dir() or d.is_symlink():
+            continue
+        try:
+            pid_s, start_s = (d / OWNER).read_text().split()
+            pid, start = int(pid_s), (None if start_s == "None" else float(start_s))
+        except FileNotFoundError:
+            if qemus is None:
+                qemus = b"\0".join(b"\0".join(c) for c in _qemu_cmdlines().values())
+            try:
+                age = now - d.stat().st_mtime
+            except OSError:
+                continue
+            if age > UNOWNED_GRACE_S and str(d).encode() not in qemus:
+                stale.append((d, f"no owner recorded, no QEMU uses it, {age / 60:.0f} min old"))
+            continue
+        except (OSError, ValueError):
+            stale.append((d, "unreadable owner file"))
+            continue
+        if not same_process(pid, start):
+            stale.append((d, f"its owner (pid {pid}) is gone"))
+    return stale
+
+
+def remove_stale_dirs(root: Path | None = None, dry_run: bool = False) -> list[tuple[Path, str]]:
+    """Remove what :func:`stale_dirs` finds (``testbed clean``, ``make vm-test``); returns them."""
+    stale = stale_dirs(root)
+    if not dry_run:
+        for d, _ in stale:
+            shutil.rmtree(d, ignore_errors=True)
+    return stale
 
 
 def _short(command: str, width: int = 80) -> str:

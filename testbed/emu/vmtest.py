@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from testbed.emu.cpustat import load_average
+from testbed.emu.vm import remove_stale_dirs
 from testbed.emu.vmimage import VMError, ensure_image
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vm-test: {exc}", file=sys.stderr)
         return 1
     t_image = time.monotonic() - t0
+    # A harness killed with -9 (a CI job cancelled mid-run) leaves its folder; the fault tests check that
+    # nothing is left, so what dead owners left is removed (and named) first, as `testbed clean` would.
+    for d, why in remove_stale_dirs():
+        print(f"vm-test: removed {d}: {why}")
     print(f"vm-test: image {image.key} ({'built' if built else 'cached'}) in {t_image:.0f} s; "
           f"{image.manifest().get('kernel_package')}, initrd {int(image.manifest()['initrd_bytes']) >> 20} MiB")
     env = {**os.environ, "TESTBED_VM_OUT": str(out)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -108,6 +109,7 @@ def test_a_killed_worker_tears_the_other_down(pair):
 def test_a_lost_coordinator_makes_the_worker_tear_down(pair):
     cl, a, b, _ = pair
     cl.__enter__()
+    tmps = _tmp_dirs(cl)
     try:
         for w in cl.workers:
             w.conn.client.close()            # the coordinator's SSH sessions vanish without `stop`
@@ -115,8 +117,12 @@ def test_a_lost_coordinator_makes_the_worker_tear_down(pair):
         assert [p.wait(15) for p in procs] == [0, 0]
         for _, p in a.procs + b.procs:
             assert p.poll() is not None
+        # Nobody is left to pull the results: the worker keeps them where they are (docs/cluster.md).
+        assert all(os.path.isdir(os.path.join(t, "out")) for t in tmps)
     finally:
         cl.workers.clear()                    # nothing left to tear down from here
+        for t in tmps:
+            shutil.rmtree(t, ignore_errors=True)
     outs = [p.stderr for p in procs]
     assert all(o is not None for o in outs)
 

@@ -1,6 +1,6 @@
 """The VM harness itself (testbed.emu.vm), on the host: a VM that cannot boot fails in one line naming its
 console log, and so does one whose provisioning fails (with its exit status, last line and setup.log); Ctrl-C or SIGTERM while a VM boots leaves no QEMU, socket, temporary folder or held image
-lock; two VMs joined by a link reach each other, share files, and run rdma_rxe verbs traffic (the
+lock; after kill -9, QEMU dies too and `testbed clean` removes the folder; two VMs joined by a link reach each other, share files, and run rdma_rxe verbs traffic (the
 pair RoCE tests build on)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.emu.vm import VMGroup, leftovers
+from testbed.emu.vm import VMGroup, leftovers, stale_dirs
 from testbed.emu.vmimage import Image, VMError
 from testbed.poll import poll
 
@@ -96,6 +96,38 @@ def test_signal_while_booting_leaves_nothing_behind(vm_image, tmp_path, sig):
             proc.kill()
             proc.wait()
     assert proc.returncode == 130 and "interrupted" in out
+    _nothing_left()
+
+
+def test_kill_9_takes_qemu_down_and_testbed_clean_removes_the_folder(vm_image, tmp_path):
+    """SIGKILL cannot be cleaned up after: QEMU dies with its parent (PDEATHSIG) and the folder, which names
+    its dead owner, is what `testbed clean` removes; a live group's folder is never touched."""
+    script = textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from testbed.emu.vm import VMGroup
+        from testbed.emu.vmimage import Image
+        img = Image({vm_image.key!r}, Path({str(vm_image.dir)!r}))
+        with VMGroup(img, Path({str(tmp_path / "out")!r}), names=("a",)):
+            time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO)
+    try:
+        poll(lambda: len(leftovers()["qemu"]) == 1 or proc.poll() is not None, timeout=60, interval=0.1,
+             what="QEMU to start")
+        assert proc.poll() is None
+        folder = leftovers()["tmp"]
+        assert len(folder) == 1 and not stale_dirs()           # its owner lives: not stale
+        proc.kill()
+        proc.wait()
+        poll(lambda: not leftovers()["qemu"], timeout=30, interval=0.1, what="QEMU to die with its parent")
+        assert leftovers()["tmp"] == folder
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    rc = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO, capture_output=True, text=True)
+    assert rc.returncode == 0 and f"removed VM folder {folder[0]}" in rc.stdout, rc.stdout + rc.stderr
     _nothing_left()
 
 
