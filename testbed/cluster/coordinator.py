@@ -7,10 +7,10 @@
 Start-up, linear and logged::
 
     connect every worker (strict host keys, keys only)  -- one bad worker: nothing was started anywhere
-    probe each worker's capabilities -> meet -> plan_replica(G, meet, overrides) -> digest
+    probe every worker's capabilities (all at once) -> meet -> plan_replica(G, meet, overrides) -> digest
     partition(G, n) -> cut links, VNIs
     fabric controller here, on 127.0.0.1 (its own run registry entry)
-    per worker: mktemp -d; push job.json; remote forward 127.0.0.1:<p> -> our controller;
+    per worker (all at once): mktemp -d; push job.json; remote forward 127.0.0.1:<p> -> our controller;
                 start `python -m testbed.cluster.worker run job.json` (events/commands as JSON lines)
     wait: every worker `ready`  -> controller ready (every switch of every part connected)
     barrier: `go` to all        -> every worker `started`
@@ -222,16 +222,20 @@ class Cluster:
         G = build_graph(spec)
         self.name = self.name or spec.name
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        for i, w in enumerate(self.specs):   # every connection first: a bad worker starts nothing anywhere
-            conn = connect(w, self.ssh, field=f"cluster.workers[{i}]")
-            self.workers.append(RemoteWorker(i, w, conn, self.out_dir, self._any_ended))
-        console.print(f"[dim]cluster: {len(self.workers)} workers connected[/dim]")
-        caps = []
-        for w in self.workers:
+        # Every connection first, all at once: a bad worker starts nothing anywhere.
+        conns = each(lambda iw: connect(iw[1], self.ssh, field=f"cluster.workers[{iw[0]}]"),
+                     list(enumerate(self.specs)),
+                     keep=lambda i, conn: self.workers.append(
+                         RemoteWorker(i, self.specs[i], conn, self.out_dir, self._any_ended)))
+        console.print(f"[dim]cluster: {len(conns)} workers connected[/dim]")
+
+        def probe(w: RemoteWorker):
             out = w.conn.check(w.command("probe", *(["--assume"] if self.dry_run else [])), timeout=180)
-            doc = _last_event(out, "capabilities", w.label)
-            caps.append(capabilities_from_json(doc["capabilities"]))
-        capabilities = meet(caps)
+            return capabilities_from_json(_last_event(out, "capabilities", w.label)["capabilities"])
+
+        t_probe = time.monotonic()
+        capabilities = meet(each(probe, self.workers))   # in parallel: a TCG guest's probe takes ~10 s
+        self.timings["probe_s"] = time.monotonic() - t_probe
         ov = replace(self.overrides or Overrides(), static_arp=False)
         self.plan = plan_replica(G, capabilities, ov)
         self.graph = self.plan.graph
@@ -251,12 +255,15 @@ class Cluster:
             {"name": self.name, "plan_digest": digest, "partition": self.partition.to_json(),
              "workers": job["workers"], "capabilities": capabilities.to_json()}, indent=1) + "\n")
         t1 = time.monotonic()
-        for w in self.workers:
+
+        def launch(w: RemoteWorker) -> None:
             w.tmp = w.conn.check("mktemp -d /tmp/scaleout-cluster-XXXXXX").decode().strip()
             port = w.conn.forward_remote(self.controller_address[1], self.controller_address[0])
             doc = {**job, "index": w.index, "controller_port": port, "out_dir": f"{w.tmp}/out"}
             w.conn.put_bytes(json.dumps(doc).encode(), f"{w.tmp}/job.json")
             w.start("run", f"{w.tmp}/job.json", *(["--dry-run"] if self.dry_run else []))
+
+        each(launch, self.workers)
         for w in self.workers:
             w.ready = self._wait_event(w, "ready", self.ready_timeout)
             for note in w.ready.get("notes", []):
@@ -270,8 +277,8 @@ class Cluster:
         for w in self.workers:
             self._wait_event(w, "started", 60)
         self.timings["up_s"] = time.monotonic() - t0
-        console.print(f"[dim]cluster: up in {self.timings['up_s']:.1f} s (parts built in "
-                      f"{self.timings['build_s']:.1f} s)[/dim]")
+        console.print(f"[dim]cluster: up in {self.timings['up_s']:.1f} s (workers probed in "
+                      f"{self.timings['probe_s']:.1f} s, parts built in {self.timings['build_s']:.1f} s)[/dim]")
 
     def _start_controller(self, G) -> None:
         if self.controller_address is not None:
@@ -453,6 +460,36 @@ class _Sink:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def each(fn, items: list, keep=None) -> list:
+    """``[fn(x) for x in items]`` with every call at once (one thread each: the workers are remote and
+    their waits overlap), in order. All calls finish before anything is raised; then the error of the
+    first failed item is raised, so which worker is named does not depend on timing. ``keep(i, result)``
+    is called, in order, for every call that succeeded, also when another failed (to close what opened)."""
+    results: list = [None] * len(items)
+    errors: list = [None] * len(items)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = fn(items[i])
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread below
+            errors[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,), name=f"cluster-each-{i}", daemon=True)
+               for i in range(len(items))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if keep is not None:
+        for i, exc in enumerate(errors):
+            if exc is None:
+                keep(i, results[i])
+    for exc in errors:
+        if exc is not None:
+            raise exc
+    return results
 
 
 def _last_event(out: bytes, name: str, label: str) -> dict:
