@@ -11,7 +11,8 @@ only carries it out (lock -> record -> create -> start -> configure -> ready)::
     RunRegistry (lock, record) --> Mininet: hosts, switches, [delay-line nodes], links --> net.start()
         --> offloads off, static ARP --> each link's tc argv --> BMv2 queue depth/rate --> ready
         --> plan.json + replica.json in out_dir
-    exit (normal, exception, SIGINT, SIGTERM): net.stop() --> registry removes anything left --> unlock
+    exit (normal, exception, SIGINT, SIGTERM): net.stop() --> ovs-vswitchd.log lines of the run into
+        out_dir (OVS replicas) --> registry removes anything left --> unlock
 
 Switches are Open vSwitch bridges on the plan's datapath, or, for the plan's BMv2 switches,
 ``switch_factory(entry) -> (cls, params)`` (:func:`testbed.p4rt.mininet_switch.bmv2_switch_factory`).
@@ -33,6 +34,7 @@ from pathlib import Path
 from testbed.console import console, require_root
 from testbed.emu import ops
 from testbed.emu.laps import Laps
+from testbed.emu.ovslog import LogTail
 from testbed.emu.registry import RunRegistry, expedited_rcu
 from testbed.emu.signals import deferred_signals
 from testbed.errors import CapabilityError, EmulationError, SpecError
@@ -95,6 +97,7 @@ class Replica:
         self.dilation = plan.dilation
         self.controller = controller
         self.out_dir = Path(out_dir) if out_dir else None
+        self._ovs_log: LogTail | None = None
         self.name = name or plan.name
         self.switch_factory = switch_factory
         self.link_node_class = link_node_class
@@ -181,6 +184,9 @@ class Replica:
                         console.print(f"[yellow]replica stop: {type(err).__name__}: {err}; "
                                       "removing recorded objects[/yellow]")
                     self.net = None
+                if self._ovs_log is not None and self.out_dir is not None:
+                    self._ovs_log.save(self.out_dir / "ovs-vswitchd.log")
+                    self._ovs_log = None
             finally:
                 if self._own_run and self.run is not None:
                     self.run.__exit__(None, None, None)
@@ -251,6 +257,8 @@ class Replica:
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             (self.out_dir / "plan.json").write_text(json.dumps(self.plan.to_json(), indent=1, default=str) + "\n")
+            if any(sw.kind == "ovs" for sw in self.plan.switches):
+                self._ovs_log = LogTail()   # ovs-vswitchd.log lines of this run, saved at teardown
         net = mn_net.Mininet(topo=None, controller=None, build=False, autoSetMacs=False,
                              autoStaticArp=False, waitConnected=False, cleanup=False)
         self.net = net

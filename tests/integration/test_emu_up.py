@@ -102,6 +102,8 @@ def test_shell_verbs_from_stdin(spec, tmp_path):
     assert "l0<->s0" in out and "unknown command 'no-such-verb'" in res.stderr
     assert "Traceback" not in res.stderr
     assert (tmp_path / "out" / "replica.json").exists()
+    ovs_log = (tmp_path / "out" / "ovs-vswitchd.log").read_text()   # this run's lines of the machine's log
+    assert "bridge l0: added interface l0-eth1" in ovs_log and ovs_log.count("\n") < 5000
     assert json.loads(_testbed("ls", "--json").stdout)["replica"] is None
 
 
