@@ -9,7 +9,7 @@ PYTEST ?= $(PY) -m pytest
 # Emulation runs take a machine-wide lock; tests queue for it rather than fail when others run.
 export TESTBED_LOCK_WAIT ?= 900
 
-.PHONY: setup demo test vm-test cluster-vm-test kernel-test link-fidelity unit integration lint clean help
+.PHONY: setup demo test vm-test cluster-vm-test kernel-test link-fidelity failover-vm unit integration lint clean help
 
 help:
 	@echo "sudo make demo    set up this machine, then run the default scenario"
@@ -43,6 +43,11 @@ cluster-vm-test: setup
 link-fidelity: setup
 	@bash scripts/vm/host-setup.sh
 	$(PY) -m testbed.bench.link_vm
+
+# docs/sdn.md: link-cut outages on OVS's userspace vs kernel datapath, side by side in the test VM (~15 min).
+failover-vm: setup
+	@bash scripts/vm/host-setup.sh
+	$(PY) -m testbed.bench.failover_vm
 
 # The kernel-backend subset (tests/vm/guest) on a machine whose kernel has netem, RED, the OVS kernel
 # datapath and rdma_rxe: what vm-test runs inside its QEMU VM, and what a Vagrant VM runs directly.

@@ -73,6 +73,10 @@ def register(sub) -> None:
     parser.add_argument("--interval", type=float, default=0.0005, help="sending interval, seconds (default 0.5 ms)")
     parser.add_argument("--cases", default=",".join(CASES),
                         help=f"comma-separated cases to run (default all: {','.join(CASES)})")
+    parser.add_argument("--datapath", choices=("user", "kernel"),
+                        help="Open vSwitch datapath of the controller, fast-failover, switch and ecmp cases "
+                             "(default: the kernel one where the machine has it, as every replica; `make "
+                             "failover-vm` runs both in the test VM)")
     parser.add_argument("--out", help="folder for logs and raw results (default: a temp folder)")
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(func=_main)
@@ -377,7 +381,8 @@ def ecmp_pairs(G, n_flows: int = 16) -> dict:
             "one_pair": [(a[0], b[-1])] * n_flows}
 
 
-def run_bench(G, repetitions: int, interval: float, out_dir: Path, cases: tuple = CASES) -> dict:
+def run_bench(G, repetitions: int, interval: float, out_dir: Path, cases: tuple = CASES,
+              datapath: str | None = None) -> dict:
     from controllers.launch import start_controller
     from controllers.ofrules import ECMP_METHODS
     from testbed.doctor import plan_capabilities
@@ -388,12 +393,14 @@ def run_bench(G, repetitions: int, interval: float, out_dir: Path, cases: tuple 
     workdir = out_dir / "probe"
     workdir.mkdir(parents=True, exist_ok=True)
     results: dict = {"controller": [], "fast-failover": []}
+    used: list = []
     switch: list = []
     ecmp: dict = {}
     if set(cases) & {"controller", "fast-failover", "switch", "ecmp"}:
         with RunRegistry("bench-failover") as run:
             ctl = start_controller(run, G, out_dir, mode="controller", lldp_interval=0)
-            plan = plan_replica(G, plan_capabilities(), Overrides(links="off", static_arp=False))
+            plan = plan_replica(G, plan_capabilities(), Overrides(links="off", static_arp=False, datapath=datapath))
+            used = sorted({sw.datapath for sw in plan.switches if sw.kind == "ovs"})
             with Replica(plan, controller=ctl.address, run=run, out_dir=out_dir, name="bench-failover") as rep:
                 ctl.wait_ready()
                 # pyroute2's first use imports for ~0.3-0.4 s of CPU: done here, not inside the first cut
@@ -430,7 +437,10 @@ def run_bench(G, repetitions: int, interval: float, out_dir: Path, cases: tuple 
 
         p4 = run_p4(G, repetitions, interval, out_dir / "p4", a[0], b[-1],
                     log=lambda line: console.print(f"[dim]{line}[/dim]"))
-    return summarize(results["controller"], results["fast-failover"], ecmp, switch, gray, p4)
+    doc = summarize(results["controller"], results["fast-failover"], ecmp, switch, gray, p4)
+    if used:
+        doc["ovs_datapath"] = used[0] if len(used) == 1 else used
+    return doc
 
 
 def run_gray(repetitions: int, out_dir: Path) -> list[dict]:
@@ -460,7 +470,7 @@ def _ms(x) -> str:
 
 def report_lines(doc: dict, reps: int) -> list[str]:
     """The bench's figures as text lines, one per case that ran (pure)."""
-    lines = []
+    lines = [f"Open vSwitch datapath: {doc['ovs_datapath']}"] if doc.get("ovs_datapath") else []
     if doc["controller_runs"]:
         lines.append(f"controller reroute outage: median {_ms(doc['controller_outage_ms_median'])}, "
                      f"p95 {_ms(doc['controller_outage_ms_p95'])} ({reps} cuts)")
@@ -516,7 +526,7 @@ def _main(args) -> int:
     require_root("testbed bench failover")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-failover-"))
     load_before = loadavg()
-    doc = run_bench(G, reps, args.interval, out, cases)
+    doc = run_bench(G, reps, args.interval, out, cases, datapath=args.datapath)
     doc["load"] = {"before": load_before, "after": loadavg()}
     doc["spec"] = args.spec
     doc["interval_ms"] = args.interval * 1e3
