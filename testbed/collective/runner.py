@@ -198,6 +198,7 @@ class CollectiveFabric:
         restored when the jobs end. QP timeouts inside the failure windows are reported, not a fault.
         ``sample``: a rank's host whose RoCEv2 frames are sampled (:meth:`data_sample`) and checked after
         the run as ``roce check --expect-ect`` (:meth:`sample_check`): the result's ``data_check``."""
+        from testbed.emu import ovsloss
         from testbed.emu.health import CpuWatch, LossWatch, ovs_pid
 
         folder = self.out_dir / tag
@@ -209,11 +210,15 @@ class CollectiveFabric:
         if sample is not None:
             capture.enter_context(self.data_sample(folder, sample))
         with capture:
-            procs = self._start_ranks(jobs, folder, timeout, failures)
+            # every counter is read before the ranks start: a frame lost before the first read would be
+            # counted by the ranks and by no drop counter
             intfs = sorted({x[2] for x in R.directed_links(self.plan)})
             pid = ovs_pid()
             losses = LossWatch(self.rep, all_hosts, [pid] if pid else []).start()
             before, drops_before = read_counters(intfs), self.drops(intfs)
+            ports, edge = R.switch_ports(self.plan)
+            ovs_before = ovsloss.snapshot(ports, edge, pid)
+            procs = self._start_ranks(jobs, folder, timeout, failures)
             t0 = time.time()
             chaos = FailureDriver(self, failures, folder / "start", len(procs), timeout) if failures else None
             try:
@@ -225,11 +230,14 @@ class CollectiveFabric:
                 _stop(procs)
         after, drops_after = read_counters(intfs), self.drops(intfs)
         drops = {k: drops_after[k] - drops_before[k] for k in drops_after}
+        ovs_after = ovsloss.snapshot(ports, edge, pid)
+        emulator = {"losses": ovsloss.losses(ovs_before, ovs_after), "edge": ovsloss.edge_frames(ovs_before, ovs_after),
+                    "send_socket": ovs_after["send_socket"]}
         wall = time.time() - t0
         out_jobs, all_reports = self._collect(jobs, folder)
         span = max(j["end"] for j in out_jobs) - min(j["start"] for j in out_jobs)
         links = R.link_usage(R.directed_links(self.plan), before, after, span)
-        health = self._health(out_jobs, all_reports, cpu.summary(), losses.stop(), drops, failed, wall)
+        health = self._health(out_jobs, all_reports, cpu.summary(), losses.stop(), drops, failed, wall, emulator)
         jcts = ", ".join(f"{j['name']} JCT {j['jct_s']:.2f}s" for j in out_jobs)
         console.print(f"[dim]{tag}: {jcts}; "
                       f"emulator {'ok' if health['ok'] else 'UNHEALTHY: ' + '; '.join(health['reasons'])}[/dim]")
@@ -314,17 +322,24 @@ class CollectiveFabric:
         return out_jobs, all_reports
 
     def _health(self, out_jobs: list[dict], all_reports: list[dict], cpu_sum: dict, lost: dict, drops: dict,
-                failed: dict | None, wall: float) -> dict:
+                failed: dict | None, wall: float, emulator: dict) -> dict:
         """The run's emulator health: CPU saturation, socket overflows, QP timeouts (outside the failure
         windows), and the loss ledger; frames no counter saw are unaccounted unless a failure schedule ran
-        (frames on a downed port are counted nowhere)."""
+        (frames on a downed port are counted nowhere). Frames lost inside Open vSwitch (``emulator``: the
+        :func:`testbed.emu.ovsloss.losses` and the fabric's edge frames) are attributed, to the emulator:
+        the run stays unhealthy."""
         from testbed.emu.health import saturation
+        from testbed.emu.ovsloss import ENTRIES, MACHINE_WIDE
         from testbed.emu.runhealth import assess
 
         reasons = saturation(cpu_sum, None, 0.0, float("inf"), lost["udp_rcvbuf_errors"], 0)
-        if lost["switch_socket_drops"]:    # ovs-vswitchd serves every run on the machine: its count is shared
-            reasons.append(f"ovs-vswitchd's packet sockets dropped {lost['switch_socket_drops']} frames (counted for "
-                           "the whole process, which other runs share)")
+        ovs = emulator["losses"]
+        if failed is not None:  # OVS's sends to a downed port fail too (ENETDOWN), uncounted like a full socket
+            ovs = {k: v for k, v in ovs.items() if k != "ovs_send_socket"}
+        inside = {k: v for k, v in ovs.items() if v > 0}
+        if inside:
+            reasons.append(f"{sum(inside.values())} frames lost inside the emulator: " + ", ".join(
+                f"{v} {ENTRIES[k]}" for k, v in inside.items()))
         timeouts = sum(j["qp_stats"]["timeouts"] for j in out_jobs)
         if failed is not None:
             failed.update(F.timeout_verdict(failed, [t for j in out_jobs for t in j["timeout_times"]],
@@ -337,13 +352,16 @@ class CollectiveFabric:
         if cpu_sum.get("switch_max", 0) >= 90:
             reasons = [r for r in reasons if "BMv2" not in r] + [f"ovs-vswitchd at {cpu_sum['switch_max']:.0f}% "
                                                                   "of a core"]
-        ledger = R.loss_ledger(all_reports, sum(drops.values()))
+        ledger = R.loss_ledger(all_reports, sum(drops.values()), ovs, emulator["edge"], lost["udp_rcvbuf_errors"])
         ledger["counted_by"] = drops
+        ledger["machine_wide"] = [k for k in MACHINE_WIDE if k in ovs] + ["ovs_upcalls_lost"]
+        ledger["ovs_send_buffer"] = emulator["send_socket"]    # its buffer: what all the queues share
         unaccounted = ledger["unattributed"]
         if failed is not None:
-            ledger["note"] = "a failure schedule ran: frames on a downed port are counted nowhere"
+            ledger["note"] = ("a failure schedule ran: frames on a downed port are counted nowhere (nor is "
+                              "ovs-vswitchd's send socket inferred: its sends to a downed port fail alike)")
             unaccounted = None
-        block = assess(cpu=cpu_sum, unaccounted=unaccounted, reasons=reasons)
+        block = assess(cpu=cpu_sum, unaccounted=unaccounted, lost_inside=sum(inside.values()), reasons=reasons)
         return {"ok": block["emulator_ok"], "reasons": block["emulator"]["reasons"], "cpu": cpu_sum, **lost,
                 "losses": ledger, "wall_s": wall, "load": _load(), "block": block}
 
