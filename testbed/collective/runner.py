@@ -40,10 +40,11 @@ QP_TIMEOUT_CAP_S = 1.0
 #: packets in flight per QP: a few BDPs of a host link (no delay is emulated), small enough that an
 #: n-to-1 step (all-to-all) fits the switch queues
 WINDOW = 32
-#: frames all the QPs sending into one host may have in flight together: an OVS (userspace) port sends
-#: into its veth through a packet socket whose send buffer (net.core.wmem_default, 208 KiB) holds ~90
-#: frames, so an n-to-1 step with more in flight loses frames OVS counts nowhere we could read (a
-#: hypothesis that fits: all-to-all lost frames, ring allreduce almost none); per-QP windows shrink to fit
+#: frames all the QPs sending into one host may have in flight together: ovs-vswitchd (userspace) sends
+#: into every port of every bridge through ONE packet socket, charged for each frame until the port's HTB
+#: sends it, whose send buffer (net.core.wmem_default, 208 KiB) holds ~92 frames for the whole fabric;
+#: beyond that OVS frees frames uncounted (measured: testbed.emu.ovsloss, docs/collectives.md). Per-QP
+#: windows shrink to fit; an 8-rank all-to-all still overflows it (the ledger names those frames)
 INCAST_PACKETS = 64
 MIN_WINDOW = 8
 
