@@ -146,21 +146,24 @@ class CollectiveFabric:
             targets = " ".join(self.rep.ip(b) for b in hosts if b != a)
             self.rep.host(a).cmd(f"for t in {targets}; do ping -c1 -W2 -q $t >/dev/null; done")
 
-    def drops(self, intfs) -> dict:
-        """Drops counted by the switch ports' qdiscs and interfaces (machine namespace), every host's,
-        Open vSwitch's per-port counters, and the datapath's lost upcalls (machine-wide: shared)."""
+    def drops(self, ports) -> dict:
+        """Drops counted by the switch ports' qdiscs and interfaces (machine namespace; ``ports``: every
+        switch port, both ends of a fabric link), every host's, Open vSwitch's own per-port drops (dpctl/show
+        repeats a system port's interface drops: those are taken off), and the datapath's lost upcalls
+        (machine-wide: shared). A veth whose peer's backlog was full counts the frame as its tx_dropped,
+        so the kernel backlog's drops (softnet) are in these already."""
         def ns_text(cmd, host=None):
             if host is None:
                 return subprocess.run(cmd, capture_output=True, text=True).stdout
             return self.rep.host(host).cmd(" ".join(cmd))
 
-        kernel = R.counted_drops(ns_text(["tc", "-s", "-j", "qdisc", "show"]),
-                                 ns_text(["ip", "-s", "-j", "link", "show"]), set(intfs))
+        links = ns_text(["ip", "-s", "-j", "link", "show"])
+        kernel = R.counted_drops(ns_text(["tc", "-s", "-j", "qdisc", "show"]), links, set(ports))
         for h in self.plan.layout.hosts:
             kernel += R.counted_drops(ns_text(["tc", "-s", "-j", "qdisc", "show"], h.node),
                                       ns_text(["ip", "-s", "-j", "link", "show"], h.node))
         dpctl = ns_text(["ovs-appctl", "dpctl/show", "-s"])
-        return {"kernel": kernel, "ovs_ports": R.ovs_port_drops(dpctl, set(intfs)),
+        return {"kernel": kernel, "ovs_ports": R.ovs_port_drops(dpctl, set(ports)) - R.counted_drops("[]", links, set(ports)),
                 "ovs_upcalls_lost": R.upcalls_lost(dpctl)}
 
     def qp_config(self, host) -> dict:
@@ -214,10 +217,10 @@ class CollectiveFabric:
             # every counter is read before the ranks start: a frame lost before the first read would be
             # counted by the ranks and by no drop counter
             intfs = sorted({x[2] for x in R.directed_links(self.plan)})
+            ports, edge = R.switch_ports(self.plan)
             pid = ovs_pid()
             losses = LossWatch(self.rep, all_hosts, [pid] if pid else []).start()
-            before, drops_before = read_counters(intfs), self.drops(intfs)
-            ports, edge = R.switch_ports(self.plan)
+            before, drops_before = read_counters(intfs), self.drops(ports)
             ovs_before = ovsloss.snapshot(ports, edge, pid)
             procs = self._start_ranks(jobs, folder, timeout, failures)
             t0 = time.time()
@@ -229,11 +232,12 @@ class CollectiveFabric:
             finally:
                 failed = chaos.finish() if chaos else None
                 _stop(procs)
-        after, drops_after = read_counters(intfs), self.drops(intfs)
+        after, drops_after = read_counters(intfs), self.drops(ports)
         drops = {k: drops_after[k] - drops_before[k] for k in drops_after}
         ovs_after = ovsloss.snapshot(ports, edge, pid)
         emulator = {"losses": ovsloss.losses(ovs_before, ovs_after), "edge": ovsloss.edge_frames(ovs_before, ovs_after),
-                    "send_socket": ovs_after["send_socket"]}
+                    "send_socket": ovs_after["send_socket"],
+                    "kernel_backlog": ovs_after["softnet_dropped"] - ovs_before["softnet_dropped"]}
         wall = time.time() - t0
         out_jobs, all_reports = self._collect(jobs, folder)
         span = max(j["end"] for j in out_jobs) - min(j["start"] for j in out_jobs)
@@ -330,7 +334,7 @@ class CollectiveFabric:
         :func:`testbed.emu.ovsloss.losses` and the fabric's edge frames) are attributed, to the emulator:
         the run stays unhealthy."""
         from testbed.emu.health import saturation
-        from testbed.emu.ovsloss import ENTRIES, MACHINE_WIDE
+        from testbed.emu.ovsloss import ENTRIES
         from testbed.emu.runhealth import assess
 
         reasons = saturation(cpu_sum, None, 0.0, float("inf"), lost["udp_rcvbuf_errors"], 0)
@@ -355,8 +359,10 @@ class CollectiveFabric:
                                                                   "of a core"]
         ledger = R.loss_ledger(all_reports, sum(drops.values()), ovs, emulator["edge"], lost["udp_rcvbuf_errors"])
         ledger["counted_by"] = drops
-        ledger["machine_wide"] = [k for k in MACHINE_WIDE if k in ovs] + ["ovs_upcalls_lost"]
+        ledger["machine_wide"] = ["ovs_upcalls_lost", "kernel_backlog"]
         ledger["ovs_send_buffer"] = emulator["send_socket"]    # its buffer: what all the queues share
+        # the CPUs' backlog drops (softnet), a check: a veth counted each as its tx_dropped (counted_by kernel)
+        ledger["kernel_backlog"] = emulator["kernel_backlog"]
         unaccounted = ledger["unattributed"]
         if failed is not None:
             ledger["note"] = ("a failure schedule ran: frames on a downed port are counted nowhere (nor is "

@@ -3,7 +3,8 @@
 A frame crosses a switch of the replica like this; beside each step, what counts a loss there:
 
     peer veth xmit -> the CPU's netif_rx backlog       full (net.core.netdev_max_backlog): /proc/net/softnet_stat
-                                                       column 2, per CPU, machine-wide (:func:`softnet_dropped`)
+                                                       column 2, per CPU, machine-wide (:func:`softnet_dropped`);
+                                                       the sending veth counts it too, as its tx_dropped
     -> the port's AF_PACKET socket (ovs-vswitchd)     receive buffer full: the socket's sk_drops, ``ss -0 -m -p``
                                                        ``d<N>``, one socket per port (:func:`port_socket_drops`)
     -> the datapath                                    lost upcalls (dpctl/show), drop actions (coverage)
@@ -19,7 +20,9 @@ it, 212,992 B here: ~92 frames of 1 KiB MTU, truesize 2,304 B), not the 1000 pac
 modelled with; beyond that the frames vanish. Nothing counts them, so :func:`unsent` infers them by
 conservation over the replica's own switch ports: frames the ports received, less those their sockets
 dropped (what ovs-vswitchd read), less those that reached the ports' queues (sent, queue drops, queue
-growth). Measured on an 8-rank all-to-all (docs/collectives.md): what ovs-vswitchd read equals its own
+growth). The kernel backlog's drops are read too, machine-wide (another run at the same time would add
+its own: the emulation lock makes that unlikely), as a check on the veths' tx_dropped, which count them
+already. Measured on an 8-rank all-to-all (docs/collectives.md): what ovs-vswitchd read equals its own
 ``packets received`` (pmd-stats-show), and read - queued equals the frames the hosts' interfaces sent and
 never received, frame for frame. These are emulator losses, not a modelled queue's.
 
@@ -32,12 +35,9 @@ import json
 import re
 import subprocess
 
-#: the ledger's names of the emulator's losses, and which are read machine-wide (another run at the same
-#: time would add its frames: the emulation lock makes that unlikely, not impossible)
+#: the ledger's names of the frames lost inside ovs-vswitchd (both read on this replica's ports only)
 ENTRIES = {"ovs_send_socket": "read by ovs-vswitchd and never queued (its send socket full; inferred)",
-           "ovs_port_sockets": "ovs-vswitchd's port sockets full",
-           "kernel_backlog": "kernel backlog (softnet, machine-wide)"}
-MACHINE_WIDE = ("kernel_backlog",)
+           "ovs_port_sockets": "ovs-vswitchd's port sockets full"}
 
 
 def softnet_dropped(text: str) -> int:
@@ -119,8 +119,7 @@ def losses(before: dict, after: dict) -> dict:
     """``{entry: frames}`` of :data:`ENTRIES` between two :func:`snapshot` s (a negative inference, more
     frames out than in, is kept as it is: the ledger shows it)."""
     sockets = sum(after["port_sockets"].values()) - sum(before["port_sockets"].values())
-    return {"ovs_send_socket": unsent(before, after), "ovs_port_sockets": sockets,
-            "kernel_backlog": after["softnet_dropped"] - before["softnet_dropped"]}
+    return {"ovs_send_socket": unsent(before, after), "ovs_port_sockets": sockets}
 
 
 def edge_frames(before: dict, after: dict) -> dict:
