@@ -338,7 +338,9 @@ class CollectiveFabric:
         from testbed.emu.runhealth import assess
 
         reasons = saturation(cpu_sum, None, 0.0, float("inf"), lost["udp_rcvbuf_errors"], 0)
-        ovs = emulator["losses"]
+        ovs = dict(emulator["losses"])
+        # what ovs-vswitchd read and did not queue holds the drops it counts itself: named once, by those
+        ovs["ovs_send_socket"] -= drops["ovs_ports"] + drops["ovs_upcalls_lost"]
         if failed is not None:  # OVS's sends to a downed port fail too (ENETDOWN), uncounted like a full socket
             ovs = {k: v for k, v in ovs.items() if k != "ovs_send_socket"}
         inside = {k: v for k, v in ovs.items() if v > 0}

@@ -72,6 +72,8 @@ def test_ledger_attributes_the_emulators_losses():
     led = report.loss_ledger(reps, counted=8, emulator={"ovs_send_socket": 86, "ovs_port_sockets": 3}, rcvbuf=1)
     assert led["lost"] == 100 and led["emulator_lost"] == 89
     assert led["unattributed"] == 100 - 8 - 2 - 1 - 89 and led["beyond"] == 0
+    # a learning bridge's floods make the inference negative: it names nothing then, it takes nothing off
+    assert report.loss_ledger(reps, counted=8, emulator={"ovs_send_socket": -83})["unattributed"] == 100 - 8 - 2
     over = report.loss_ledger(reps, counted=8, emulator={"ovs_send_socket": 95})
     assert over["unattributed"] == 0 and over["beyond"] == 5
     assert report.loss_ledger(reps, counted=0)["unattributed"] == 98
