@@ -185,6 +185,19 @@ def loss_ledger(reports: list[dict], counted: int, emulator: dict | None = None,
             "beyond": max(0, named - lost)}
 
 
+def inside_emulator(emulator: dict, others: int, names: dict) -> tuple[int, str | None]:
+    """(the ranks' frames lost inside the emulator, the reason that says so, None when none): the entries of
+    ``emulator`` (``names``: how to say each), less ``others``, the hosts' own frames lost (IPv6 multicast
+    the controller's table-miss rule drops: the fabric's policy, not the emulator's)."""
+    inside = {k: v for k, v in emulator.items() if v > 0}
+    frames = max(0, sum(inside.values()) - others)
+    if not frames:
+        return 0, None
+    less = f" (less {others} of the hosts' own frames)" if others else ""
+    return frames, (f"{frames} frames lost inside the emulator: "
+                    + ", ".join(f"{v} {names[k]}" for k, v in inside.items()) + less)
+
+
 def ovs_port_drops(dpctl_text: str, intfs) -> int:
     """Drops the userspace datapath counted on ``intfs`` (``ovs-appctl dpctl/show -s``: live, unlike the
     OVSDB statistics column, refreshed every few seconds): RX dropped + overruns, TX dropped."""

@@ -343,10 +343,10 @@ class CollectiveFabric:
         ovs["ovs_send_socket"] -= drops["ovs_ports"] + drops["ovs_upcalls_lost"]
         if failed is not None:  # OVS's sends to a downed port fail too (ENETDOWN), uncounted like a full socket
             ovs = {k: v for k, v in ovs.items() if k != "ovs_send_socket"}
-        inside = {k: v for k, v in ovs.items() if v > 0}
-        if inside:
-            reasons.append(f"{sum(inside.values())} frames lost inside the emulator: " + ", ".join(
-                f"{v} {ENTRIES[k]}" for k, v in inside.items()))
+        ledger = R.loss_ledger(all_reports, sum(drops.values()), ovs, emulator["edge"], lost["udp_rcvbuf_errors"])
+        ranks_inside, why = R.inside_emulator(ovs, ledger["others_lost"], ENTRIES)
+        if why:
+            reasons.append(why)
         timeouts = sum(j["qp_stats"]["timeouts"] for j in out_jobs)
         if failed is not None:
             failed.update(F.timeout_verdict(failed, [t for j in out_jobs for t in j["timeout_times"]],
@@ -359,7 +359,6 @@ class CollectiveFabric:
         if cpu_sum.get("switch_max", 0) >= 90:
             reasons = [r for r in reasons if "BMv2" not in r] + [f"ovs-vswitchd at {cpu_sum['switch_max']:.0f}% "
                                                                   "of a core"]
-        ledger = R.loss_ledger(all_reports, sum(drops.values()), ovs, emulator["edge"], lost["udp_rcvbuf_errors"])
         ledger["counted_by"] = drops
         ledger["machine_wide"] = ["ovs_upcalls_lost", "kernel_backlog"]
         ledger["ovs_send_buffer"] = emulator["send_socket"]    # its buffer: what all the queues share
@@ -370,7 +369,7 @@ class CollectiveFabric:
             ledger["note"] = ("a failure schedule ran: frames on a downed port are counted nowhere (nor is "
                               "ovs-vswitchd's send socket inferred: its sends to a downed port fail alike)")
             unaccounted = None
-        block = assess(cpu=cpu_sum, unaccounted=unaccounted, lost_inside=sum(inside.values()), reasons=reasons)
+        block = assess(cpu=cpu_sum, unaccounted=unaccounted, lost_inside=ranks_inside, reasons=reasons)
         return {"ok": block["emulator_ok"], "reasons": block["emulator"]["reasons"], "cpu": cpu_sum, **lost,
                 "losses": ledger, "wall_s": wall, "load": _load(), "block": block}
 

@@ -92,3 +92,12 @@ def test_ledger_takes_the_hosts_own_lost_frames_off():
     led = report.loss_ledger(reps, counted=0, emulator={"ovs_send_socket": 99}, edge={"in": 1013, "out": 914},
                              rcvbuf=1)
     assert led["others_lost"] == 2 and led["unattributed"] == 0 and led["beyond"] == 0
+
+
+def test_the_reason_counts_the_ranks_frames_lost_inside_the_emulator():
+    frames, why = report.inside_emulator({"ovs_send_socket": 1002, "ovs_port_sockets": 0}, 3, ovsloss.ENTRIES)
+    assert frames == 999 and why.startswith("999 frames lost inside the emulator: 1002 read by ovs-vswitchd")
+    assert why.endswith("(less 3 of the hosts' own frames)")
+    # a 4 MiB send buffer: no rank's frame lost, one IPv6 frame of a host dropped by the pipeline
+    assert report.inside_emulator({"ovs_send_socket": 1, "ovs_port_sockets": 0}, 1, ovsloss.ENTRIES) == (0, None)
+    assert report.inside_emulator({"ovs_send_socket": -83}, 0, ovsloss.ENTRIES) == (0, None)
