@@ -360,5 +360,7 @@ def print_report(result: dict, quiet_stdout: bool = False) -> None:
     led = h.get("losses")
     if led:
         out.print(f"# frames: {led['sent']} sent, {led['lost']} lost ({led['counted_drops']} counted by queues or "
-                  f"interfaces, {led['socket_enobufs']} refused by sockets, {led['endpoint_discards']} discarded by "
-                  f"endpoints, {led['unattributed']} unattributed)")
+                  f"interfaces, {led['socket_enobufs'] + led.get('udp_rcvbuf_errors', 0)} refused by sockets, "
+                  f"{led['endpoint_discards']} discarded by endpoints, {led.get('emulator_lost', 0)} lost inside "
+                  f"the emulator {led.get('emulator', {})}, of all these {led.get('others_lost', 0)} the hosts' own "
+                  f"frames; {led['unattributed']} unattributed)")

@@ -88,6 +88,22 @@ def directed_links(plan) -> list[tuple]:
     return out
 
 
+def switch_ports(plan) -> tuple[list, list]:
+    """(every switch port of the replica, those facing a host): both ends of a switch-switch link, the
+    switch end of a host link. Every frame enters and leaves the fabric through the host-facing ones."""
+    def host(n):
+        return plan.graph.nodes[n].get("role") == "host"
+
+    ports, edge = set(), set()
+    for e in plan.links:
+        for n, intf, other in ((e.u, e.intf_u, e.v), (e.v, e.intf_v, e.u)):
+            if not host(n):
+                ports.add(intf)
+                if host(other):
+                    edge.add(intf)
+    return sorted(ports), sorted(edge)
+
+
 def link_usage(links: list[tuple], before: dict, after: dict, seconds: float, top: int = 0) -> list[dict]:
     """Utilisation of every directed link from interface byte counters ``{(intf, 'tx'|'rx'): bytes}``,
     busiest first: by utilisation (a slow NIC's full link above a fast one carrying more bytes), then bytes."""
@@ -142,17 +158,44 @@ def counted_drops(qdisc_json: str, link_json: str, devs=None) -> int:
     return total
 
 
-def loss_ledger(reports: list[dict], counted: int) -> dict:
+def loss_ledger(reports: list[dict], counted: int, emulator: dict | None = None, edge: dict | None = None,
+                rcvbuf: int = 0) -> dict:
     """Frames the ranks sent that no rank received (all traffic of a run stays between its ranks), set
-    against the drops some queue or interface counted and the datagrams the sockets refused."""
+    against the drops some queue or interface counted, the datagrams the sockets refused (``rcvbuf``: the
+    hosts' UDP RcvbufErrors), the frames endpoints discarded, and those the emulator lost inside Open
+    vSwitch (``emulator``: :func:`testbed.emu.ovsloss.losses`).
+
+    The counters count every frame, the ranks only theirs: ``edge`` (frames ``in`` and ``out`` of the
+    fabric at its host-facing ports over the run) gives the hosts' own frames (ARP, IPv6) that were lost,
+    ``others_lost``, which are taken off what the counters name (a rank's frame dropped in its own host's
+    queue makes it fewer: the ledger then shows ``beyond``). ``beyond``: frames the counters name beyond
+    those lost (0 when the ledger balances or falls short)."""
     tx = sum(r["stats"]["tx_packets"] for r in reports)
     rx = sum(r["stats"]["rx_packets"] for r in reports)
     dev = [r["stats"]["device"] for r in reports]
     enobufs = sum(d.get("tx_enobufs", 0) for d in dev)
     discarded = sum(d.get("rx_unknown_qp", 0) + d.get("rx_icrc_bad", 0) + d.get("rx_malformed", 0) for d in dev)
+    inside = sum(max(0, v) for v in (emulator or {}).values())   # floods make an inference negative
+    others = max(0, (edge["in"] - (tx - enobufs)) - (edge["out"] - (rx + discarded + rcvbuf))) if edge else 0
     lost = max(0, tx - rx)
+    named = counted + enobufs + rcvbuf + discarded + inside - others
     return {"sent": tx, "received": rx, "lost": lost, "counted_drops": counted, "socket_enobufs": enobufs,
-            "endpoint_discards": discarded, "unattributed": max(0, lost - counted - enobufs - discarded)}
+            "udp_rcvbuf_errors": rcvbuf, "endpoint_discards": discarded, "emulator": dict(emulator or {}),
+            "emulator_lost": inside, "others_lost": others, "unattributed": max(0, lost - named),
+            "beyond": max(0, named - lost)}
+
+
+def inside_emulator(emulator: dict, others: int, names: dict) -> tuple[int, str | None]:
+    """(the ranks' frames lost inside the emulator, the reason that says so, None when none): the entries of
+    ``emulator`` (``names``: how to say each), less ``others``, the hosts' own frames lost (IPv6 multicast
+    the controller's table-miss rule drops: the fabric's policy, not the emulator's)."""
+    inside = {k: v for k, v in emulator.items() if v > 0}
+    frames = max(0, sum(inside.values()) - others)
+    if not frames:
+        return 0, None
+    less = f" (less {others} of the hosts' own frames)" if others else ""
+    return frames, (f"{frames} frames lost inside the emulator: "
+                    + ", ".join(f"{v} {names[k]}" for k, v in inside.items()) + less)
 
 
 def ovs_port_drops(dpctl_text: str, intfs) -> int:

@@ -40,10 +40,11 @@ QP_TIMEOUT_CAP_S = 1.0
 #: packets in flight per QP: a few BDPs of a host link (no delay is emulated), small enough that an
 #: n-to-1 step (all-to-all) fits the switch queues
 WINDOW = 32
-#: frames all the QPs sending into one host may have in flight together: an OVS (userspace) port sends
-#: into its veth through a packet socket whose send buffer (net.core.wmem_default, 208 KiB) holds ~90
-#: frames, so an n-to-1 step with more in flight loses frames OVS counts nowhere we could read (a
-#: hypothesis that fits: all-to-all lost frames, ring allreduce almost none); per-QP windows shrink to fit
+#: frames all the QPs sending into one host may have in flight together: ovs-vswitchd (userspace) sends
+#: into every port of every bridge through ONE packet socket, charged for each frame until the port's HTB
+#: sends it, whose send buffer (net.core.wmem_default, 208 KiB) holds ~92 frames for the whole fabric;
+#: beyond that OVS frees frames uncounted (measured: testbed.emu.ovsloss, docs/collectives.md). Per-QP
+#: windows shrink to fit; an 8-rank all-to-all still overflows it (the ledger names those frames)
 INCAST_PACKETS = 64
 MIN_WINDOW = 8
 
@@ -145,21 +146,24 @@ class CollectiveFabric:
             targets = " ".join(self.rep.ip(b) for b in hosts if b != a)
             self.rep.host(a).cmd(f"for t in {targets}; do ping -c1 -W2 -q $t >/dev/null; done")
 
-    def drops(self, intfs) -> dict:
-        """Drops counted by the switch ports' qdiscs and interfaces (machine namespace), every host's,
-        Open vSwitch's per-port counters, and the datapath's lost upcalls (machine-wide: shared)."""
+    def drops(self, ports) -> dict:
+        """Drops counted by the switch ports' qdiscs and interfaces (machine namespace; ``ports``: every
+        switch port, both ends of a fabric link), every host's, Open vSwitch's own per-port drops (dpctl/show
+        repeats a system port's interface drops: those are taken off), and the datapath's lost upcalls
+        (machine-wide: shared). A veth whose peer's backlog was full counts the frame as its tx_dropped,
+        so the kernel backlog's drops (softnet) are in these already."""
         def ns_text(cmd, host=None):
             if host is None:
                 return subprocess.run(cmd, capture_output=True, text=True).stdout
             return self.rep.host(host).cmd(" ".join(cmd))
 
-        kernel = R.counted_drops(ns_text(["tc", "-s", "-j", "qdisc", "show"]),
-                                 ns_text(["ip", "-s", "-j", "link", "show"]), set(intfs))
+        links = ns_text(["ip", "-s", "-j", "link", "show"])
+        kernel = R.counted_drops(ns_text(["tc", "-s", "-j", "qdisc", "show"]), links, set(ports))
         for h in self.plan.layout.hosts:
             kernel += R.counted_drops(ns_text(["tc", "-s", "-j", "qdisc", "show"], h.node),
                                       ns_text(["ip", "-s", "-j", "link", "show"], h.node))
         dpctl = ns_text(["ovs-appctl", "dpctl/show", "-s"])
-        return {"kernel": kernel, "ovs_ports": R.ovs_port_drops(dpctl, set(intfs)),
+        return {"kernel": kernel, "ovs_ports": R.ovs_port_drops(dpctl, set(ports)) - R.counted_drops("[]", links, set(ports)),
                 "ovs_upcalls_lost": R.upcalls_lost(dpctl)}
 
     def qp_config(self, host) -> dict:
@@ -198,6 +202,7 @@ class CollectiveFabric:
         restored when the jobs end. QP timeouts inside the failure windows are reported, not a fault.
         ``sample``: a rank's host whose RoCEv2 frames are sampled (:meth:`data_sample`) and checked after
         the run as ``roce check --expect-ect`` (:meth:`sample_check`): the result's ``data_check``."""
+        from testbed.emu import ovsloss
         from testbed.emu.health import CpuWatch, LossWatch, ovs_pid
 
         folder = self.out_dir / tag
@@ -209,11 +214,15 @@ class CollectiveFabric:
         if sample is not None:
             capture.enter_context(self.data_sample(folder, sample))
         with capture:
-            procs = self._start_ranks(jobs, folder, timeout, failures)
+            # every counter is read before the ranks start: a frame lost before the first read would be
+            # counted by the ranks and by no drop counter
             intfs = sorted({x[2] for x in R.directed_links(self.plan)})
+            ports, edge = R.switch_ports(self.plan)
             pid = ovs_pid()
             losses = LossWatch(self.rep, all_hosts, [pid] if pid else []).start()
-            before, drops_before = read_counters(intfs), self.drops(intfs)
+            before, drops_before = read_counters(intfs), self.drops(ports)
+            ovs_before = ovsloss.snapshot(ports, edge, pid)
+            procs = self._start_ranks(jobs, folder, timeout, failures)
             t0 = time.time()
             chaos = FailureDriver(self, failures, folder / "start", len(procs), timeout) if failures else None
             try:
@@ -223,13 +232,17 @@ class CollectiveFabric:
             finally:
                 failed = chaos.finish() if chaos else None
                 _stop(procs)
-        after, drops_after = read_counters(intfs), self.drops(intfs)
+        after, drops_after = read_counters(intfs), self.drops(ports)
         drops = {k: drops_after[k] - drops_before[k] for k in drops_after}
+        ovs_after = ovsloss.snapshot(ports, edge, pid)
+        emulator = {"losses": ovsloss.losses(ovs_before, ovs_after), "edge": ovsloss.edge_frames(ovs_before, ovs_after),
+                    "send_socket": ovs_after["send_socket"],
+                    "kernel_backlog": ovs_after["softnet_dropped"] - ovs_before["softnet_dropped"]}
         wall = time.time() - t0
         out_jobs, all_reports = self._collect(jobs, folder)
         span = max(j["end"] for j in out_jobs) - min(j["start"] for j in out_jobs)
         links = R.link_usage(R.directed_links(self.plan), before, after, span)
-        health = self._health(out_jobs, all_reports, cpu.summary(), losses.stop(), drops, failed, wall)
+        health = self._health(out_jobs, all_reports, cpu.summary(), losses.stop(), drops, failed, wall, emulator)
         jcts = ", ".join(f"{j['name']} JCT {j['jct_s']:.2f}s" for j in out_jobs)
         console.print(f"[dim]{tag}: {jcts}; "
                       f"emulator {'ok' if health['ok'] else 'UNHEALTHY: ' + '; '.join(health['reasons'])}[/dim]")
@@ -314,17 +327,26 @@ class CollectiveFabric:
         return out_jobs, all_reports
 
     def _health(self, out_jobs: list[dict], all_reports: list[dict], cpu_sum: dict, lost: dict, drops: dict,
-                failed: dict | None, wall: float) -> dict:
+                failed: dict | None, wall: float, emulator: dict) -> dict:
         """The run's emulator health: CPU saturation, socket overflows, QP timeouts (outside the failure
         windows), and the loss ledger; frames no counter saw are unaccounted unless a failure schedule ran
-        (frames on a downed port are counted nowhere)."""
+        (frames on a downed port are counted nowhere). Frames lost inside Open vSwitch (``emulator``: the
+        :func:`testbed.emu.ovsloss.losses` and the fabric's edge frames) are attributed, to the emulator:
+        the run stays unhealthy."""
         from testbed.emu.health import saturation
+        from testbed.emu.ovsloss import ENTRIES
         from testbed.emu.runhealth import assess
 
         reasons = saturation(cpu_sum, None, 0.0, float("inf"), lost["udp_rcvbuf_errors"], 0)
-        if lost["switch_socket_drops"]:    # ovs-vswitchd serves every run on the machine: its count is shared
-            reasons.append(f"ovs-vswitchd's packet sockets dropped {lost['switch_socket_drops']} frames (counted for "
-                           "the whole process, which other runs share)")
+        ovs = dict(emulator["losses"])
+        # what ovs-vswitchd read and did not queue holds the drops it counts itself: named once, by those
+        ovs["ovs_send_socket"] -= drops["ovs_ports"] + drops["ovs_upcalls_lost"]
+        if failed is not None:  # OVS's sends to a downed port fail too (ENETDOWN), uncounted like a full socket
+            ovs = {k: v for k, v in ovs.items() if k != "ovs_send_socket"}
+        ledger = R.loss_ledger(all_reports, sum(drops.values()), ovs, emulator["edge"], lost["udp_rcvbuf_errors"])
+        ranks_inside, why = R.inside_emulator(ovs, ledger["others_lost"], ENTRIES)
+        if why:
+            reasons.append(why)
         timeouts = sum(j["qp_stats"]["timeouts"] for j in out_jobs)
         if failed is not None:
             failed.update(F.timeout_verdict(failed, [t for j in out_jobs for t in j["timeout_times"]],
@@ -337,13 +359,17 @@ class CollectiveFabric:
         if cpu_sum.get("switch_max", 0) >= 90:
             reasons = [r for r in reasons if "BMv2" not in r] + [f"ovs-vswitchd at {cpu_sum['switch_max']:.0f}% "
                                                                   "of a core"]
-        ledger = R.loss_ledger(all_reports, sum(drops.values()))
         ledger["counted_by"] = drops
+        ledger["machine_wide"] = ["ovs_upcalls_lost", "kernel_backlog"]
+        ledger["ovs_send_buffer"] = emulator["send_socket"]    # its buffer: what all the queues share
+        # the CPUs' backlog drops (softnet), a check: a veth counted each as its tx_dropped (counted_by kernel)
+        ledger["kernel_backlog"] = emulator["kernel_backlog"]
         unaccounted = ledger["unattributed"]
         if failed is not None:
-            ledger["note"] = "a failure schedule ran: frames on a downed port are counted nowhere"
+            ledger["note"] = ("a failure schedule ran: frames on a downed port are counted nowhere (nor is "
+                              "ovs-vswitchd's send socket inferred: its sends to a downed port fail alike)")
             unaccounted = None
-        block = assess(cpu=cpu_sum, unaccounted=unaccounted, reasons=reasons)
+        block = assess(cpu=cpu_sum, unaccounted=unaccounted, lost_inside=ranks_inside, reasons=reasons)
         return {"ok": block["emulator_ok"], "reasons": block["emulator"]["reasons"], "cpu": cpu_sum, **lost,
                 "losses": ledger, "wall_s": wall, "load": _load(), "block": block}
 

@@ -4,7 +4,8 @@
 * the reported time and busbw equal what the rank reports' raw timestamps give, recomputed here with
   nccl-tests' formula (size / time x 2 (n-1)/n), and 0 < busbw <= the emulated host-link rate;
 * each host link carried at least the 2 (n-1)/n x size the ring must move (switch port counters);
-* the run reports emulator health and a loss ledger (sent, lost, counted, unattributed).
+* the run reports emulator health and a loss ledger (sent, lost, counted, unattributed) that names every
+  lost frame, none twice (unattributed 0, beyond 0).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def test_ring_allreduce_exact_and_busbw_formula(tmp_path):
     health = result["health"]
     assert set(health) >= {"ok", "reasons", "cpu", "losses"}
     assert health["losses"]["sent"] > 0 and health["losses"]["lost"] >= 0
+    # every lost frame is named (a queue, an interface, a socket, ovs-vswitchd's send socket), none twice
+    assert health["losses"]["unattributed"] == 0 and health["losses"]["beyond"] == 0, health["losses"]
 
 
 def test_failure_schedule_stalls_the_ring_and_it_recovers_exact(tmp_path):
