@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     if not 1e5 <= rate <= 1e9:
         raise SpecError("--link-rate", f"must be between 100k and 1G (emulated host-link rate), got {args.link_rate}")
     from testbed.collective import experiment as X
-    from testbed.collective.failures import parse as parse_failures
+    from testbed.failures import parse as parse_failures
 
     failures = parse_failures(args.failures, X.fabric_graph("small")) if args.failures else None
     if failures and args.acceptance_only:
