@@ -147,11 +147,12 @@ def run(G, res: Results, args, schedule: str, events: list) -> dict:
                         for h, p in procs.items():
                             wait_finished(p, f"{what} on {h}", args.duration + 30)
                 finally:
+                    t_end = time.time()
                     record = driver.finish()
             touched = [link for x in record["log"] for link in F.links_of(G, x["kind"].split("_")[0], x["target"])]
             checked, still_down = control.down_interfaces(list(dict.fromkeys(touched)))
             cuts = F.cuts(record["log"], args.duration)
-            failovers = reactions(ctl, G, cuts, t_start) if not record["error"] else {}
+            failovers = reactions(ctl, G, cuts, t_start, t_end) if not record["error"] else {}
             after = controller_paths(ctl, hs)
             res.write_json("events.json", ctl.get("/events"))
             health = ctl.get("/health")
@@ -167,19 +168,24 @@ def run(G, res: Results, args, schedule: str, events: list) -> dict:
                     "link_rate_emulated_bps": max(e.applied.rate_bps or 0 for e in plan.links)})
 
 
-def reactions(ctl, G, cuts: list[dict], t_start: float) -> dict:
+def reactions(ctl, G, cuts: list[dict], t_start: float, t_end: float) -> dict:
     """The controller's reaction to every cut and repair ({index: (down, up)}), from its ``/events``; waits
-    until each link or switch cut shows (a crashed switch: at least one of its links)."""
+    until each link or switch cut shows (a crashed switch: at least one of its links), and its repair (in
+    the schedule, or the driver's restore at ``t_end``: then not reported, but the paths taken after it
+    are the restored fabric's)."""
     def seen():
         fo = ctl.get("/events")["failovers"]
         got = {}
         for i, c in enumerate(cuts):
             links = F.links_of(G, c["kind"], c["target"])
+            if not links:
+                got[i] = (None, None)
+                continue
             down = reaction(fo, links, "link_down", t_start + c["down_s"] - 0.01)
-            up = reaction(fo, links, "link_up", t_start + c["up_s"] - 0.01) if c["repaired"] else None
-            if links and (down is None or (c["repaired"] and up is None)):
+            up = reaction(fo, links, "link_up", (t_start + c["up_s"] if c["repaired"] else t_end) - 0.01)
+            if down is None or up is None:
                 return None
-            got[i] = (down, up)
+            got[i] = (down, up if c["repaired"] else None)
         return got
     return poll(seen, timeout=15, interval=0.05, what="the controller to report every failure and repair")
 
@@ -228,7 +234,7 @@ def analyse(G, res: Results, args, hs, ip_of, probe_dir: Path, t_start: float, s
         "cuts": reports,
         "failures": {k: record[k] for k in ("log", "skipped", "restored", "error")},
         "flows_back_to_original_paths": len(changes["same_as_before_after_restore"]),
-        "lost_before_cut": lost_before(flows, t_start + first - 0.002),
+        "lost_before_cut": lost_before(flows, t_start + first - args.interval),   # a round's datagrams: 1 interval
         **measured,
         "plot": str(res.path("throughput.png")),
     }

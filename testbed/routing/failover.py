@@ -149,6 +149,9 @@ def cut_report(flows: dict, cut: dict, t0: float, next_s: float, paths: tuple, d
     """One cut of a failure schedule (:func:`testbed.failures.cuts`, times in s after ``t0``): the flows it
     affected and their outage, its control-plane reaction, the path sets it changed.
 
+    A flow's packets count from one sending interval before the cut: a probe's send time is its round's
+    (:mod:`testbed.links.probe`), whose datagrams to the other destinations leave up to one interval later.
+
     Args:
         next_s: when the next cut starts (s after t0; inf: none): losses from the repair to then are the
             repair's (``lost_after_restore``).
@@ -159,8 +162,9 @@ def cut_report(flows: dict, cut: dict, t0: float, next_s: float, paths: tuple, d
         (the cut's figures, per flow ``{lost_in_window, outage_ms, lost_after_restore}``).
     """
     t_cut, t_up = t0 + cut["down_s"], t0 + cut["up_s"]
-    outages = flow_outages(flows, (t_cut - 0.002, t_up))
-    after = flow_outages(flows, (t_up, t0 + next_s)) if cut["repaired"] else {}
+    lead = max((f["interval"] for f in flows.values()), default=0.0)
+    outages = flow_outages(flows, (t_cut - lead, t_up))
+    after = flow_outages(flows, (t_up, t0 + next_s - lead)) if cut["repaired"] else {}
     hit = [o["outage_ms"] for o in outages.values() if o["lost_in_window"] > 0]
     median = statistics.median(hit) if hit else 0.0
     doc = {"event": cut["event"], "kind": cut["kind"], "target": cut["target"], "at_s": round(cut["down_s"], 3),
