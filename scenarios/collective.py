@@ -22,7 +22,7 @@ What it shows:
   also captures rank 0's first 1500 RoCEv2 frames (both ways at its host link) and checks them as
   ``testbed roce check --expect-ect`` (``data_check`` in the summary: ECN-capable, 0 violations); a
   failed check fails the run (exit 1), as an inexact element does.
-  ``--failures SCHEDULE`` fails links or switches of the small fabric during the sweep (docs/collectives.md).
+  ``--failures SCHEDULE`` fails links or switches of the small fabric during the sweep (docs/failures.md).
 
     sudo testbed run collective --quick      # small fabric, 4 ranks, up to 256 KiB; part 4 (1.5-2 min)
     sudo testbed run collective              # + fat-tree-k4 two jobs, sizes up to 4 MiB
@@ -81,13 +81,13 @@ def main(argv=None) -> int:
     which.add_argument("--acceptance-only", action="store_true", help="run part 4 alone")
     which.add_argument("--no-acceptance", action="store_true", help="leave part 4 out")
     parser.add_argument("--failures", metavar="SCHEDULE", help="fail links/switches of the small fabric during the "
-                        "sweep, e.g. 1s:down:s0-l1,2s:up:s0-l1")
+                        "sweep, e.g. 1s:down:s0-l1,2s:up:s0-l1 (docs/failures.md)")
     args = parser.parse_args(argv)
     rate = parse_rate(args.link_rate, "--link-rate")
     if not 1e5 <= rate <= 1e9:
         raise SpecError("--link-rate", f"must be between 100k and 1G (emulated host-link rate), got {args.link_rate}")
     from testbed.collective import experiment as X
-    from testbed.collective.failures import parse as parse_failures
+    from testbed.failures import parse as parse_failures
 
     failures = parse_failures(args.failures, X.fabric_graph("small")) if args.failures else None
     if failures and args.acceptance_only:

@@ -52,6 +52,10 @@ from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # no
 from testbed.units import FIBRE_DELAY_S_PER_M  # noqa: E402
 
 NAME = "dci_protection"
+#: why ``--failures`` is refused here (a scenario takes a failure schedule or says why not)
+NO_FAILURES = (
+    "it runs its own fibre cut (the working fibre at 1/4 of the traffic) and measures the protection "
+    "switch of that one cut; --mode, --detect-ms and --reconfig-ms shape it")
 PORT = 5301
 PROBE = [sys.executable, "-m", "testbed.links.probe"]
 WORKING_M, STANDBY_M = 30_000.0, 40_000.0
@@ -230,7 +234,7 @@ def run_mode(mode: str, res: Results, args) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = scenario_parser(__doc__, prog=f"testbed run {NAME}")
+    parser = scenario_parser(__doc__, prog=f"testbed run {NAME}", refuse_failures=NO_FAILURES)
     parser.add_argument("--mode", choices=("ocs", "packet", "both"), default="both")
     parser.add_argument("--reconfig-ms", type=float, default=20.0, help="OCS reconfiguration time, real ms")
     parser.add_argument("--detect-ms", type=float, default=2.0, help="loss-of-light detection, real ms")

@@ -38,6 +38,11 @@ from testbed.topo import generators
 from testbed.topo.graph import hosts
 
 NAME = "demo"
+#: why ``--failures`` is refused here (a scenario takes a failure schedule or says why not)
+NO_FAILURES = (
+    "a ping matrix and iperf3 smoke run, with no failure window in its report; run fabric_failover "
+    "--failures, or testbed up and testbed fail")
+
 _RTT_RE = re.compile(r"time=([\d.]+) ms")
 
 
@@ -71,7 +76,7 @@ def iperf(rep, src, dst, seconds: float) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = scenario_parser(__doc__, prog="demo")
+    parser = scenario_parser(__doc__, prog="demo", refuse_failures=NO_FAILURES)
     parser.add_argument("--spines", type=int, default=2, help="spine switches (1: loop-free, no controller)")
     args = parser.parse_args(argv)
     leaves = 2 if args.quick else 3

@@ -44,6 +44,10 @@ from testbed.errors import SpecError  # noqa: E402
 from testbed.scenario import REPO_ROOT, Results, run_main, scenario_parser  # noqa: E402
 
 NAME = "innetwork_allreduce"
+#: why ``--failures`` is refused here (a scenario takes a failure schedule or says why not)
+NO_FAILURES = (
+    "the aggregation switch (BMv2, aggregation.p4) has no failover path, so a failed link stalls the "
+    "job; its loss is injected at the workers (the spec matrix's loss)")
 SPEC = REPO_ROOT / "scenarios" / "specs" / "allreduce.yaml"
 #: a row whose worker links carried less than this fraction of their rate was limited by BMv2
 SATURATION_UTILISATION = 0.5
@@ -136,7 +140,7 @@ def plots(rows: list[dict], summary: dict, out: Path) -> None:
 
 # -- the run ------------------------------------------------------------------------------------------------
 def main(argv=None) -> int:
-    parser = scenario_parser(__doc__, prog=f"testbed run {NAME}")
+    parser = scenario_parser(__doc__, prog=f"testbed run {NAME}", refuse_failures=NO_FAILURES)
     parser.add_argument("--spec", default=str(SPEC), help="matrix spec (YAML)")
     args = parser.parse_args(argv)
     require_root(f"testbed run {NAME}")

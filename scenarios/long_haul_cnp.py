@@ -64,6 +64,11 @@ from testbed.validate import longhaul_setup as S  # noqa: E402
 from testbed.validate import trial_ledger as TL  # noqa: E402
 
 NAME = "long_haul_cnp"
+#: why ``--failures`` is refused here (a scenario takes a failure schedule or says why not)
+NO_FAILURES = (
+    "its trials judge every lost frame against the loss ledger and the DCQCN feedback checks, which a "
+    "schedule's losses are not wired into yet (and the long haul has no second path: a down is a "
+    "total outage)")
 SPEC = REPO_ROOT / "scenarios" / "specs" / "long-haul.yaml"
 ENDPOINT = [sys.executable, "-m", "testbed.rdma.endpoint"]
 
@@ -206,7 +211,7 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
 
 
 def main(argv=None) -> int:
-    parser = scenario_parser(__doc__, prog=f"testbed run {NAME}")
+    parser = scenario_parser(__doc__, prog=f"testbed run {NAME}", refuse_failures=NO_FAILURES)
     parser.add_argument("--distances", help="comma-separated km (default 0,10,30,50,100; --quick 30)")
     parser.add_argument("--modes", default=",".join(S.MODES), help="ecn,fast-cnp (default both)")
     parser.add_argument("--cases", help="sender-dci,receiver-tor (default both; with --incast above 2: sender-dci)")

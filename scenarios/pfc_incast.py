@@ -47,12 +47,16 @@ from testbed.pfc.fanin import FanIn, IncastParams, run_trial  # noqa: E402
 from testbed.scenario import Results, run_main, scenario_parser  # noqa: E402
 
 NAME = "pfc_incast"
+#: why ``--failures`` is refused here (a scenario takes a failure schedule or says why not)
+NO_FAILURES = (
+    "its hops are link cores with no replica, controller or per-link interface to fail; its fault is "
+    "the stuck receiver (--storm)")
 RATE = 20e6
 ROCE_TOS, LOSSY_TOS = 26 << 2 | 2, 0
 
 
 def _args(argv):
-    p = scenario_parser(__doc__, prog=f"testbed run {NAME}")
+    p = scenario_parser(__doc__, prog=f"testbed run {NAME}", refuse_failures=NO_FAILURES)
     p.add_argument("--seconds", type=float, default=1.5, help="how long the senders send (default 1.5)")
     p.add_argument("--xoff", type=float, default=30e3, help="bottleneck xoff, bytes (default 30000)")
     p.add_argument("--storm", type=float, default=3.0, help="seconds the receiver is stuck (default 3)")

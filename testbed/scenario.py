@@ -58,17 +58,30 @@ def _checked_number(cast, flag: str, minimum):
     return parse
 
 
-def scenario_parser(doc: str | None, prog: str | None = None) -> argparse.ArgumentParser:
+def scenario_parser(doc: str | None, prog: str | None = None,
+                    refuse_failures: str | None = None) -> argparse.ArgumentParser:
     """Parser with the flags every scenario accepts; scenarios add their own before parsing.
 
     Numeric flags (``type=int`` or ``type=float``) of a scenario are counts, sizes, rates and durations:
     they must be positive and finite, checked here once for every scenario (``--iters 0`` or ``-3`` is one
     line and exit 2, never passed on or silently replaced by a default). A flag that may be zero or
     negative says so with ``minimum=`` (e.g. ``minimum=0``; ``minimum=-math.inf`` for any finite value).
+
+    ``--failures SCHEDULE`` (a failure schedule during the run, docs/failures.md): a scenario that runs one
+    adds the flag itself; one that cannot says why in ``refuse_failures``, and the flag is then refused with
+    that reason (one line naming it, exit 2), never ignored.
     """
     from testbed.cli import _Parser
 
     class ScenarioParser(_Parser):
+        def parse_args(self, args=None, namespace=None):
+            parsed = super().parse_args(args, namespace)
+            if refuse_failures and parsed.failures is not None:
+                from testbed.errors import SpecError
+
+                raise SpecError("--failures", f"{self.prog} takes no failure schedule: {refuse_failures}")
+            return parsed
+
         def add_argument(self, *names, **kwargs):
             minimum = kwargs.pop("minimum", None)
             if kwargs.get("type") in (int, float):
@@ -81,6 +94,8 @@ def scenario_parser(doc: str | None, prog: str | None = None) -> argparse.Argume
     parser.add_argument("--quick", action="store_true", help="reduced run (under 2 minutes), used by tests")
     parser.add_argument("--out", metavar="DIR", help="results folder (default results/NAME/<timestamp>)")
     parser.add_argument("--json", action="store_true", help="print the JSON summary on stdout")
+    if refuse_failures:
+        parser.add_argument("--failures", metavar="SCHEDULE", help=f"refused: {_escape(refuse_failures)}")
     return parser
 
 

@@ -56,7 +56,7 @@ def _wrong(result: dict) -> int:
 def run(rate: float, out_dir, sizes: dict, quiet: bool = False) -> dict:
     """The three checks on one fat-tree replica (root). ``sizes``: bytes for ring, incast (per sender),
     alltoall."""
-    from testbed.collective import failures as F
+    from testbed import failures as F
     from testbed.collective import placement as P
     from testbed.collective.experiment import fabric_graph, print_report
     from testbed.collective.runner import CollectiveFabric, JobRun

@@ -59,7 +59,7 @@ class Options:
     link_rate_bps: float = 10e6
     trace: dict | None = None
     timeout_s: float = 600.0
-    failures: tuple = ()          # testbed.collective.failures.Event, sorted
+    failures: tuple = ()          # testbed.failures.Event, sorted
     nic_rates: tuple = ()         # (rank, real NIC rate in bit/s): ranks slower than the fabric's host links
 
     @classmethod
@@ -107,7 +107,7 @@ class Options:
                 raise SpecError("--jobs", "a trace replay is one job")
         failures = ()
         if getattr(a, "failures", None):
-            from testbed.collective.failures import parse
+            from testbed.failures import parse
 
             failures = tuple(parse(a.failures, fabric_graph(a.fabric)))
         ranks = a.ranks if trace is None else trace["ranks"]

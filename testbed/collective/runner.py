@@ -25,7 +25,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from testbed.collective import failures as F
+from testbed import failures as F
 from testbed.collective import report as R
 from testbed.console import console
 from testbed.emu.cpustat import load_average
@@ -197,8 +197,8 @@ class CollectiveFabric:
             sample: str | None = None) -> dict:
         """Run ``jobs`` concurrently; returns per-job figures, per-link utilisation and health.
 
-        ``failures``: :func:`testbed.collective.failures.parse` events, executed after the start barrier
-        through :class:`FabricControl` (the paths ``testbed fail`` uses); whatever they leave failed is
+        ``failures``: :func:`testbed.failures.parse` events, executed after the start barrier
+        through :class:`testbed.emu.failctl.FabricControl` (the paths ``testbed fail`` uses); whatever they leave failed is
         restored when the jobs end. QP timeouts inside the failure windows are reported, not a fault.
         ``sample``: a rank's host whose RoCEv2 frames are sampled (:meth:`data_sample`) and checked after
         the run as ``roce check --expect-ect`` (:meth:`sample_check`): the result's ``data_check``."""
@@ -224,7 +224,7 @@ class CollectiveFabric:
             ovs_before = ovsloss.snapshot(ports, edge, pid)
             procs = self._start_ranks(jobs, folder, timeout, failures)
             t0 = time.time()
-            chaos = FailureDriver(self, failures, folder / "start", len(procs), timeout) if failures else None
+            chaos = self.failure_driver(failures, folder / "start", len(procs), timeout) if failures else None
             try:
                 with CpuWatch({"ovs-vswitchd": pid} if pid else {}) as cpu:
                     poll(lambda: all(p.poll() is not None for _, _, _, p, _ in procs), timeout=timeout + 120,
@@ -256,6 +256,18 @@ class CollectiveFabric:
                 raise EmulationError(f"failure schedule: {failed['error']} (the fabric was restored; results in "
                                      f"{folder})")
         return result
+
+    def failure_driver(self, events: list, start_dir: Path, ranks: int, timeout: float):
+        """A :class:`testbed.emu.failctl.FailureDriver` on this fabric (the controller's API, else ``ip
+        link``) whose t0 is the ranks' start barrier: every barrier file there, the latest mtime."""
+        from testbed.emu.failctl import FabricControl, FailureDriver
+
+        paths = [start_dir / f"barrier-start-{i}" for i in range(ranks)]
+
+        def barrier() -> float | None:
+            return max(p.stat().st_mtime for p in paths) if all(p.exists() for p in paths) else None
+        return FailureDriver(FabricControl(self.rep, self.G, self.ctl), events, barrier, timeout,
+                             what="every rank at the start barrier")
 
     def _start_ranks(self, jobs: list[JobRun], folder: Path, timeout: float, failures) -> list[tuple]:
         """One rank process per host, each with its config file and log: [(job, rank, host, Popen, log)].
@@ -381,73 +393,6 @@ def _stop(procs: list[tuple]) -> None:
             p.terminate()
             p.wait(timeout=10)
         log.close()
-
-
-class FabricControl:
-    """What a failure event does on this replica, through the paths ``testbed fail`` uses: the controller's
-    API (``/fail/link``, ``/fail/switch``: OpenFlow port-mod, the controller reroutes) where the fabric has
-    one; else ``ip link`` down on the switch end of the link, as ``testbed fail`` does on a BMv2 replica."""
-
-    def __init__(self, fab: "CollectiveFabric"):
-        self.fab = fab
-
-    def link(self, a, b, down: bool):
-        if self.fab.ctl is not None:
-            return self.fab.ctl.post(f"/{'fail' if down else 'restore'}/link", a=a, b=b)
-        from testbed.emu.ops import set_link_state
-
-        names, netns = self.fab.rep.cut_interfaces(a, b)
-        set_link_state(names, up=not down, netns=netns)
-        return {"method": "ifdown", "interfaces": names}
-
-    def switch(self, s, down: bool):
-        if self.fab.ctl is not None:
-            return self.fab.ctl.post(f"/{'fail' if down else 'restore'}/switch", s=s)
-        return [self.link(s, peer, down) for peer in self.fab.G.neighbors(s)]
-
-    def gray(self, a, b, loss: float):
-        raise EmulationError(f"gray loss on {a}-{b}: the collective fabric has no userspace link nodes")
-
-
-class FailureDriver:
-    """Runs a failure schedule in a thread: waits for every rank at the start barrier (its files' latest
-    mtime is t0), then :class:`testbed.collective.failures.Executor`; :meth:`finish` stops it and restores
-    what is still failed."""
-
-    def __init__(self, fab: "CollectiveFabric", events: list, start_dir: Path, ranks: int, timeout: float):
-        import threading
-
-        self.control = FabricControl(fab)
-        self.events, self.t0, self.error = events, None, None
-        self.exe = F.Executor(events, self.control)
-        self.paths = [start_dir / f"barrier-start-{i}" for i in range(ranks)]
-        self.timeout = timeout
-        self.thread = threading.Thread(target=self._drive, name="failure-schedule", daemon=True)
-        self.thread.start()
-
-    def _drive(self) -> None:
-        try:
-            poll(lambda: self.exe.stopped or all(p.exists() for p in self.paths), timeout=self.timeout,
-                 interval=0.01, what="every rank at the start barrier")
-            if self.exe.stopped:    # the ranks ended (or failed) before all reached the barrier
-                return
-            self.t0 = max(p.stat().st_mtime for p in self.paths)
-            self.exe.run(self.t0)
-        except Exception as exc:  # noqa: BLE001 - reported by finish()
-            self.error = f"{type(exc).__name__}: {exc}"
-
-    def finish(self) -> dict:
-        self.exe.stop()
-        self.thread.join(timeout=30)
-        restored, error = [], self.error or self.exe.error
-        for e in F.undo(self.exe.done):
-            try:
-                F.apply(self.control, e)
-                restored.append(e.describe())
-            except Exception as exc:  # noqa: BLE001 - one failed restore must not hide the others
-                error = error or f"restoring {e.describe()}: {exc}"
-        return {"t0": self.t0, "log": self.exe.log, "skipped": [e.describe() for e in self.events[len(self.exe.log):]],
-                "restored": restored, "error": error}
 
 
 def _load() -> list[float]:

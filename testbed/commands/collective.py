@@ -51,7 +51,7 @@ def _common(p, run: bool) -> None:
         p.add_argument("--trace", help="replay this trace (JSON, docs/collectives.md) instead of a sweep")
         p.add_argument("--failures", metavar="SCHEDULE",
                        help="fail links/switches during the job, e.g. 2s:down:t0-a0,4s:up:t0-a0 (times after the "
-                            "start barrier, emulated; docs/collectives.md)")
+                            "start barrier, emulated; docs/failures.md)")
         p.add_argument("--out", metavar="DIR", help="results folder (default results/collective/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 

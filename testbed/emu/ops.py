@@ -106,6 +106,23 @@ def set_link_state(names, up: bool, netns: str | None = None) -> None:
         in_netns_thread(netns, apply)
 
 
+def admin_down(names, netns: str | None = None) -> list[str]:
+    """Of interfaces ``names`` (in ``netns``, the root one if None), those administratively down (IFF_UP
+    clear, as :func:`set_link_state` or an OpenFlow port-mod leaves them) or missing."""
+    from pyroute2 import IPRoute
+
+    def read() -> list[str]:
+        down = []
+        with IPRoute() as ipr:
+            for name in names:
+                index = ipr.link_lookup(ifname=name)
+                if not index or not ipr.get_links(index[0])[0]["flags"] & 1:   # IFF_UP
+                    down.append(name)
+        return down
+
+    return read() if netns is None else in_netns_thread(netns, read)
+
+
 def run(argv: list[str], *, what: str, check: bool = True, ok_codes=(0,), input: str | None = None,
         timeout: float = 30.0) -> subprocess.CompletedProcess:
     """Run ``argv``; raise EmulationError naming ``what`` and the command's stderr on failure."""

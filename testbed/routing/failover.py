@@ -7,6 +7,7 @@ and installed paths, over its loopback API). Cutting the link itself is :func:`t
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from testbed.emu.cpustat import load_average
@@ -88,10 +89,10 @@ def controller_paths(ctl, hs) -> dict:
             for a in hs for b in hs if a != b}
 
 
-def brain_paths(G, hs, down_link: tuple | None) -> dict:
-    """The same path sets from the routing brain the controller runs, with ``down_link`` failed.
+def brain_paths(G, hs, down_links=()) -> dict:
+    """The same path sets from the routing brain the controller runs, with ``down_links`` failed.
 
-    Used for the state while the link is down, so that 240 API calls do not load the machine in the
+    Used for the state while links are down, so that 240 API calls do not load the machine in the
     middle of the measurement (the controller's tables are this brain's output).
     """
     from testbed.routing.brain import RoutingBrain
@@ -99,10 +100,9 @@ def brain_paths(G, hs, down_link: tuple | None) -> dict:
 
     brain = RoutingBrain(G)
     brain.compute_all()
-    down = frozenset()
-    if down_link:
-        brain.link_down(*down_link, now=0.0)
-        down = frozenset({frozenset(down_link)})
+    for link in down_links:
+        brain.link_down(*link, now=0.0)
+    down = frozenset(frozenset(link) for link in down_links)
     return {(a, b): tuple(tuple(p) for p in walk(G, brain.tables(), a, b, down_links=down).paths)
             for a in hs for b in hs if a != b}
 
@@ -121,6 +121,70 @@ def switch_event(ctl, kind: str, switch: str, after: float) -> dict | None:
         if ev["kind"] == kind and ev["link"] == [switch] and ev["time"] >= after:
             return ev
     return None
+
+
+def reaction(failovers: list[dict], links: list[tuple], kind: str, after: float) -> dict | None:
+    """The controller's reaction to ``links`` going ``kind`` (link_down | link_up) from ``after`` on (wall
+    seconds; its ``/events`` ``failovers``): the first event of each link, joined. A link that is never
+    reported is left out (a crashed ToR's host links are not fabric links); None when none is.
+
+    Returns ``{"first", "last_pushed", "links", "compute_ms", "messages", "destinations_recomputed"}``.
+    """
+    found = []
+    for link in links:
+        ev = next((e for e in failovers if e["kind"] == kind and set(e["link"]) == set(link)
+                   and e["time"] >= after), None)
+        if ev is not None:
+            found.append(ev)
+    if not found:
+        return None
+    return {"first": min(e["time"] for e in found), "last_pushed": max(e["pushed"] for e in found),
+            "links": len(found), "compute_ms": round(sum(e["compute_ms"] for e in found), 3),
+            "messages": sum(e["messages"] for e in found),
+            "destinations_recomputed": sum(e["destinations_recomputed"] for e in found)}
+
+
+def cut_report(flows: dict, cut: dict, t0: float, next_s: float, paths: tuple, down: dict | None,
+               up: dict | None, scale: float, control_latency_ms: float = 0.0) -> tuple[dict, dict]:
+    """One cut of a failure schedule (:func:`testbed.failures.cuts`, times in s after ``t0``): the flows it
+    affected and their outage, its control-plane reaction, the path sets it changed.
+
+    A flow's packets count from one sending interval before the cut: a probe's send time is its round's
+    (:mod:`testbed.links.probe`), whose datagrams to the other destinations leave up to one interval later.
+
+    Args:
+        next_s: when the next cut starts (s after t0; inf: none): losses from the repair to then are the
+            repair's (``lost_after_restore``).
+        paths: ``(before, during, after)`` path sets (:func:`controller_paths`, :func:`brain_paths`).
+        down, up: the controller's :func:`reaction` to the cut and to its repair (None: not seen).
+
+    Returns:
+        (the cut's figures, per flow ``{lost_in_window, outage_ms, lost_after_restore}``).
+    """
+    t_cut, t_up = t0 + cut["down_s"], t0 + cut["up_s"]
+    lead = max((f["interval"] for f in flows.values()), default=0.0)
+    outages = flow_outages(flows, (t_cut - lead, t_up))
+    after = flow_outages(flows, (t_up, t0 + next_s - lead)) if cut["repaired"] else {}
+    hit = [o["outage_ms"] for o in outages.values() if o["lost_in_window"] > 0]
+    median = statistics.median(hit) if hit else 0.0
+    doc = {"event": cut["event"], "kind": cut["kind"], "target": cut["target"], "at_s": round(cut["down_s"], 3),
+           "repaired_at_s": round(cut["up_s"], 3) if cut["repaired"] else None, "repair_event": cut["up_event"],
+           "flows_affected": len(hit), "outage_ms_emulated_median": median,
+           "outage_ms_emulated_max": max(hit) if hit else 0.0,
+           "packets_lost_after_restore": sum(o["lost_in_window"] for o in after.values())}
+    if down is not None:
+        doc.update(split_outage(median, (down["first"] - t_cut) * 1e3, (down["last_pushed"] - down["first"]) * 1e3,
+                                scale, control_latency_ms))
+        doc.update(controller_compute_ms_wall=down["compute_ms"], route_messages_on_failure=down["messages"],
+                   destinations_recomputed=down["destinations_recomputed"], links_reported=down["links"])
+    doc["restore_reaction_ms_wall"] = round((up["first"] - t_up) * 1e3, 2) if up is not None else None
+    changes = path_changes(*paths)
+    doc.update(flows_path_set_changed_on_failure=len(changes["changed_on_failure"]),
+               flows_path_set_changed_on_restore=len(changes["changed_on_restore"]))
+    per_flow = {k: {"lost_in_window": o["lost_in_window"], "outage_ms": o["outage_ms"],
+                    "lost_after_restore": after[k]["lost_in_window"] if after else None}
+                for k, o in outages.items()}
+    return doc, per_flow
 
 
 def split_outage(outage_ms: float, detect_ms: float, push_ms: float, scale: float,
@@ -143,8 +207,9 @@ def split_outage(outage_ms: float, detect_ms: float, push_ms: float, scale: floa
             "outage_ms_real_estimate": round(control + control_latency_ms + data / scale, 3)}
 
 
-def plot_throughput(path: Path, edges: list, series: dict, outages: dict, cut_at: float, restore_at: float,
-         link: tuple, mode: str) -> None:
+def plot_throughput(path: Path, edges: list, series: dict, outages: dict, spans: list[tuple], mode: str) -> None:
+    """Per-flow throughput with the failures marked (``spans``: ``(start_s, end_s, label)``) and, below,
+    each flow's outage (``outages``: per flow its worst cut's ``{lost_in_window, outage_ms}``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -157,18 +222,19 @@ def plot_throughput(path: Path, edges: list, series: dict, outages: dict, cut_at
             ax.plot(edges, ys, color="0.75", linewidth=0.6)
     for key in sorted(hit):
         ax.plot(edges, series[key], linewidth=1.2, label=f"{key[0]}->{key[1]}")
-    ax.axvspan(cut_at, restore_at, color="red", alpha=0.12, label=f"{link[0]}-{link[1]} down")
-    ax.axvline(cut_at, color="red", linewidth=1)
+    for start, end, label in spans:
+        ax.axvspan(start, end, color="red", alpha=0.12, label=label)
+        ax.axvline(start, color="red", linewidth=1)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("received (Mbit/s)")
     ax.set_title(f"per-flow throughput, {len(series)} flows ({mode}); coloured: affected flows (lost packets)")
-    if len(hit) <= 16:
+    if len(hit) + len(spans) <= 20:
         ax.legend(fontsize=7, ncol=4, loc="lower left")
     ranked = sorted(outages.items(), key=lambda kv: -kv[1]["outage_ms"])
     bx.bar(range(len(ranked)), [o["outage_ms"] for _, o in ranked], color="tab:red")
     bx.set_xlabel("flows, by outage")
     bx.set_ylabel("outage (ms)")
-    bx.set_title("outage per flow while the link was down (lost packets x interval, emulated ms)")
+    bx.set_title("outage per flow, its worst failure (lost packets x interval, emulated ms)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -59,7 +59,7 @@ def test_failure_schedule_stalls_the_ring_and_it_recovers_exact(tmp_path):
     """A cut of the spine link l1 - s0 on the small fabric (a tree: no other path) from 0.1 s to 0.6 s after
     the start barrier: the ring cannot finish before the link is back, finishes exact after, and the QP
     timeouts it takes lie inside the failure window, so they do not make the run unhealthy."""
-    from testbed.collective import failures as F
+    from testbed import failures as F
 
     G = fabric_graph("small")
     hosts = place(G, 4, "packed")

@@ -1,5 +1,6 @@
-"""``testbed run fabric_failover --quick``: the scenario runs end to end, shaped (dilated) like every other
-replica, from outside the repository folder, and its figures make sense."""
+"""``testbed run fabric_failover --quick --failures ...``: the scenario runs end to end, shaped (dilated) like
+every other replica, from outside the repository folder, under a two-cut failure schedule (a link down and
+up, then a core switch crash and recovery), and its figures make sense for each cut."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ from tests.integration.runhealth import check_health
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs, pytest.mark.slow]
 
 
+SCHEDULE = "2s:down:a0-cr0,3.5s:up:a0-cr0,5s:crash:cr2,7s:recover:cr2"
+
+
 def test_fabric_failover_quick(tmp_path):
     # started from another folder with a relative --out: the controller and the probes must find it
     res = subprocess.run([sys.executable, str(REPO_ROOT / "scenarios" / "fabric_failover.py"), "--quick", "--json",
-                          "--out", "out"], cwd=tmp_path, capture_output=True, text=True,
+                          "--out", "out", "--failures", SCHEDULE], cwd=tmp_path, capture_output=True, text=True,
                          timeout=600 + float(os.environ.get("TESTBED_LOCK_WAIT", 0)))  # it may queue for the lock
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads(res.stdout)
@@ -33,19 +37,34 @@ def test_fabric_failover_quick(tmp_path):
     assert summary["scale"] == 1000 and summary["link_rate_emulated_bps"] == pytest.approx(100e6)
     assert json.loads((out / "plan.json").read_text())  # the plan it ran is recorded
     assert summary["resolution_ms_emulated"] == 50 and summary["resolution_ms_real"] == pytest.approx(0.05)
-    # the cut link carried some flows, not all of them; every flow is back on its old paths afterwards
-    assert 0 < summary["flows_affected"] < summary["flows"]
-    assert 0 < summary["flows_path_set_changed_on_failure"] < summary["flows"]
+    # the schedule ran on time, all of it, and left nothing to restore; every interface it touched is up
+    # again (the scenario checks them: both ends of a0-cr0 and of cr2's four links)
+    fl = summary["failures"]
+    assert [x["event"] for x in fl["log"]] == ["2s link_down a0-cr0", "3.5s link_up a0-cr0", "5s switch_down cr2",
+                                               "7s switch_up cr2"]
+    assert all(abs(x["at_s"] - x["planned_s"]) < 0.5 for x in fl["log"]), fl["log"]
+    assert fl["error"] is None and fl["skipped"] == [] and fl["restored"] == []
+    assert summary["interfaces_checked_up"] == 10
+    # each cut hit some flows, not all of them; every flow is back on its old paths afterwards
+    link, crash = summary["cuts"]
+    assert (link["kind"], link["target"], crash["kind"], crash["target"]) == ("link", ["a0", "cr0"], "switch", ["cr2"])
+    for cut, down_s in ((link, 1.5), (crash, 2.0)):
+        assert 0 < cut["flows_affected"] < summary["flows"], cut
+        assert 0 < cut["flows_path_set_changed_on_failure"] < summary["flows"], cut
+        assert cut["route_messages_on_failure"] > 0 and cut["restore_reaction_ms_wall"] is not None, cut
+        # the outage is a reroute, not the whole time the link (switch) was down
+        assert 0 < cut["outage_ms_emulated_max"] < down_s * 1e3 / 2, cut
+        # wall-clock control plane and dilated data plane are reported apart
+        assert cut["control_plane_measured_ms_wall"] == pytest.approx(
+            cut["detection_ms_wall"] + cut["controller_push_ms_wall"], abs=0.02)
+        assert cut["control_plane_ms_wall"] <= cut["outage_ms_real_estimate"] <= cut["outage_ms_emulated_median"]
+    # a core carries more than one agg-core link: its crash hits more flows than one of its links
+    assert crash["links_reported"] == 4 and crash["flows_affected"] > link["flows_affected"]
+    assert summary["flows_affected"] == link["flows_affected"] and summary["cut_at_s"] == link["at_s"]
     assert summary["flows_back_to_original_paths"] == summary["flows"]
-    assert summary["controller_handler_errors"] == 0 and summary["route_messages_on_failure"] > 0
-    # the outage is a reroute, not the whole time the link was down
-    down_ms = (summary["restore_at_s"] - summary["cut_at_s"]) * 1e3
-    assert summary["outage_ms_emulated_max"] < down_ms / 2
-    # wall-clock control plane and dilated data plane are reported apart
-    assert summary["control_plane_measured_ms_wall"] == pytest.approx(
-        summary["detection_ms_wall"] + summary["controller_push_ms_wall"], abs=0.02)
-    assert summary["control_plane_ms_wall"] <= summary["outage_ms_emulated_median"] + 0.01
-    assert summary["control_plane_ms_wall"] <= summary["outage_ms_real_estimate"] <= summary["outage_ms_emulated_median"]
+    assert summary["controller_handler_errors"] == 0
     flows = json.loads((out / "flows.json").read_text())
-    assert len(flows) == 240 and all(f["received"] > 0 for f in flows)
+    assert len(flows) == 240 and all(f["received"] > 0 and len(f["cuts"]) == 2 for f in flows)
+    assert sum(f["cuts"][1]["lost_in_window"] > 0 for f in flows) == crash["flows_affected"]
+    assert len(json.loads((out / "failures.json").read_text())["log"]) == 4
     assert (out / "throughput.png").stat().st_size > 10_000

@@ -1,4 +1,4 @@
-"""Failure schedules during a collective job (testbed.collective.failures) and the acceptance figures
+"""Failure schedules during a collective job (testbed.failures) and the acceptance figures
 (testbed.collective.acceptance): parsing, field-named errors, the executor's timing on a fake clock
 against a fake controller, failure windows, the QP retry budget, incast fairness."""
 
@@ -10,8 +10,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from testbed import failures as F
 from testbed.collective import acceptance as A
-from testbed.collective import failures as F
 from testbed.errors import SpecError
 
 
@@ -54,8 +54,8 @@ def test_node_names_with_dashes_resolve():
     ("1s:flap:t0-a0:1s", "--failures[0].args", "PERIOD:COUNT"),
     ("1s:down:t0-a0:5", "--failures[0].args", "0 argument"),
     ("1s:gray:t0-a0:10%", "--failures[0].action", "link node"),
-    ("2s:up:t0-a0", "--failures", "already up"),
-    ("1s:down:t0-a0,2s:down:a0-t0", "--failures", "already down"),
+    ("2s:up:t0-a0", "--failures[0].action", "already up"),
+    ("1s:down:t0-a0,2s:down:a0-t0", "--failures[1].action", "already down"),
 ])
 def test_errors_name_the_field(fat_tree, text, field, words):
     with pytest.raises(SpecError) as exc:
@@ -172,7 +172,7 @@ def test_retry_budget_outlasts_the_longest_outage(fat_tree):
 def test_failure_driver_waits_for_the_barrier_and_restores(tmp_path, fat_tree):
     """The root glue's thread against a fake controller: t0 is the last barrier file's mtime, events run
     after it, and what is left down is restored at the end."""
-    from testbed.collective.runner import FailureDriver
+    from testbed.collective.runner import CollectiveFabric
 
     class Ctl:
         def __init__(self):
@@ -189,7 +189,7 @@ def test_failure_driver_waits_for_the_barrier_and_restores(tmp_path, fat_tree):
 
     fab = Fab()
     ev = F.parse("0.02s:down:t0-a0,60s:up:t0-a0", fat_tree)
-    drv = FailureDriver(fab, ev, tmp_path, 2, timeout=10)
+    drv = CollectiveFabric.failure_driver(fab, ev, tmp_path, 2, timeout=10)
     (tmp_path / "barrier-start-0").touch()
     assert not fab.ctl.done.wait(0.1) and fab.ctl.calls == []     # one rank missing: nothing yet
     (tmp_path / "barrier-start-1").touch()
@@ -255,12 +255,12 @@ def test_report_and_summary_carry_the_failures(capsys):
 
 
 def test_failure_driver_ends_when_the_ranks_never_reach_the_barrier(tmp_path, fat_tree):
-    from testbed.collective.runner import FailureDriver
+    from testbed.collective.runner import CollectiveFabric
 
     class Fab:
         ctl, G, rep = None, fat_tree, None
 
-    drv = FailureDriver(Fab(), F.parse("1s:down:t0-a0", fat_tree), tmp_path, 2, timeout=600)
+    drv = CollectiveFabric.failure_driver(Fab(), F.parse("1s:down:t0-a0", fat_tree), tmp_path, 2, timeout=600)
     rec = drv.finish()
     assert not drv.thread.is_alive() and rec["t0"] is None and rec["log"] == [] and rec["restored"] == []
     assert F.timeout_verdict(rec, [], 0.0, 1.0)["timeouts_outside"] == 0

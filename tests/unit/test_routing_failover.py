@@ -132,8 +132,8 @@ def test_scenario_flow_analysis():
 def test_scenario_path_changes_from_the_brain():
     G = fat_tree(4)
     hs = ["h0", "h4", "h15"]
-    before = scen.brain_paths(G, hs, None)
-    during = scen.brain_paths(G, hs, ("a0", "cr0"))
+    before = scen.brain_paths(G, hs)
+    during = scen.brain_paths(G, hs, [("a0", "cr0")])
     assert len(before[("h0", "h15")]) == 4 and len(during[("h0", "h15")]) == 3
     changes = scen.path_changes(before, during, before)
     assert ("h0", "h15") in changes["changed_on_failure"]

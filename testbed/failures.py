@@ -1,8 +1,9 @@
-"""Failure schedules during a job (pure): parse, validate against the fabric, execute on a clock.
+"""Failure schedules during a run (pure): parse, validate against the fabric, execute on a clock.
 
 A schedule is a comma-separated list of events, each ``AT:ACTION:TARGET[:ARGS]``; ``AT`` is a duration
-(``2s``, ``500ms``) on the replica's wall clock, counted from the moment every rank has passed the start
-barrier (emulated time: a real-world instant is ``AT / scale``)::
+(``2s``, ``500ms``) on the replica's wall clock, counted from a start the caller names: a collective's
+start barrier (every rank passed it), a scenario's "traffic started" (emulated time: a real-world instant
+is ``AT / scale``)::
 
     2s:down:t0-a0            link t0 - a0 down (both switch ports, as ``testbed fail link t0 a0``)
     4s:up:t0-a0              ... and back up (``testbed restore link``)
@@ -15,10 +16,12 @@ Links are ``A-B`` (node names as in ``testbed plan``; names with ``-`` in them a
 fabric). Every error names the event and its field (``--failures[2].target``) and exits 2.
 
 :func:`parse` -> :class:`Event` list (flaps expanded, sorted by time) -> :class:`Executor` runs them after
-the start barrier through a *control* (``link(a, b, down)``, ``switch(s, down)``, ``gray(a, b, loss)``);
-the root glue gives it the controller API or ``ip link``, the tests a fake. :func:`windows` turns what
-ran into the intervals in which a lost packet is the experiment, so QP timeouts inside them are reported
-but do not mark the run unhealthy; :func:`retry_budget` sizes the QPs' retries to outlast an outage.
+the start through a *control* (``link(a, b, down)``, ``switch(s, down)``, ``gray(a, b, loss)``); the
+root glue (:mod:`testbed.emu.failctl`: the controller API, ``ip link``, the link node's loss control, as
+``testbed fail``) gives it a real one and a thread, the tests a fake. :func:`windows` turns what ran into
+the intervals in which a lost packet is the experiment, so QP timeouts inside them are reported but do not
+mark the run unhealthy; :func:`retry_budget` sizes the QPs' retries to outlast an outage; :func:`cuts`
+pairs every failure that ran with its repair, for a report per cut.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class Event:
     target: tuple          # (a, b) for links, (s,) for switches
     loss: float = 0.0
     source: str = ""       # the text it came from (flaps: one text, several events)
+    index: int = -1        # its place in the schedule (``--failures[index]``)
 
     def describe(self) -> str:
         what = "-".join(self.target)
@@ -109,15 +113,16 @@ def parse(text: str, graph, gray_links: set | None = None) -> list[Event]:
             if target not in switches:
                 raise SpecError(_field(i, "target"), f"no switch {target!r} in this fabric "
                                                      f"(switches: {', '.join(sorted(map(str, switches)))})")
-            events.append(Event(at, "switch_down" if action == "crash" else "switch_up", (target,), source=item))
+            events.append(Event(at, "switch_down" if action == "crash" else "switch_up", (target,), source=item,
+                                index=i))
             continue
         link = _link(target, i, nodes)
         if action == "gray":
             if gray_links is None or frozenset(link) not in gray_links:
                 raise SpecError(_field(i, "action"), f"gray loss on {link[0]}-{link[1]} needs a userspace link node "
-                                "(its loss changes at runtime); this fabric's links are shaped by tc HTB only "
-                                "(links: rates), so use down/up/flap/crash here")
-            events.append(Event(at, "gray", link, _loss(args[0], i), source=item))
+                                "(its loss changes at runtime); this replica shapes that link without one (tc "
+                                "HTB or netem), so use down/up/flap/crash there")
+            events.append(Event(at, "gray", link, _loss(args[0], i), source=item, index=i))
         elif action == "flap":
             period = parse_duration(args[0], _field(i, "period"))
             if period <= 0:
@@ -129,15 +134,28 @@ def parse(text: str, graph, gray_links: set | None = None) -> list[Event]:
             if not 1 <= count <= MAX_EVENTS // 2:
                 raise SpecError(_field(i, "count"), f"must be an integer 1..{MAX_EVENTS // 2}, got {args[1]!r}")
             for c in range(count):
-                events.append(Event(at + 2 * c * period, "link_down", link, source=item))
-                events.append(Event(at + (2 * c + 1) * period, "link_up", link, source=item))
+                events.append(Event(at + 2 * c * period, "link_down", link, source=item, index=i))
+                events.append(Event(at + (2 * c + 1) * period, "link_up", link, source=item, index=i))
         else:
-            events.append(Event(at, "link_down" if action == "down" else "link_up", link, source=item))
+            events.append(Event(at, "link_down" if action == "down" else "link_up", link, source=item, index=i))
         if len(events) > MAX_EVENTS:
             raise SpecError(FLAG, f"more than {MAX_EVENTS} events")
     events.sort(key=lambda e: e.at)   # stable: same-time events keep their written order
     _check_states(events)
     return events
+
+
+def gray_links(plan) -> set:
+    """The links of a replica plan carried by a userspace link node (``parse``'s ``gray_links``)."""
+    return {frozenset((e.u, e.v)) for e in plan.links if e.via}
+
+
+def check_within(events: list[Event], horizon_s: float, what: str) -> None:
+    """Refuse an event at or after ``horizon_s`` (it would never run inside ``what``), naming its field."""
+    for e in events:
+        if e.at >= horizon_s:
+            raise SpecError(_field(e.index, "at"), f"{e.source!r} runs at {e.at:g}s, after {what} ends "
+                                                   f"({horizon_s:g}s); schedule it earlier or run longer")
 
 
 def _key(e: Event):
@@ -153,8 +171,8 @@ def _check_states(events: list[Event]) -> None:
             k = _key(e)
             if state.get(k, False) == down:
                 what = "-".join(e.target)
-                raise SpecError(FLAG, f"event {e.source!r} at {e.at:g}s: {what} is already "
-                                      f"{'down' if down else 'up'} then")
+                raise SpecError(_field(e.index, "action"), f"event {e.source!r} at {e.at:g}s: {what} is already "
+                                                           f"{'down' if down else 'up'} then")
             state[k] = down
 
 
@@ -284,3 +302,47 @@ def timeout_verdict(failed: dict, timeout_times: list[float], end: float, qp_tim
     inside, outside = split_timeouts([t - t0 for t in timeout_times], spans)
     return {"windows_s": [[round(a, 4), round(b, 4)] for a, b in spans], "timeouts_inside": inside,
             "timeouts_outside": outside}
+
+
+def cuts(log: list[dict], end_s: float) -> list[dict]:
+    """Every failure that ran (a link or switch down, a gray loss starting), with its repair from the same
+    ``log`` (an :class:`Executor`'s, times in s after t0): ``down_s``, ``up_s`` (``end_s`` when nothing
+    brought it back during the run: ``repaired`` False), the events' texts and ``log_index`` (the down's
+    place in ``log``, for :func:`down_after`), in the order they ran."""
+    out, opened = [], {}
+    for n, x in enumerate(log):
+        kind = "gray" if x["kind"] == "gray" else x["kind"].split("_")[0]
+        key = (kind, tuple(sorted(x["target"])))
+        starts = x["kind"].endswith("down") or (x["kind"] == "gray" and x["loss"] > 0)
+        if starts and key not in opened:
+            opened[key] = len(out)
+            out.append({"event": x["event"], "kind": kind, "target": list(x["target"]), "loss": x["loss"],
+                        "down_s": x["at_s"], "up_s": end_s, "up_event": None, "repaired": False, "log_index": n})
+        elif not starts and key in opened:
+            cut = out[opened.pop(key)]
+            cut.update(up_s=x["at_s"], up_event=x["event"], repaired=True)
+    return out
+
+
+def links_of(graph, kind: str, target) -> list[tuple]:
+    """The links a failure takes down: the link itself, or every link of a crashed switch (gray: none)."""
+    if kind == "link":
+        return [tuple(target)]
+    if kind == "switch":
+        return [(target[0], n) for n in graph.neighbors(target[0])]
+    return []
+
+
+def down_after(log: list[dict], i: int, graph) -> list[tuple]:
+    """The links down right after ``log[i]`` ran (every link and switch failure still open then)."""
+    down: dict = {}
+    for x in log[:i + 1]:
+        if x["kind"] == "gray":
+            continue
+        kind = x["kind"].split("_")[0]
+        key = (kind, tuple(sorted(x["target"])))
+        if x["kind"].endswith("down"):
+            down[key] = links_of(graph, kind, x["target"])
+        else:
+            down.pop(key, None)
+    return list(dict.fromkeys(link for links in down.values() for link in links))
