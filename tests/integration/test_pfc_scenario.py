@@ -25,16 +25,21 @@ def _run(out, capsys) -> dict:
     assert "PFC incast at" not in printed.err and "results in" in printed.err and "results in" not in printed.out
     summary = json.loads((out / "summary.json").read_text())
     rows = {(r["pfc"], r["storm_s"] is not None, r["watchdog"]): r for r in summary["rows"]}
-    assert len(rows) == 4 and all(r["unaccounted"] == 0 for r in rows.values())
+    assert len(rows) == 4
     for r in rows.values():
+        # a valid trial accounts for every frame; one that does not must say so (and is then not valid)
         assert r["valid"] or r["invalid_because"], r
+        assert r["unaccounted"] == 0 or (not r["valid"] and "all_accounted" in r["invalid_because"]), r
     return rows, printed.out
 
 
 #: Runs of the scenario the lossless claim may take: it holds only for a trial whose emulator reacted
 #: within the headroom, and one CI run had the PFC-on trial's link cores 14 % late (a PAUSE acted on
 #: 90 ms late against 18 ms of headroom: 345 RoCE frames dropped, the trial INVALID and saying why).
-#: A second unhealthy run in a row fails.
+#: A second unhealthy run in a row fails. The PFC-off trial (tail drop, no lossless priority) is often
+#: late here and may be INVALID, saying why; its loss claim holds all the same. Once (CI, 2026-12-04 01:15,
+#: load 3.7) its link cores were late with 138 frames unaccounted, and it said so (all_accounted,
+#: late_fraction_ok): a trial may leave frames unaccounted only when it names that reason.
 ATTEMPTS = 2
 
 
@@ -59,5 +64,6 @@ def test_pfc_incast_quick(tmp_path, capsys):
     assert len(metrics["trials"]) == 4 and (out / "pfc-4-True.pcap").stat().st_size > 24
     # the run's health: every trial's link-core lateness, ledger and CPU; the valid PFC-on trial is healthy
     ev = check_health(metrics, printed, healthy=False, links=True)
-    assert ev["parts"]["4:1, PFC on"]["reasons"] == [] and ev["unaccounted"] == 0
+    assert ev["parts"]["4:1, PFC on"]["reasons"] == []
+    assert ev["unaccounted"] == sum(r["unaccounted"] for r in rows.values())   # the health block's ledger = the rows'
     assert metrics["emulator_ok"] == all(not p["reasons"] for p in ev["parts"].values())
