@@ -29,7 +29,7 @@ from pathlib import Path
 
 from testbed.bench.failover import Stream, flow_links, path_cut
 from testbed.emu.ops import set_link_state
-from testbed.links.probe import outage, unmeasured
+from testbed.links.probe import outage, sent_into, unmeasured
 from testbed.poll import poll, sleep_until
 from testbed.routing.brain import RoutingBrain, route_dict
 from testbed.topo.graph import HOST
@@ -101,8 +101,8 @@ def backlogged(send_times: list[float], broken: tuple[float, float], interval: f
     switch (BMv2's input backlog on a loaded machine: CI at load 3.9, 2026-12-04) longer than the break
     lasted, so the 0 ms is the emulator's queueing, not the repair."""
     t0, t1 = broken
-    n = sum(1 for t in send_times if t0 <= t < t1 - interval)
-    return (f"nothing lost though the stream sent {n} probes into the {(t1 - t0) * 1e3:.1f} ms break: they waited "
+    return (f"nothing lost though the stream sent {sent_into(send_times, broken, interval)} probes into the "
+            f"{(t1 - t0) * 1e3:.1f} ms break: they waited "
             "in front of the switch longer than the break (a loaded machine's BMv2 backlog); a 0 ms outage here "
             "is the emulator's queueing, not the repair")
 

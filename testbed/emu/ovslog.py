@@ -36,10 +36,10 @@ class LogTail:
         end = self._size()
         if end is None:
             return 0
-        start = self.start or 0
-        if end < start:        # rotated: the new file is all this run's (and later)
-            start = 0
-        start = max(start, end - max_bytes)
+        begin = self.start or 0
+        if end < begin:        # rotated: the new file is all this run's (and later)
+            begin = 0
+        start = max(begin, end - max_bytes)
         if end <= start:
             return 0
         try:
@@ -48,7 +48,7 @@ class LogTail:
                 data = f.read(end - start)
         except OSError:
             return 0
-        if start > (self.start or 0) and b"\n" in data:   # cut to whole lines when truncated
+        if start > begin and b"\n" in data:   # cut to whole lines when truncated (also after a rotation)
             data = data[data.index(b"\n") + 1:]
         Path(dest).write_bytes(data)
         return len(data)

@@ -260,6 +260,13 @@ def _run_length(run: tuple) -> int:
     return run[1] - run[0] + 1 if run else 0
 
 
+def sent_into(send_times: list[float], broken: tuple[float, float], interval: float) -> int:
+    """How many rounds were sent into ``broken`` = ``(t0, t1)`` early enough to meet the broken data plane:
+    in ``[t0, t1 - interval)`` (a round sent in the last interval may meet the repaired table) (pure)."""
+    t0, t1 = broken
+    return sum(1 for t in send_times if t0 <= t < t1 - interval)
+
+
 def unmeasured(send_times: list[float], broken: tuple[float, float], interval: float) -> str | None:
     """Why a trial cannot measure an outage, or None when it can (pure).
 
@@ -270,7 +277,7 @@ def unmeasured(send_times: list[float], broken: tuple[float, float], interval: f
     still meet the repaired table, so it must have sent at least once in ``[t0, t1 - interval)``.
     """
     t0, t1 = broken
-    if any(t0 <= t < t1 - interval for t in send_times):
+    if sent_into(send_times, broken, interval):
         return None
     before = max((t for t in send_times if t < t0), default=None)
     after = min((t for t in send_times if t >= t0), default=None)

@@ -33,3 +33,12 @@ def test_rotation_copies_the_new_file_and_a_long_run_keeps_whole_last_lines(tmp_
     log.write_text("".join(f"line {i:04d}\n" for i in range(100)))   # 10 bytes a line
     tail.save(dest, max_bytes=55)                                    # cut mid-line: whole lines kept
     assert dest.read_text() == "".join(f"line {i:04d}\n" for i in range(95, 100))
+
+
+def test_a_rotated_log_longer_than_the_cap_is_also_cut_to_whole_lines(tmp_path):
+    log, dest = tmp_path / "ovs-vswitchd.log", tmp_path / "out.log"
+    log.write_text("x" * 5000 + "\n")
+    tail = LogTail(log)
+    log.write_text("".join(f"line {i:04d}\n" for i in range(100)))   # rotated, 1000 bytes < 5001 at start
+    tail.save(dest, max_bytes=55)
+    assert dest.read_text() == "".join(f"line {i:04d}\n" for i in range(95, 100))
