@@ -108,8 +108,20 @@ def ud_send(src: str, dst: str, dqpn: int, psn: int, data: bytes, srcqp: int, qk
 def fuzzed(count: int, seed: int = 1, src: str = "10.0.0.1", dst: str = "10.0.0.2") -> list[bytes]:
     """``count`` RoCEv2 IPv4 packets (no Ethernet header: pcap link type RAW) with every layer
     randomised by Scapy's ``fuzz()`` (IP, UDP, BTH, extended headers), cycling through all opcodes,
-    and every fourth one cut short at a random length."""
-    rng = random.Random(seed)
+    and every fourth one cut short at a random length.
+
+    The same ``seed`` gives the same packets: Scapy's fuzzed fields draw from the ``random`` module's
+    global generator, so it is seeded for the build and the caller's generator state restored after
+    (a test that failed on one draw can then be rerun on that draw)."""
+    saved = random.getstate()
+    try:
+        random.seed(seed)
+        return _fuzzed(count, random.Random(seed), src, dst)
+    finally:
+        random.setstate(saved)
+
+
+def _fuzzed(count: int, rng: random.Random, src: str, dst: str) -> list[bytes]:
     layer = {"RETH": RETH, "DETH": DETH, "AETH": AETH, "AtomicETH": AtomicETH,
              "AtomicAckETH": AtomicAckETH, "ImmDt": ImmDt, "IETH": IETH, "CNPPadding": CNPPadding}
     templates = []  # one fuzzed template per opcode; every build draws fresh random field values

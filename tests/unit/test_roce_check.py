@@ -143,12 +143,13 @@ def test_malformed_and_truncated_never_crash(tmp_path):
     rep = check_capture(path)
     assert rep["packets"] == 500 and rep["roce_packets"] > 450
     assert rep["malformed"] > 100  # every fourth is cut short, lengths are random
-    # a capture file cut mid-record
+    # a capture file cut mid-record: through the 251st record's header (24-byte file header, then
+    # a 16-byte header and the frame per record), so the cut never lands on a record boundary
     blob = path.read_bytes()
     cut = tmp_path / "cut.pcap"
-    cut.write_bytes(blob[: len(blob) // 2])
+    cut.write_bytes(blob[: 24 + sum(16 + len(f) for f in frames[:250]) + 8])
     rep = check_capture(cut)
-    assert rep["truncated_file"] and rep["packets"] > 0
+    assert rep["truncated_file"] and rep["packets"] == 250
 
 
 def test_cli_json_and_exit_status(tmp_path, capsys):
