@@ -87,11 +87,44 @@ def sample(window_s: float = 1.0) -> dict:
 
 
 
-def load_average() -> tuple[float, float, float]:
-    """``os.getloadavg()`` without the keep-awake spinners: each is always runnable, so it adds one to
-    every average while it runs (an estimate for the 5- and 15-minute figures right after spinners start
-    or stop)."""
+#: The kernel's load-average time constants, seconds (1, 5 and 15 minutes: ``kernel/sched/loadavg.c``).
+LOAD_PERIODS_S = (60.0, 300.0, 900.0)
+
+
+def spinner_load(ages_s) -> tuple[float, float, float]:
+    """What spinners that have been runnable for ``ages_s`` seconds add to the 1-, 5- and 15-minute load
+    averages (pure): the kernel damps each average exponentially, so one always-runnable task adds
+    ``1 - exp(-age / T)``, not one, until it has run for several ``T``."""
+    import math
+
+    return tuple(sum(1.0 - math.exp(-max(0.0, a) / t) for a in ages_s) for t in LOAD_PERIODS_S)
+
+
+def process_ages_s(pids, proc: Path = Path("/proc")) -> list[float]:
+    """Seconds each of ``pids`` has existed (``starttime``, field 22 of proc(5), against ``/proc/uptime``);
+    vanished ones are left out."""
     import os
 
-    n = len(spinner_pids())
-    return tuple(round(max(0.0, x - n), 2) for x in os.getloadavg())
+    tick = os.sysconf("SC_CLK_TCK")
+    uptime = float((proc / "uptime").read_text().split()[0])
+    ages = []
+    for pid in pids:
+        try:
+            fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ages.append(max(0.0, uptime - int(fields[19]) / tick))
+    return ages
+
+
+def load_average(proc: Path = Path("/proc"), raw: tuple[float, float, float] | None = None,
+                 ) -> tuple[float, float, float]:
+    """``os.getloadavg()`` (or ``raw``) without the keep-awake spinners: each is always runnable, so it
+    adds to every average while it runs, by how long it has run (:func:`spinner_load`). Subtracting a
+    whole one per spinner read ``[0, 0, 0]`` for a collective of a few seconds while ``uptime`` said
+    0.7-3.5. A spinner that stopped shortly before still weighs in the averages; that is not removed."""
+    import os
+
+    loads = raw if raw is not None else os.getloadavg()
+    less = spinner_load(process_ages_s(spinner_pids(proc), proc))
+    return tuple(round(max(0.0, x - n), 2) for x, n in zip(loads, less, strict=True))

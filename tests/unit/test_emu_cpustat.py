@@ -12,8 +12,10 @@ from testbed.emu.awake import KeepAwake
 from testbed.emu.cpustat import (
     busy_fraction,
     host_cpu_times,
+    load_average,
     process_ticks,
     sample,
+    spinner_load,
     spinner_pids,
     steal_fraction,
 )
@@ -71,3 +73,38 @@ def test_spinners_are_found_by_their_mark_and_their_cpu_is_not_busy():
         pids = awake.pids
     poll(lambda: not set(pids) & set(spinner_pids()), timeout=10, what="spinners gone")
     assert process_ticks([2 ** 22 + 7]) == 0   # no such process: nothing, no error
+
+
+def test_a_spinner_weighs_in_the_load_averages_by_how_long_it_has_run():
+    assert spinner_load([]) == (0.0, 0.0, 0.0)
+    assert spinner_load([0.0]) == (0.0, 0.0, 0.0)
+    one_minute = spinner_load([60.0])
+    assert one_minute == pytest.approx((1 - 1 / 2.718281828, 1 - 2.718281828 ** -0.2, 1 - 2.718281828 ** (-1 / 15)))
+    assert spinner_load([1e6, 1e6]) == pytest.approx((2.0, 2.0, 2.0))
+
+
+def _fake_proc(root, uptime_s, spinners_started_s, others=()):
+    """A /proc with ``uptime`` and one folder per process: spinners carry the mark in their command line."""
+    tick = os.sysconf("SC_CLK_TCK")
+    (root / "uptime").write_text(f"{uptime_s:.2f} 0.00\n")
+    for pid, (started, marked) in enumerate([(s, True) for s in spinners_started_s]
+                                            + [(s, False) for s in others], start=100):
+        d = root / str(pid)
+        d.mkdir()
+        (d / "cmdline").write_bytes(b"python3\0-c\0" + (b"testbed-keep-awake" if marked else b"x"))
+        fields = ["S"] + ["0"] * 18 + [str(int(started * tick))] + ["0"] * 30
+        (d / "stat").write_text(f"{pid} (python3) " + " ".join(fields) + "\n")
+    return root
+
+
+def test_load_average_leaves_out_young_spinners_by_their_age_not_whole(tmp_path):
+    # two spinners started 10 s ago, one unrelated process: raw 2.5 one-minute load is mostly real work
+    proc = _fake_proc(tmp_path, 1000.0, [990.0, 990.0], others=[10.0])
+    one, five, fifteen = load_average(proc=proc, raw=(2.5, 1.0, 0.5))
+    assert one == pytest.approx(2.5 - 2 * (1 - 2.718281828 ** (-10 / 60)), abs=0.01)   # ~2.19, not 0.5
+    assert five == pytest.approx(1.0 - 2 * (1 - 2.718281828 ** (-10 / 300)), abs=0.01)
+    assert 0.0 < fifteen < 0.5
+    # spinners running for an hour count whole; never below zero
+    (tmp_path / "old").mkdir()
+    old = _fake_proc(tmp_path / "old", 5000.0, [1000.0, 1000.0])
+    assert load_average(proc=old, raw=(2.5, 2.1, 1.0)) == pytest.approx((0.5, 0.1, 0.0), abs=0.02)
