@@ -95,7 +95,7 @@ def _cell(r: dict | None, key: str) -> str:
         beyond = (t.get("stalled_fraction_beyond") or {}).get("5ms")
         return (f"{t['stalled_fraction']:.1%} beyond {t['tolerance_us'] / 1e3:g} ms"
                 + ("" if beyond is None or t["tolerance_us"] == 5000 else f" ({beyond:.1%} beyond 5 ms)")
-                + f"; {t['stalls']} wake-ups > {t['stall_ms']:g} ms, longest {t['lateness_us']['max'] / 1e3:.0f} ms"
+                + f"; {t['stalls']} wake-up{'' if t['stalls'] == 1 else 's'} > {t['stall_ms']:g} ms, longest {t['lateness_us']['max'] / 1e3:.0f} ms"
                 + f" ({t['policy']})")
     if key == "signals":
         return f"{r['marks']} marks, {r['switch_cnps']} switch CNPs, {r['cnps_at_senders']} CNPs at senders"
