@@ -28,6 +28,18 @@ COUNTERS = ("rx_packets", "rx_bytes", "forwarded_packets", "forwarded_bytes", "d
             "ce_marked", "ecn_marks_already_ce")
 
 
+def release_time(depart: float, delay: float, jitter: float, rng: random.Random, last_release: float) -> float:
+    """When a frame whose serialisation ends at ``depart`` leaves the far end of the wire: ``depart + delay``
+    plus uniform jitter (one draw from ``rng``, only when ``jitter`` is set, as the compiled core draws:
+    its Mersenne Twister gives the same sequence), never before ``depart`` (jitter does not make light faster) and never before the previous
+    frame's release (a wire keeps order). The one rule for every link model: this line and PFC's."""
+    release = depart + delay
+    if jitter:
+        release += rng.uniform(-jitter, jitter)
+        if release < depart:
+            release = depart
+    return release if release >= last_release else last_release
+
 class LossDraw:
     """One direction's loss decisions (Bernoulli, or Gilbert-Elliott with its good/bad state), drawn from the
     direction's rng in the order linkcore.c draws them; shared by the plain and the PFC queue models."""
@@ -147,14 +159,7 @@ class Direction:
         if self.loss is not None and self._lost():
             c["drop_loss"] += 1
             return None, frame
-        release = depart + self.delay
-        if self.jitter:
-            release += self.rng.uniform(-self.jitter, self.jitter)
-            if release < depart:
-                release = depart
-        if release < self.last_release:
-            release = self.last_release
-        self.last_release = release
+        release = self.last_release = release_time(depart, self.delay, self.jitter, self.rng, self.last_release)
         c["forwarded_packets"] += 1
         c["forwarded_bytes"] += length
         return release, frame

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from testbed.dilation import Dilation
 from testbed.links import ecn
 from testbed.links.model import BYTES, LinkParams
-from testbed.links.queue import LossDraw
+from testbed.links.queue import LossDraw, release_time
 from testbed.pfc.config import PRIORITIES, PfcConfig
 from testbed.pfc.state import DROP, PfcEgress, PfcIngress
 from testbed.pfc.watchdog import PfcWatchdog
@@ -267,14 +267,7 @@ class PfcDirection:
                 c["drop_loss"] += 1
                 self.dropped.append((s, "loss", length))
                 continue
-            release = end + self.delay
-            if self.jitter:
-                release += self.rng.uniform(-self.jitter, self.jitter)
-                if release < end:
-                    release = end
-            if release < self.last_release:
-                release = self.last_release
-            self.last_release = release
+            release = self.last_release = release_time(end, self.delay, self.jitter, self.rng, self.last_release)
             c["forwarded_packets"] += 1
             c["forwarded_bytes"] += length
             self.released.append((release, frame))
