@@ -30,9 +30,10 @@ COUNTERS = ("rx_packets", "rx_bytes", "forwarded_packets", "forwarded_bytes", "d
 
 def release_time(depart: float, delay: float, jitter: float, rng: random.Random, last_release: float) -> float:
     """When a frame whose serialisation ends at ``depart`` leaves the far end of the wire: ``depart + delay``
-    plus uniform jitter (one draw from ``rng``, only when ``jitter`` is set, as the compiled core draws:
-    its Mersenne Twister gives the same sequence), never before ``depart`` (jitter does not make light faster) and never before the previous
-    frame's release (a wire keeps order). The one rule for every link model: this line and PFC's."""
+    plus uniform jitter (one draw from ``rng``, only when ``jitter`` is set, as the compiled core draws: its
+    Mersenne Twister gives the same sequence), never before ``depart`` (jitter does not make light faster)
+    and never before the previous frame's release (a wire keeps order). The one rule for every link model:
+    this line and PFC's."""
     release = depart + delay
     if jitter:
         release += rng.uniform(-jitter, jitter)
