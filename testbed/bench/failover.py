@@ -50,7 +50,7 @@ import numpy as np
 
 from testbed.console import console, print_json, require_root
 from testbed.console import out as stdout
-from testbed.emu.ops import set_link_state
+from testbed.emu.ops import set_link_state, warm_netlink
 from testbed.errors import EmulationError, UsageError
 from testbed.links.probe import Outage, outage, wait_bound, wait_finished
 from testbed.poll import poll, sleep_until
@@ -403,9 +403,7 @@ def run_bench(G, repetitions: int, interval: float, out_dir: Path, cases: tuple 
             used = sorted({sw.datapath for sw in plan.switches if sw.kind == "ovs"})
             with Replica(plan, controller=ctl.address, run=run, out_dir=out_dir, name="bench-failover") as rep:
                 ctl.wait_ready()
-                # pyroute2's first use imports for ~0.3-0.4 s of CPU: done here, not inside the first cut
-                # (where it delayed the cut itself and slowed ovs-vswitchd beside it: a 102 ms first outage)
-                set_link_state([], up=True)
+                warm_netlink()   # not inside the first cut's timing
                 src, dst = a[0], b[-1]
                 rep.host(src).cmd(f"ping -c2 -W1 {rep.ip(dst)}")
                 for mode in ("controller", "fast-failover"):

@@ -42,7 +42,9 @@ class FabricControl:
         self.rep, self.G, self.ctl = rep, G, ctl
         self.method = method if ctl is not None else "ifdown"
         if self.method == "ifdown":
-            import pyroute2  # noqa: F401 - loaded now (~0.3 s), not inside the first cut's timing
+            from testbed.emu.ops import warm_netlink
+
+            warm_netlink()
 
     def link(self, a, b, down: bool):
         if self.method == "portmod":
