@@ -7,7 +7,9 @@
         every job's rank processes start at once (python -m testbed.collective.rank); a start barrier
         over all of them makes concurrent jobs really overlap; switch port counters before and after;
         machine CPU and ovs-vswitchd sampled; host UDP buffer overflows counted; with ``sample=host``, that
-        rank's first RoCEv2 frames captured and checked as ``roce check --expect-ect`` (``data_check``)
+        rank's first RoCEv2 frames captured and checked as ``roce check --expect-ect`` (``data_check``);
+        with ``send_buffer``, ovs-vswitchd's shared send socket raised for the run and restored
+        (testbed.emu.ovssndbuf; the health block's ``ovs_send_buffer_raised``)
 
 What each job runs is data (:class:`JobRun`): a size sweep of one collective, or a trace. The figures
 come from the rank reports through :mod:`testbed.collective.report` (pure).
