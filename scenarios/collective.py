@@ -23,6 +23,8 @@ What it shows:
   ``testbed roce check --expect-ect`` (``data_check`` in the summary: ECN-capable, 0 violations); a
   failed check fails the run (exit 1), as an inexact element does.
   ``--failures SCHEDULE`` fails links or switches of the small fabric during the sweep (docs/failures.md).
+  ``--ovs-send-buffer 4MiB`` raises ovs-vswitchd's one send socket's buffer for each run and restores it
+  (the default 208 KiB loses frames under all-to-all; the daemon is shared: opt-in, docs/collectives.md).
 
     sudo testbed run collective --quick      # small fabric, 4 ranks, up to 256 KiB; part 4 (1.5-2 min)
     sudo testbed run collective              # + fat-tree-k4 two jobs, sizes up to 4 MiB
@@ -82,13 +84,15 @@ def main(argv=None) -> int:
     which.add_argument("--no-acceptance", action="store_true", help="leave part 4 out")
     parser.add_argument("--failures", metavar="SCHEDULE", help="fail links/switches of the small fabric during the "
                         "sweep, e.g. 1s:down:s0-l1,2s:up:s0-l1 (docs/failures.md)")
+    from testbed.collective import experiment as X
+    from testbed.failures import parse as parse_failures
+
+    X.add_send_buffer_option(parser)
     args = parser.parse_args(argv)
     rate = parse_rate(args.link_rate, "--link-rate")
     if not 1e5 <= rate <= 1e9:
         raise SpecError("--link-rate", f"must be between 100k and 1G (emulated host-link rate), got {args.link_rate}")
-    from testbed.collective import experiment as X
-    from testbed.failures import parse as parse_failures
-
+    sndbuf = X.send_buffer_arg(args.ovs_send_buffer)
     failures = parse_failures(args.failures, X.fabric_graph("small")) if args.failures else None
     if failures and args.acceptance_only:
         raise SpecError("--failures", "applies to the sweep (parts 1-3), which --acceptance-only leaves out")
@@ -99,24 +103,26 @@ def main(argv=None) -> int:
 
     sizes = [65536, 262144] if args.quick else [65536, 262144, 1048576, 4194304]
     with Results(NAME, args, config={"quick": args.quick, "link_rate_bps": rate, "sizes": sizes,
-                                     "failures": args.failures}) as res:
+                                     "failures": args.failures, "ovs_send_buffer": sndbuf}) as res:
         doc, summary, wrong, failed = {"link_rate_bps": rate, "parts": {}}, {}, 0, []
         if not args.acceptance_only:
-            r1, r3 = small_parts(args, rate, sizes, failures, res.dir, X, P, CollectiveFabric, JobRun)
+            r1, r3 = small_parts(args, rate, sizes, failures, res.dir, X, P, CollectiveFabric, JobRun, sndbuf)
             doc["parts"].update(sweep=r1, trace=r3)
             summary = small_summary(r1, r3, rate, X)
             wrong = summary["wrong"]
             if not args.quick:
-                doc["parts"]["jobs"] = two_jobs(rate, res.dir / "fat-tree", X, P, CollectiveFabric, JobRun, args.json)
+                doc["parts"]["jobs"] = two_jobs(rate, res.dir / "fat-tree", X, P, CollectiveFabric, JobRun, args.json,
+                                                sndbuf)
                 summary["two_jobs"] = doc["parts"]["jobs"]["summary"]
         if not args.no_acceptance:
             console.print("[bold]4. acceptance after SONiC's RoCEv2 plan: fat-tree-k4, 8 ranks[/bold]")
-            doc["parts"]["acceptance"] = A.run(rate, res.dir / "acceptance", ACCEPTANCE_SIZES, args.json)
+            doc["parts"]["acceptance"] = A.run(rate, res.dir / "acceptance", ACCEPTANCE_SIZES, args.json, sndbuf)
             verdict = summary["acceptance"] = doc["parts"]["acceptance"]["verdict"]
             failed = [k for k in ("link_failure", "incast", "alltoall") if not verdict[k]["pass"]]
         block = res.health({k: r["health"]["block"] for k, r in health_parts(doc["parts"]).items()})
         res.write_json("metrics.json", {**doc, **block})
-        summary.update(emulator_ok=block["emulator_ok"], health_reasons=block["emulator"]["reasons"])
+        summary.update(emulator_ok=block["emulator_ok"], health_reasons=block["emulator"]["reasons"],
+                       ovs_send_buffer=send_buffer_summary(sndbuf, health_parts(doc["parts"])))
         res.finish(summary)
     return 1 if wrong or failed or not data_ok(summary) else 0
 
@@ -125,6 +131,16 @@ def data_ok(summary: dict) -> bool:
     """The sweep's data sample passed ``roce check --expect-ect`` (``data_check``; True when the run has no
     sweep: --acceptance-only). A failed one fails the run (exit 1), as an inexact element does."""
     return summary.get("data_check", {"ok": True})["ok"]
+
+
+def send_buffer_summary(size: int | None, runs: dict):
+    """``--ovs-send-buffer`` in the summary: "not applied", or the size and whether every run put the
+    buffer back (``restored``: each run's :class:`testbed.emu.ovssndbuf.Raised` record is in its health)."""
+    if size is None:
+        return "not applied"
+    records = [r["health"]["ovs_send_buffer_raised"] for r in runs.values()]
+    return {"bytes": size, "runs": len(records), "before": sorted({x["before"] for x in records}),
+            "restored": all(x.get("restored") for x in records)}
 
 
 def health_parts(parts: dict) -> dict:
@@ -140,7 +156,7 @@ def health_parts(parts: dict) -> dict:
     return out
 
 
-def small_parts(args, rate, sizes, failures, out, X, P, CollectiveFabric, JobRun) -> tuple:
+def small_parts(args, rate, sizes, failures, out, X, P, CollectiveFabric, JobRun, sndbuf=None) -> tuple:
     """Parts 1 and 3 on the small fabric (the sweep under ``failures`` if given); the plot."""
     from testbed.collective.trace import check, load_trace
 
@@ -148,7 +164,7 @@ def small_parts(args, rate, sizes, failures, out, X, P, CollectiveFabric, JobRun
     big = 262144 if args.quick else 1048576
     G = X.fabric_graph("small")
     hosts = P.place(G, 4, "packed")
-    with CollectiveFabric(G, rate, out / "small") as fab:
+    with CollectiveFabric(G, rate, out / "small", send_buffer=sndbuf) as fab:
         fab.warm(hosts)
         console.print("[bold]1. size sweep and every collective, 4 ranks, small fabric[/bold]")
         r1 = fab.run([JobRun("sweep", tuple(hosts), runs=sweep(sizes, big), iters=2, warmup=1)], "sweep",
@@ -178,7 +194,7 @@ def small_summary(r1: dict, r3: dict, rate: float, X) -> dict:
     return doc
 
 
-def two_jobs(rate, out, X, P, CollectiveFabric, JobRun, quiet=False) -> dict:
+def two_jobs(rate, out, X, P, CollectiveFabric, JobRun, quiet=False, sndbuf=None) -> dict:
     """Two 4-rank ring allreduce jobs on a k=4 fat-tree in disjoint pods: alone, then together."""
     G = X.fabric_graph("fat-tree-k4")
     pods = P.pods(G)
@@ -186,7 +202,7 @@ def two_jobs(rate, out, X, P, CollectiveFabric, JobRun, quiet=False) -> dict:
     b = P.place(G, 4, "spread", within=set(pods[1]))
     runs = ({"collective": "allreduce", "algorithm": "ring", "bytes": 1048576, "chunks": 4},)
     ja, jb = JobRun("job1", tuple(a), runs=runs, iters=3), JobRun("job2", tuple(b), runs=runs, iters=3, seed=2)
-    with CollectiveFabric(G, rate, out) as fab:
+    with CollectiveFabric(G, rate, out, send_buffer=sndbuf) as fab:
         fab.warm(a + b)
         alone = [fab.run([ja], "alone-job1"), fab.run([jb], "alone-job2")]
         both = fab.run([ja, jb], "together")

@@ -32,6 +32,9 @@ def register(sub) -> None:
     p.add_argument("--link-rate", default="10M", help="emulated host-link rate (default 10M)")
     p.add_argument("--iters", type=int, default=2, help="timed iterations per size (default 2)")
     p.add_argument("--no-jobs", action="store_true", help="skip part 3 (two jobs)")
+    from testbed.collective.experiment import add_send_buffer_option
+
+    add_send_buffer_option(p)
     p.add_argument("--out", metavar="DIR", help="where the runs' files go (default a temp folder)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.set_defaults(func=run)
@@ -51,14 +54,17 @@ def run(args) -> int:
         raise SpecError("--ranks", f"must be 2..16 (a k=4 fat-tree has 16 hosts), got {args.ranks}")
     if args.iters < 1:
         raise SpecError("--iters", f"must be >= 1, got {args.iters}")
-    require_root("testbed bench collective")
     from testbed.collective import experiment as X
+
+    sndbuf = X.send_buffer_arg(args.ovs_send_buffer)
+    require_root("testbed bench collective")
     from testbed.collective import placement as P
     from testbed.collective.runner import CollectiveFabric, JobRun
 
     G = X.fabric_graph("fat-tree-k4")
     folder = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="bench-collective-"))
-    doc = {"link_rate_bps": rate, "ranks": args.ranks, "load_before": _load(), "health": {}}
+    doc = {"link_rate_bps": rate, "ranks": args.ranks, "load_before": _load(), "health": {},
+           "ovs_send_buffer": sndbuf or "not applied"}
     spread = P.place(G, args.ranks, "spread")
     pods = P.pods(G)
     a = P.place(G, 4, "packed", within=set(pods[0]))
@@ -79,7 +85,7 @@ def run(args) -> int:
         doc["wrong"] += sum(r["wrong"] for j in result["jobs"] for r in j.get("rows", []))
         return result
 
-    with CollectiveFabric(G, rate, folder, name="bench-collective") as fab:
+    with CollectiveFabric(G, rate, folder, name="bench-collective", send_buffer=sndbuf) as fab:
         fab.warm(spread + [h for h in a + b if h not in spread])
         r1 = part("ring", [JobRun("ring", tuple(spread), runs=ring, iters=args.iters, warmup=1)])
         if r1:
@@ -130,5 +136,10 @@ def _print(doc: dict, rate: float, out) -> None:
         out.print(f"two jobs on disjoint pods: JCT alone {[round(x, 3) for x in doc['jct_alone_s']]} s, together "
                   f"{[round(x, 3) for x in doc['jct_together_s']]} s, slowdown {doc['slowdown']} -> interference "
                   f"{doc['interference']:+.1%} (goal < 5%; together: {verdict(doc['health']['together'])})")
+    if doc["ovs_send_buffer"] != "not applied":
+        recs = [h["ovs_send_buffer_raised"] for h in doc["health"].values()]
+        out.print(f"ovs-vswitchd's send buffer: {doc['ovs_send_buffer']:,} B in each of {len(recs)} parts (before: "
+                  f"{sorted({r['before'] for r in recs})} B), restored after each: "
+                  f"{'yes' if all(r.get('restored') for r in recs) else 'NO'}")
     out.print(f"#wrong {doc['wrong']}; load before {doc['load_before']}, after {doc['load_after']}")
     console.print(f"[dim]files in {doc['results_dir']}[/dim]")

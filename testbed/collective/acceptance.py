@@ -53,9 +53,9 @@ def _wrong(result: dict) -> int:
     return sum(r["wrong"] for j in result["jobs"] for r in j["rows"])
 
 
-def run(rate: float, out_dir, sizes: dict, quiet: bool = False) -> dict:
+def run(rate: float, out_dir, sizes: dict, quiet: bool = False, send_buffer: int | None = None) -> dict:
     """The three checks on one fat-tree replica (root). ``sizes``: bytes for ring, incast (per sender),
-    alltoall."""
+    alltoall; ``send_buffer``: ovs-vswitchd's send buffer during each run (``--ovs-send-buffer``)."""
     from testbed import failures as F
     from testbed.collective import placement as P
     from testbed.collective.experiment import fabric_graph, print_report
@@ -69,7 +69,7 @@ def run(rate: float, out_dir, sizes: dict, quiet: bool = False) -> dict:
     ring = ({"collective": "allreduce", "algorithm": "ring", "bytes": sizes["ring"], "chunks": 4},)
     incast = ({"collective": "all_to_all", "bytes": sizes["incast"], "incast": 0, "chunks": 1},)
     a2a = ({"collective": "all_to_all", "bytes": sizes["alltoall"], "chunks": 2},)
-    with CollectiveFabric(G, rate, out_dir, name="acceptance") as fab:
+    with CollectiveFabric(G, rate, out_dir, name="acceptance", send_buffer=send_buffer) as fab:
         fab.warm(hosts)
         fab.warm(senders)
         bases = [fab.run([JobRun("ring", hosts, runs=ring)], f"ring-baseline-{k}") for k in (1, 2)]

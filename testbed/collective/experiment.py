@@ -61,6 +61,7 @@ class Options:
     timeout_s: float = 600.0
     failures: tuple = ()          # testbed.failures.Event, sorted
     nic_rates: tuple = ()         # (rank, real NIC rate in bit/s): ranks slower than the fabric's host links
+    ovs_send_buffer: int | None = None   # bytes: ovs-vswitchd's send buffer for the run (testbed.emu.ovssndbuf)
 
     @classmethod
     def from_args(cls, a) -> "Options":
@@ -114,7 +115,25 @@ class Options:
         nics = parse_nic_rates(getattr(a, "nic_rate", None), ranks, host_link_rate(fabric_graph(a.fabric)), rate)
         return cls(a.fabric, a.collective, a.algorithm, ranks, tuple(sizes),
                    places * a.jobs if len(places) == 1 else places, a.jobs, bool(a.pods), a.chunks, a.iters,
-                   a.warmup, float(a.skew), a.root, rate, trace, failures=failures, nic_rates=nics)
+                   a.warmup, float(a.skew), a.root, rate, trace, failures=failures, nic_rates=nics,
+                   ovs_send_buffer=send_buffer_arg(getattr(a, "ovs_send_buffer", None)))
+
+
+def send_buffer_arg(text) -> int | None:
+    """``--ovs-send-buffer SIZE`` (None: not given, the default: ovs-vswitchd's buffer left alone)."""
+    if text is None:
+        return None
+    from testbed.emu.ovssndbuf import parse_size_arg
+
+    return parse_size_arg(text)
+
+
+def add_send_buffer_option(p) -> None:
+    """``--ovs-send-buffer SIZE``, the same on every command that runs collectives on a replica."""
+    p.add_argument("--ovs-send-buffer", metavar="SIZE",
+                   help="raise ovs-vswitchd's one send socket's buffer to SIZE (e.g. 4MiB) for each run, restored "
+                        "after: its default 208 KiB loses frames under all-to-all. The daemon is shared by every "
+                        "OVS run on this machine; OVS userspace datapath only (docs/collectives.md)")
 
 
 def host_link_rate(G) -> float:
@@ -258,7 +277,7 @@ def run(opts: Options, out_dir, tag: str = "run") -> dict:
     jobs = job_runs(opts, placements)
     G = with_nic_rates(G0, placements, opts.nic_rates)
     scale = host_link_rate(G0) / opts.link_rate_bps
-    with CollectiveFabric(G, opts.link_rate_bps, out_dir, scale=scale) as fab:
+    with CollectiveFabric(G, opts.link_rate_bps, out_dir, scale=scale, send_buffer=opts.ovs_send_buffer) as fab:
         fab.warm([h for p in placements for h in p])
         result = fab.run(jobs, tag, opts.timeout_s, failures=list(opts.failures) or None)
         result["scale"] = fab.scale

@@ -7,7 +7,9 @@
         every job's rank processes start at once (python -m testbed.collective.rank); a start barrier
         over all of them makes concurrent jobs really overlap; switch port counters before and after;
         machine CPU and ovs-vswitchd sampled; host UDP buffer overflows counted; with ``sample=host``, that
-        rank's first RoCEv2 frames captured and checked as ``roce check --expect-ect`` (``data_check``)
+        rank's first RoCEv2 frames captured and checked as ``roce check --expect-ect`` (``data_check``);
+        with ``send_buffer``, ovs-vswitchd's shared send socket raised for the run and restored
+        (testbed.emu.ovssndbuf; the health block's ``ovs_send_buffer_raised``)
 
 What each job runs is data (:class:`JobRun`): a size sweep of one collective, or a trace. The figures
 come from the rank reports through :mod:`testbed.collective.report` (pure).
@@ -19,7 +21,7 @@ import json
 import subprocess
 import sys
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +49,18 @@ WINDOW = 32
 #: windows shrink to fit; an 8-rank all-to-all still overflows it (the ledger names those frames)
 INCAST_PACKETS = 64
 MIN_WINDOW = 8
+
+
+def check_send_buffer(plan) -> None:
+    """Refuse ``--ovs-send-buffer`` on a replica without an Open vSwitch switch on the userspace datapath:
+    the kernel datapath (and BMv2) send through no shared socket of ovs-vswitchd."""
+    from testbed.emu.ovssndbuf import OPTION
+    from testbed.errors import SpecError
+
+    kinds = sorted({f"{s.kind} {s.datapath or ''}".strip() for s in plan.switches})
+    if not any(s.kind == "ovs" and s.datapath == "user" for s in plan.switches):
+        raise SpecError(OPTION, f"applies to Open vSwitch's userspace datapath (netdev) only; this replica's "
+                                f"switches are {', '.join(kinds)}, which have no shared send socket: leave it out")
 
 
 def fan_in_of(job) -> int:
@@ -98,9 +112,11 @@ class CollectiveFabric:
     scale follows from it unless given (host links slowed to a rank's NIC rate keep the fabric's scale)."""
 
     def __init__(self, G, link_rate_bps: float, out_dir: Path, name: str = "collective", window: int = WINDOW,
-                 scale: float | None = None):
+                 scale: float | None = None, send_buffer: int | None = None):
         self.G, self.rate, self.out_dir, self.name = G, float(link_rate_bps), Path(out_dir), name
         self.window = window
+        #: bytes of ovs-vswitchd's send buffer during each run (testbed.emu.ovssndbuf); None: left alone
+        self.send_buffer = send_buffer
         from testbed.collective.experiment import host_link_rate
 
         self.scale = scale if scale is not None else host_link_rate(G) / self.rate
@@ -114,12 +130,14 @@ class CollectiveFabric:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.run_reg = RunRegistry(self.name).__enter__()
         try:
+            self.plan = plan_replica(self.G, plan_capabilities(),
+                                     Overrides(scale=self.scale, links="rates", static_arp=not multipath(self.G)))
+            if self.send_buffer is not None:
+                check_send_buffer(self.plan)
             if multipath(self.G):
                 from controllers.launch import start_controller
 
                 self.ctl = start_controller(self.run_reg, self.G, self.out_dir, lldp_interval=0)
-            self.plan = plan_replica(self.G, plan_capabilities(),
-                                     Overrides(scale=self.scale, links="rates", static_arp=self.ctl is None))
             self.rep = Replica(self.plan, controller=self.ctl.address if self.ctl else None, run=self.run_reg,
                                out_dir=self.out_dir, name=self.name).__enter__()
             if self.ctl:
@@ -202,14 +220,55 @@ class CollectiveFabric:
         restored when the jobs end. QP timeouts inside the failure windows are reported, not a fault.
         ``sample``: a rank's host whose RoCEv2 frames are sampled (:meth:`data_sample`) and checked after
         the run as ``roce check --expect-ect`` (:meth:`sample_check`): the result's ``data_check``."""
-        from testbed.emu import ovsloss
-        from testbed.emu.health import CpuWatch, LossWatch, ovs_pid
-
         folder = self.out_dir / tag
         (folder / "start").mkdir(parents=True, exist_ok=True)
         all_hosts = [h for j in jobs for h in j.hosts]
         if len(set(all_hosts)) != len(all_hosts):
             raise EmulationError("two ranks on one host: every rank needs its own host (one RoCE device each)")
+        from testbed.emu import ovssndbuf
+
+        lever = ovssndbuf.Raised(self.send_buffer) if self.send_buffer is not None else None
+        try:    # raised before the first counter is read, restored after the last, every way out
+            with lever or nullcontext():
+                m = self._measure(jobs, folder, all_hosts, timeout, failures, sample)
+        finally:
+            if lever and lever.record["applied"]:
+                style = "dim" if lever.record.get("restored") is not False else "red"
+                console.print(f"[{style}]{tag}: {ovssndbuf.line(lever.record)}[/{style}]")
+        drops = {k: m["drops_after"][k] - m["drops_before"][k] for k in m["drops_after"]}
+        ovs_before, ovs_after, failed = m["ovs_before"], m["ovs_after"], m["failed"]
+        from testbed.emu import ovsloss
+
+        emulator = {"losses": ovsloss.losses(ovs_before, ovs_after), "edge": ovsloss.edge_frames(ovs_before, ovs_after),
+                    "send_socket": ovs_after["send_socket"],
+                    "kernel_backlog": ovs_after["softnet_dropped"] - ovs_before["softnet_dropped"]}
+        wall = m["wall"]
+        out_jobs, all_reports = self._collect(jobs, folder)
+        span = max(j["end"] for j in out_jobs) - min(j["start"] for j in out_jobs)
+        links = R.link_usage(R.directed_links(self.plan), m["before"], m["after"], span)
+        health = self._health(out_jobs, all_reports, m["cpu"], m["lost"], drops, failed, wall, emulator)
+        health["ovs_send_buffer_raised"] = lever.record if lever else "not applied"
+        jcts = ", ".join(f"{j['name']} JCT {j['jct_s']:.2f}s" for j in out_jobs)
+        console.print(f"[dim]{tag}: {jcts}; "
+                      f"emulator {'ok' if health['ok'] else 'UNHEALTHY: ' + '; '.join(health['reasons'])}[/dim]")
+        result = {"jobs": out_jobs, "links": links, "health": health, "span_s": span}
+        if sample is not None:
+            result["data_check"] = self.sample_check(folder, sample)
+            console.print(f"[dim]{tag}: {sample_line(result['data_check'])}[/dim]")
+        if failed is not None:
+            result["failures"] = failed
+            if failed["error"]:
+                raise EmulationError(f"failure schedule: {failed['error']} (the fabric was restored; results in "
+                                     f"{folder})")
+        return result
+
+    def _measure(self, jobs: list[JobRun], folder: Path, all_hosts: list, timeout: float, failures, sample) -> dict:
+        """The ranks run between two reads of every counter: ``before``/``after`` (link bytes),
+        ``drops_before``/``drops_after``, ``ovs_before``/``ovs_after`` (:func:`testbed.emu.ovsloss.snapshot`),
+        ``cpu``, ``lost`` (:class:`~testbed.emu.health.LossWatch`), ``failed`` (the failure driver's), ``wall``."""
+        from testbed.emu import ovsloss
+        from testbed.emu.health import CpuWatch, LossWatch, ovs_pid
+
         capture = ExitStack()   # the data sample: from before the sampled rank's QPs start to its count
         if sample is not None:
             capture.enter_context(self.data_sample(folder, sample))
@@ -233,29 +292,10 @@ class CollectiveFabric:
                 failed = chaos.finish() if chaos else None
                 _stop(procs)
         after, drops_after = read_counters(intfs), self.drops(ports)
-        drops = {k: drops_after[k] - drops_before[k] for k in drops_after}
         ovs_after = ovsloss.snapshot(ports, edge, pid)
-        emulator = {"losses": ovsloss.losses(ovs_before, ovs_after), "edge": ovsloss.edge_frames(ovs_before, ovs_after),
-                    "send_socket": ovs_after["send_socket"],
-                    "kernel_backlog": ovs_after["softnet_dropped"] - ovs_before["softnet_dropped"]}
-        wall = time.time() - t0
-        out_jobs, all_reports = self._collect(jobs, folder)
-        span = max(j["end"] for j in out_jobs) - min(j["start"] for j in out_jobs)
-        links = R.link_usage(R.directed_links(self.plan), before, after, span)
-        health = self._health(out_jobs, all_reports, cpu.summary(), losses.stop(), drops, failed, wall, emulator)
-        jcts = ", ".join(f"{j['name']} JCT {j['jct_s']:.2f}s" for j in out_jobs)
-        console.print(f"[dim]{tag}: {jcts}; "
-                      f"emulator {'ok' if health['ok'] else 'UNHEALTHY: ' + '; '.join(health['reasons'])}[/dim]")
-        result = {"jobs": out_jobs, "links": links, "health": health, "span_s": span}
-        if sample is not None:
-            result["data_check"] = self.sample_check(folder, sample)
-            console.print(f"[dim]{tag}: {sample_line(result['data_check'])}[/dim]")
-        if failed is not None:
-            result["failures"] = failed
-            if failed["error"]:
-                raise EmulationError(f"failure schedule: {failed['error']} (the fabric was restored; results in "
-                                     f"{folder})")
-        return result
+        return {"before": before, "after": after, "drops_before": drops_before, "drops_after": drops_after,
+                "ovs_before": ovs_before, "ovs_after": ovs_after, "cpu": cpu.summary(), "lost": losses.stop(),
+                "failed": failed, "wall": time.time() - t0}
 
     def failure_driver(self, events: list, start_dir: Path, ranks: int, timeout: float):
         """A :class:`testbed.emu.failctl.FailureDriver` on this fabric (the controller's API, else ``ip

@@ -3,7 +3,7 @@
     testbed collective run [--fabric small|fat-tree-k4|rail-small] [--collective allreduce] [--algorithm ring]
         [--ranks 4] [--sizes 64KiB,256KiB,1MiB] [--placement packed[,spread]] [--jobs 1] [--pods] [--chunks 4]
         [--iters 2] [--warmup 1] [--skew 1] [--link-rate 10M] [--nic-rate RANK=RATE,...] [--trace FILE]
-        [--failures SCHEDULE] [--out DIR] [--json]
+        [--failures SCHEDULE] [--ovs-send-buffer SIZE] [--out DIR] [--json]
         (root) one rank per host, RDMA SENDs on RC QPs; prints size, time, algbw, busbw (real-world GB/s
         with the emulated Mb/s beside) and #wrong, per job; JCT, busiest links, emulator health
     testbed collective schedule --collective C --ranks N --size S [--algorithm A] [--chunks K] [--json]
@@ -26,7 +26,7 @@ SCHEDULE_MEMORY = 256 << 20
 
 
 def _common(p, run: bool) -> None:
-    from testbed.collective.experiment import DEFAULT_LINK_RATE, FABRICS
+    from testbed.collective.experiment import DEFAULT_LINK_RATE, FABRICS, add_send_buffer_option
     from testbed.collective.schedule import COLLECTIVES
 
     p.add_argument("--fabric", default="small", help=f"one of {', '.join(FABRICS)} (default small)")
@@ -52,6 +52,7 @@ def _common(p, run: bool) -> None:
         p.add_argument("--failures", metavar="SCHEDULE",
                        help="fail links/switches during the job, e.g. 2s:down:t0-a0,4s:up:t0-a0 (times after the "
                             "start barrier, emulated; docs/failures.md)")
+        add_send_buffer_option(p)
         p.add_argument("--out", metavar="DIR", help="results folder (default results/collective/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 

@@ -53,12 +53,14 @@ def softnet_dropped(text: str) -> int:
 
 
 def _sockets(ss_text: str, pid: int):
-    """(local address, skmem dict) of every packet socket of process ``pid`` in ``ss -0 -m -p -H`` text."""
+    """(local address, skmem dict) of every packet socket of process ``pid`` in ``ss -0 -m -p -H`` text
+    (one of its owners: a socket held by several processes lists each, as ovs-vswitchd's send socket
+    does while :mod:`testbed.emu.ovssndbuf` holds a copy)."""
     for line in ss_text.splitlines():
         cols = line.split()
-        owner = re.search(r"pid=(\d+),", line)
+        owners = {int(x) for x in re.findall(r"pid=(\d+),", line)}
         mem = re.search(r"skmem:\(([^)]*)\)", line)
-        if len(cols) < 4 or not owner or not mem or int(owner.group(1)) != pid:
+        if len(cols) < 4 or not mem or pid not in owners:
             continue
         skmem = {m.group(1): int(m.group(2)) for m in re.finditer(r"([a-z]+)(\d+)", mem.group(1))}
         yield cols[3], skmem

@@ -317,6 +317,10 @@ def no_emulation(monkeypatch):
     (["run", "collective", "--failures", "1s:down:l0-l1"], "--failures[0].target"),
     (["run", "collective", "--acceptance-only", "--failures", "1s:down:s0-l1"], "--failures"),
     (["bench", "collective", "--sizes", "6"], "--sizes"),
+    (["collective", "run", "--ovs-send-buffer", "lots"], "--ovs-send-buffer"),
+    (["collective", "run", "--ovs-send-buffer", "1GiB"], "--ovs-send-buffer"),
+    (["run", "collective", "--ovs-send-buffer", "1KiB"], "--ovs-send-buffer"),
+    (["bench", "collective", "--ovs-send-buffer", "65537"], "--ovs-send-buffer"),
 ])
 def test_bad_input_is_one_line_exit_2(no_emulation, argv, word, run_cli):
     code, out, err = run_cli(argv)

@@ -38,6 +38,10 @@ def test_port_socket_drops_are_per_port_of_one_process():
 
 def test_send_socket_is_the_unbound_one():
     assert ovsloss.send_socket(SS, 12323) == {"wmem": 202048, "sndbuf": 212992}
+    # while --ovs-send-buffer holds a copy, ss lists both owners, the copy's holder first
+    shared = SS.replace('users:(("ovs-vswitchd",pid=12323,fd=200))',
+                        'users:(("python3",pid=777,fd=9),("ovs-vswitchd",pid=12323,fd=200))', 1)
+    assert shared != SS and ovsloss.send_socket(shared, 12323) == {"wmem": 202048, "sndbuf": 212992}
     assert ovsloss.send_socket(SS, 16669) is None
     assert ovsloss.send_socket("", 12323) is None
 
