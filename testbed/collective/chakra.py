@@ -354,7 +354,7 @@ def rank_files(args: list[str]) -> list[Path]:
     if len(args) == 1 and not Path(args[0]).is_file():
         prefix = Path(args[0])
         found: dict = {}
-        for p in (prefix.parent.glob(prefix.name + ".*") if prefix.parent.is_dir() else ()):
+        for p in (sorted(prefix.parent.iterdir()) if prefix.parent.is_dir() else ()):
             m = _RANK_FILE.search(p.name)
             if m and p.name[:m.start()] == prefix.name:
                 if int(m.group(1)) in found:
