@@ -419,10 +419,7 @@ def _op(path, rank: int, n: int, node: Node, stats: dict) -> dict | None:
     if node.type == COMP:
         return _compute(path, oid, node)
     if node.type == COLL:
-        code = _int_attr(path, node, "comm_type")
-        if code is None:
-            raise SpecError(str(path), f"node {node.id} (COMM_COLL_NODE) attr comm_type: missing; a "
-                                       "COMM_COLL_NODE needs it")
+        code = _need(path, node, "comm_type")
         if code not in COMM_TYPES:
             raise SpecError(str(path), f"node {node.id} attr comm_type: {code} is not a CollectiveCommType of the "
                                        f"Chakra schema ({', '.join(f'{k} {v}' for k, v in COMM_TYPES.items())})")
