@@ -83,11 +83,11 @@ def load_trace(doc) -> Trace:
     for r, rank_ops in enumerate(ops):
         if not isinstance(rank_ops, list):
             raise SpecError(f"ops[{r}]", "must be a list of ops")
-        seen: list[str] = []
+        seen: dict = {}          # ids so far, in order (a dict: converted traces have thousands of ops)
         out = []
         for i, op in enumerate(rank_ops):
             out.append(_load_op(op, f"ops[{r}][{i}]", n, r, seen))
-            seen.append(out[-1].id)
+            seen[out[-1].id] = None
         ranks.append(tuple(out))
     colls = [[(o.collective, o.bytes, o.algorithm, o.root) for o in rk if o.type == "collective"] for rk in ranks]
     for r in range(1, n):
@@ -97,7 +97,7 @@ def load_trace(doc) -> Trace:
     return Trace(n, iterations, tuple(ranks))
 
 
-def _load_op(op, field: str, n: int, rank: int, seen: list) -> TraceOp:
+def _load_op(op, field: str, n: int, rank: int, seen: dict) -> TraceOp:
     if not isinstance(op, dict):
         raise SpecError(field, "must be an object")
     kind = op.get("type")
@@ -109,8 +109,8 @@ def _load_op(op, field: str, n: int, rank: int, seen: list) -> TraceOp:
     oid = op.get("id", f"op{len(seen)}")
     if not isinstance(oid, str) or not oid or oid in seen:
         raise SpecError(f"{field}.id", f"must be a name unique on this rank, got {oid!r}")
-    deps = op.get("deps", [seen[-1]] if seen else [])
-    if not isinstance(deps, list) or any(d not in seen for d in deps):
+    deps = op.get("deps", [next(reversed(seen))] if seen else [])
+    if not isinstance(deps, list) or any(not isinstance(d, str) or d not in seen for d in deps):
         raise SpecError(f"{field}.deps", f"must name earlier ops of rank {rank} ({', '.join(seen) or 'none'})")
     if kind == "compute":
         sec = op.get("seconds")

@@ -12,6 +12,8 @@
         (no root) validate a trace (docs/collectives.md) and simulate it: mismatches and deadlocks named
     testbed collective place --fabric F --ranks N [--placement P] [--jobs J] [--pods] [--json]
         (no root) the hosts each job gets and the switch hops of its ring
+    testbed collective chakra PREFIX_OR_FILES... -o FILE [--iterations N] [--data-deps-only] [--json]
+        (no root) convert Chakra execution traces (one .et per rank) into a trace, validated and simulated
 """
 
 from __future__ import annotations
@@ -80,6 +82,9 @@ def register(sub) -> None:
     p = verbs.add_parser("place", help="hosts per job and the switch hops of each ring (no root)")
     _common(p, False)
     p.set_defaults(func=place)
+    from testbed.commands import collective_chakra
+
+    collective_chakra.add_parser(verbs)
 
 
 def schedule(args) -> int:
