@@ -82,7 +82,8 @@ def simulate(params: FluidParams, duration_s: float, seed: int = 0, sample_every
 
     Args:
         params: the bottleneck and its flows (the fluid model's parameters; see the module docstring).
-        seed: the RNG seed of the RED marks (the only randomness): equal seeds give equal runs.
+        seed: the RNG seed of the RED marks (the only randomness; one draw per packet enqueued on the ramp,
+            as the replica's delay line draws): equal seeds give equal runs.
         sample_every_s: spacing of the returned samples (default a quarter of the CNP interval, as the
             validation rows sample the fluid model).
         rate_hai_bps: the hyper-increase step (default 2.5 R_AI, the paper's 100 / 40 Mb/s; a congested
@@ -189,7 +190,8 @@ def simulate(params: FluidParams, duration_s: float, seed: int = 0, sample_every
                 dep = max(now, last_dep) + service
                 last_dep = dep
                 fifo.append((dep, i))
-                if rng.random() < mark_p(q):
+                pm = mark_p(q)
+                if pm >= 1.0 or (pm > 0.0 and rng.random() < pm):   # a draw only on the ramp
                     marks += 1
                     at = dep + back
                     if at - last_cnp[i] >= tau:   # the NP: at most one CNP per flow per interval

@@ -1,7 +1,7 @@
 """``testbed validate --quick --json``: the alignment table on this machine (root, about a minute on 2 cores).
 
-Runs the replica rows (DCQCN senders vs the fluid model, link delay/rate/gap CCDF, RED curve, single-flow
-goodput) and checks their verdicts. The long-haul rows need a long_haul_cnp results folder and must be
+Runs the replica rows (DCQCN senders vs the fluid model and the discrete simulation, link delay/rate/gap CCDF,
+RED curve, single-flow goodput) and checks their verdicts. The long-haul rows need a long_haul_cnp results folder and must be
 listed as missing, never as passed.
 """
 
@@ -18,11 +18,18 @@ import pytest
 
 pytestmark = [pytest.mark.root]
 
-#: Rows measured and shown but not yet within tolerance on main (docs/validation.md, "Open rows"): the replica's
-#: DCQCN limit cycle is deeper and slower than the fluid model's (its queue passes Kmax every cycle), and its
-#: first congestion episode varies from run to run (queue RMS 0.07-0.22 of Kmax over six healthy runs).
-#: They must still be measured, finite and plotted; the fair-share row is asserted.
-KNOWN_OPEN = ("rate trajectory", "queue trajectory", "aggregate goodput", "convergence time")
+#: Rows measured and shown but not gated (docs/validation.md, "Open rows"), per reference. Fluid model: the
+#: replica's DCQCN limit cycle is deeper and slower than the mean field's (its queue passes Kmax every cycle),
+#: as the discrete simulation's is: at ~1.4 packets per flow per CNP interval the fluid model is out of its
+#: regime. Discrete simulation: a replica run is one realisation, judged against the band holding 95% of 20
+#: seeded runs, so a true realisation fails each row about 1 time in 20; the trajectory rows landed inside but
+#: near their band (queue RMS 0.136-0.145 of Kmax vs 0.174 in three runs) and the convergence band is wide
+#: (the metric is bimodal: 1 run in 10 misses the first cycle), so they are measured but not gated. Gated: the
+#: fair share against both, and aggregate goodput against the discrete simulation (3.6-7.3% off in three runs;
+#: tolerance 10%, which the simulation's own runs exceed about 1 time in 40).
+KNOWN_OPEN = {"DCQCN fluid model (CoNEXT'16)": ("rate trajectory", "queue trajectory", "aggregate goodput",
+                                                "convergence time"),
+              "DCQCN discrete simulation": ("rate trajectory", "queue trajectory", "convergence time")}
 
 
 def _validate(out: Path):
@@ -49,7 +56,7 @@ def test_validate_quick_rows(tmp_path):
         return
     rows = doc["rows"]
     refs = {r["reference"] for r in rows}
-    assert {"DCQCN fluid model (CoNEXT'16)", "ideal link", "ideal link (Mininet-HiFi gap CCDF)",
+    assert {"DCQCN fluid model (CoNEXT'16)", "DCQCN discrete simulation", "ideal link", "ideal link (Mininet-HiFi gap CCDF)",
             "RED curve (configured)", "min(rate, window/RTT)"} <= refs
     detail = [(r["metric"], r["replica"], r["expected"], r["error"]) for r in rows]
     for r in rows:
@@ -59,7 +66,7 @@ def test_validate_quick_rows(tmp_path):
         assert r["replica"] is not None and math.isfinite(r["replica"]), detail
         assert r["backends"], r
         assert r["plot"] and Path(r["plot"]).is_file(), r
-        if not r["metric"].startswith(KNOWN_OPEN):
+        if not r["metric"].startswith(KNOWN_OPEN.get(r["reference"], ())):
             assert r["passed"], (r, detail)
     assert doc["missing"] == 3
     assert (proc.returncode == 0) == doc["all_passed"]
