@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.root]
 #: as the discrete simulation's is: at ~1.4 packets per flow per CNP interval the fluid model is out of its
 #: regime. Discrete simulation: a replica run is one realisation, judged against the band holding 95% of 20
 #: seeded runs, so a true realisation fails each row about 1 time in 20 and a gate on four such rows would
-#: fail one run in five by chance. Measured (2026-12-04, four healthy runs, five experiments): the replica's goodput
+#: fail one run in five by chance. Measured (2026-12-04, five healthy runs, six experiments): the replica's goodput
 #: 362-414 Mb/s against the simulation's 350-429 (median 376, so one run was 10.1% off against 10%), queue RMS
 #: 0.105-0.145 of Kmax against a 0.174 band, convergence 18-32 ms against 18-29 ms for 36 of 40 runs.
 #: They are measured, finite and plotted; the fair-share rows (both references) are asserted.
