@@ -2,14 +2,16 @@
 
     reference                       metric                               replica  reference  error  pass  backends
     DCQCN fluid model (CoNEXT'16)   rate trajectory, 2 flows (RMS / C)   ...
+    DCQCN discrete simulation       the same metrics, against 20 seeded packet-level runs
     ideal link                      one-way delay, delivered rate, gaps  ...
     RED curve (configured)          marked share on the ramp             ...
     min(rate, window/RTT)           single-flow goodput                  ...
     physics / fluid gain            from a long-haul results folder (--long-haul DIR)
 
-References are computed from published equations (the fluid model, the ideal link, the RED curve,
-min(rate, window/RTT), 5 us/km), never from the code under test. The table goes to stdout (JSON with
-``--json``), a plot per row and ``validate.json`` into the results folder. Exit status 1 when a measured row
+References are computed from published equations and algorithms (the fluid model, a discrete DCQCN
+simulation, the ideal link, the RED curve, min(rate, window/RTT), 5 us/km), never from the code under
+test. The table goes to stdout (JSON with ``--json``), a plot per row and ``validate.json`` into the
+results folder. Exit status 1 when a measured row
 fails; rows without input (no ``--long-haul``) are listed as missing and do not count.
 """
 
@@ -161,8 +163,11 @@ def _rows(groups: list, p: dict, raw: dict, long_haul: dict | None) -> list:
 
     out = []
     if "dcqcn" in groups:
+        from testbed.validate.discrete import discrete_rows
+
         for r, d in zip(p["dcqcn"], raw["dcqcn"], strict=True):
             out += R.dcqcn_rows(d, r, FRAME_BYTES)
+            out += discrete_rows(d, r, FRAME_BYTES)
     if "link" in groups:
         link = raw["link"]
         gaps = [R.gap_case_summary(g["rate_bps"], g["arrivals_ns"], link["frame"]) for g in link["gap_captures"]]

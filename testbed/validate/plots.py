@@ -36,19 +36,20 @@ def _save(fig, path: Path) -> Path:
 
 def plot_dcqcn(data: dict, path: Path) -> Path:
     """``data``: t (emulated s), model_rates/replica_rates (samples x flows, bit/s), model_queue/replica_queue
-    (packets), scale, kmin, kmax, window (emulated s)."""
+    (packets), scale, kmin, kmax, window (emulated s), model_name (the legend's, default "fluid model")."""
     plt = _plt()
     scale = data["scale"]
     t_ms = np.asarray(data["t"]) / scale * 1e3
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     mr, rr = np.asarray(data["model_rates"]), np.asarray(data["replica_rates"])
+    name = data.get("model_name", "fluid model")
     for i in range(mr.shape[1]):
         ax1.plot(t_ms, rr[:, i] * scale / 1e6, lw=0.8, label=f"replica flow {i + 1}")
-        ax1.plot(t_ms, mr[:, i] * scale / 1e6, lw=1.2, ls="--", label=f"fluid model flow {i + 1}")
+        ax1.plot(t_ms, mr[:, i] * scale / 1e6, lw=1.2, ls="--", label=f"{name} flow {i + 1}")
     ax1.set_ylabel("rate R_C (Mb/s, real)")
     ax1.legend(fontsize=7, ncol=2)
     ax2.plot(t_ms, data["replica_queue"], lw=0.8, label="replica queue")
-    ax2.plot(t_ms, data["model_queue"], lw=1.2, ls="--", label="fluid model queue")
+    ax2.plot(t_ms, data["model_queue"], lw=1.2, ls="--", label=f"{name} queue")
     for k, name in ((data["kmin"], "Kmin"), (data["kmax"], "Kmax")):
         ax2.axhline(k, color="grey", lw=0.6, ls=":")
         ax2.text(t_ms[-1], k, name, fontsize=7, ha="right", va="bottom")

@@ -148,8 +148,16 @@ def _smooth(t, v, width: float):
     return (c[hi] - c[lo]) / np.maximum(hi - lo, 1)
 
 
-def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None) -> list[Row]:
-    """Fluid model vs replica: trajectories after congestion starts, fair share, convergence, throughput."""
+FLUID_REFERENCE = "DCQCN fluid model (CoNEXT'16)"
+
+
+def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None, reference: str = FLUID_REFERENCE) -> list[Row]:
+    """Fluid model vs replica: trajectories after congestion starts, fair share, convergence, throughput.
+
+    ``model``: the reference trajectory (default: the fluid model of ``run``); any
+    :class:`~testbed.models.dcqcn_fluid.Trajectory` on the same clock, named ``reference`` in the rows
+    (:mod:`testbed.validate.discrete` passes the discrete simulation's seed mean).
+    """
     fp = fluid_params_for(run, frame_bytes)
     rep = replica_series(raw)
     duration = run.duration_s * run.scale
@@ -163,11 +171,12 @@ def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None) -> list[Row]:
     # the loop RTT with the queue in the middle of the RED ramp
     rtt = 2 * run.one_way_s * run.scale + (run.kmin_pkts + run.kmax_pkts) / 2 * frame_bytes * 8 / cap
     rows, plot = [], {"t": grid, "model_rates": tr.rates, "replica_rates": rep_rates, "model_queue": tr.queue / frame_bytes,
-                      "replica_queue": rep_queue, "scale": run.scale, "kmin": run.kmin_pkts, "kmax": run.kmax_pkts}
+                      "replica_queue": rep_queue, "scale": run.scale, "kmin": run.kmin_pkts, "kmax": run.kmax_pkts,
+                      "model_name": reference.split(" (")[0].removeprefix("DCQCN ")}
     c_rep = _first_cut(rep["flows"][0]["t"], rep["flows"][0]["rate"], fp.line_rate_bps)
     c_mod = _first_cut(tr.t, tr.rates[:, 0], fp.line_rate_bps)
     if c_rep is None or c_mod is None:
-        return [skipped_row("DCQCN fluid model", "trajectories", "no sender ever cut its rate (no congestion)")]
+        return [skipped_row(reference, "trajectories", "no sender ever cut its rate (no congestion)")]
     # each side from its own first rate cut (the fluid model's expected marks cut earlier than the first
     # random mark does; see docs/validation.md), for 10 loop RTTs (propagation + queueing at Kmax)
     span = 10 * rtt
@@ -183,10 +192,10 @@ def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None) -> list[Row]:
     plot |= {"window": (c_mod, c_mod + span), "onset_shift": c_rep - c_mod}
     note = (f"{span * 1e3 / run.scale:.2f} ms real (10 loop RTTs) from the first rate cut; replica's cut "
             f"{(c_rep - c_mod) * 1e3 / run.scale:+.2f} ms real after the model's")
-    rows.append(Row("DCQCN fluid model (CoNEXT'16)", f"rate trajectory, {n} flows (RMS / C)", rate_rms, 0.0, "",
+    rows.append(Row(reference, f"rate trajectory, {n} flows (RMS / C)", rate_rms, 0.0, "",
                     rate_rms, TRAJECTORY_TOLERANCE, bool(rate_rms <= TRAJECTORY_TOLERANCE), RDMA_BACKENDS, "trajectory",
                     note, plot))
-    rows.append(Row("DCQCN fluid model (CoNEXT'16)", f"queue trajectory, {n} flows (RMS / Kmax)", queue_rms, 0.0, "",
+    rows.append(Row(reference, f"queue trajectory, {n} flows (RMS / Kmax)", queue_rms, 0.0, "",
                     queue_rms, TRAJECTORY_TOLERANCE, bool(queue_rms <= TRAJECTORY_TOLERANCE), RDMA_BACKENDS, "trajectory",
                     note, plot))
     # fair share: over the last third of the run, each flow's share of the DCQCN rate total
@@ -194,7 +203,7 @@ def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None) -> list[Row]:
     m_share = tr.rates[last].mean(axis=0) / tr.rates[last].sum(axis=1).mean()
     r_share = rep_rates[last].mean(axis=0) / rep_rates[last].sum(axis=1).mean()
     worst = int(np.argmax(np.abs(r_share - m_share)))
-    rows.append(scalar_row("DCQCN fluid model (CoNEXT'16)", f"rate share of flow {worst + 1} of {n} (last third)",
+    rows.append(scalar_row(reference, f"rate share of flow {worst + 1} of {n} (last third)",
                            float(r_share[worst]), float(m_share[worst]), "", backends=RDMA_BACKENDS,
                            note="fair share is 1/N"))
     # aggregate goodput against the model's delivered rate (payload of the frames the bottleneck forwarded)
@@ -206,7 +215,7 @@ def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None) -> list[Row]:
             good += (f["acked"][inside][-1] - f["acked"][inside][0]) * 8 / (f["t"][inside][-1] - f["t"][inside][0])
     payload = 1024 / frame_bytes
     expected = tr.utilisation(t_lo, t_hi) * cap * payload
-    rows.append(scalar_row("DCQCN fluid model (CoNEXT'16)", f"aggregate goodput, {n} flows (last two thirds)",
+    rows.append(scalar_row(reference, f"aggregate goodput, {n} flows (last two thirds)",
                            good * run.scale / 1e6, expected * run.scale / 1e6, "Mb/s (real)", backends=RDMA_BACKENDS))
     if n >= 2:
         join = max(rep["starts"][1], fp.starts_s[1])
@@ -215,12 +224,12 @@ def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None) -> list[Row]:
         conv_rep = _convergence(grid, r1s, r2s, rep["starts"][1], hold=10 * rtt)
         conv_mod = _convergence(grid, tr.rates[:, 0], tr.rates[:, 1], fp.starts_s[1], hold=10 * rtt)
         if conv_rep is None or conv_mod is None:
-            rows.append(Row("DCQCN fluid model (CoNEXT'16)", f"convergence time, flows 1-2 of {n} (rates within 20%)",
+            rows.append(Row(reference, f"convergence time, flows 1-2 of {n} (rates within 20%)",
                             None if conv_rep is None else conv_rep / run.scale * 1e3,
                             None if conv_mod is None else conv_mod / run.scale * 1e3, "ms (real)", None,
                             SCALAR_TOLERANCE, False, RDMA_BACKENDS, "scalar", f"did not converge (join at {join:.3f} s)"))
         else:
-            rows.append(scalar_row("DCQCN fluid model (CoNEXT'16)", f"convergence time, flows 1-2 of {n} (rates within 20%)",
+            rows.append(scalar_row(reference, f"convergence time, flows 1-2 of {n} (rates within 20%)",
                                    conv_rep / run.scale * 1e3, conv_mod / run.scale * 1e3, "ms (real)",
                                    backends=RDMA_BACKENDS,
                                    note="after the second flow joins; replica rates smoothed over 4 timer periods"))

@@ -1,7 +1,7 @@
 """``testbed validate --quick --json``: the alignment table on this machine (root, about a minute on 2 cores).
 
-Runs the replica rows (DCQCN senders vs the fluid model, link delay/rate/gap CCDF, RED curve, single-flow
-goodput) and checks their verdicts. The long-haul rows need a long_haul_cnp results folder and must be
+Runs the replica rows (DCQCN senders vs the fluid model and the discrete simulation, link delay/rate/gap CCDF,
+RED curve, single-flow goodput) and checks their verdicts. The long-haul rows need a long_haul_cnp results folder and must be
 listed as missing, never as passed.
 """
 
@@ -18,11 +18,17 @@ import pytest
 
 pytestmark = [pytest.mark.root]
 
-#: Rows measured and shown but not yet within tolerance on main (docs/validation.md, "Open rows"): the replica's
-#: DCQCN limit cycle is deeper and slower than the fluid model's (its queue passes Kmax every cycle), and its
-#: first congestion episode varies from run to run (queue RMS 0.07-0.22 of Kmax over six healthy runs).
-#: They must still be measured, finite and plotted; the fair-share row is asserted.
-KNOWN_OPEN = ("rate trajectory", "queue trajectory", "aggregate goodput", "convergence time")
+#: Rows measured and shown but not gated (docs/validation.md, "Open rows"), per reference. Fluid model: the
+#: replica's DCQCN limit cycle is deeper and slower than the mean field's (its queue passes Kmax every cycle),
+#: as the discrete simulation's is: at ~1.4 packets per flow per CNP interval the fluid model is out of its
+#: regime. Discrete simulation: a replica run is one realisation, judged against the band holding 95% of 20
+#: seeded runs, so a true realisation fails each row about 1 time in 20 and a gate on four such rows would
+#: fail one run in five by chance. Measured (2026-12-04, five healthy runs, six experiments): the replica's goodput
+#: 362-414 Mb/s against the simulation's 350-429 (median 376, so one run was 10.1% off against 10%), queue RMS
+#: 0.105-0.145 of Kmax against a 0.174 band, convergence 18-32 ms against 18-29 ms for 36 of 40 runs.
+#: They are measured, finite and plotted; the fair-share rows (both references) are asserted.
+_DCQCN_OPEN = ("rate trajectory", "queue trajectory", "aggregate goodput", "convergence time")
+KNOWN_OPEN = {"DCQCN fluid model (CoNEXT'16)": _DCQCN_OPEN, "DCQCN discrete simulation": _DCQCN_OPEN}
 
 
 def _validate(out: Path):
@@ -49,7 +55,7 @@ def test_validate_quick_rows(tmp_path):
         return
     rows = doc["rows"]
     refs = {r["reference"] for r in rows}
-    assert {"DCQCN fluid model (CoNEXT'16)", "ideal link", "ideal link (Mininet-HiFi gap CCDF)",
+    assert {"DCQCN fluid model (CoNEXT'16)", "DCQCN discrete simulation", "ideal link", "ideal link (Mininet-HiFi gap CCDF)",
             "RED curve (configured)", "min(rate, window/RTT)"} <= refs
     detail = [(r["metric"], r["replica"], r["expected"], r["error"]) for r in rows]
     for r in rows:
@@ -59,7 +65,7 @@ def test_validate_quick_rows(tmp_path):
         assert r["replica"] is not None and math.isfinite(r["replica"]), detail
         assert r["backends"], r
         assert r["plot"] and Path(r["plot"]).is_file(), r
-        if not r["metric"].startswith(KNOWN_OPEN):
+        if not r["metric"].startswith(KNOWN_OPEN.get(r["reference"], ())):
             assert r["passed"], (r, detail)
     assert doc["missing"] == 3
     assert (proc.returncode == 0) == doc["all_passed"]
