@@ -123,7 +123,7 @@ class Rank:
                 apply_block(op, buffers, rstage[roff[i]:roff[i] + op.count])
 
         self.barrier.wait(tag, timeout)
-        t0 = time.time()
+        t0, cpu0 = time.time(), time.process_time()
         acked = 0
         deadline = time.monotonic() + timeout
         while not (engine.finished and acked == sends):
@@ -149,10 +149,11 @@ class Rank:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"rank {self.rank} {tag}: {len(engine.pending())} ops and {sends - acked} "
                                    f"acknowledgements outstanding after {timeout:g}s")
-        t1 = time.time()
+        t1, cpu = time.time(), time.process_time() - cpu0
         self.pd.dereg_mr(smr)
         self.pd.dereg_mr(rmr)
-        return {"start": t0, "end": t1, "finished_at": engine.finished_at}
+        # cpu_s / (end - start): how much of one core this rank's endpoint used (the machine has 2 for all)
+        return {"start": t0, "end": t1, "cpu_s": round(cpu, 4), "finished_at": engine.finished_at}
 
     def stats(self) -> dict:
         keys = ("tx_packets", "rx_packets", "retransmissions", "timeouts", "naks_rx", "naks_tx", "cnps_rx",
@@ -175,7 +176,9 @@ def run_collectives(rank: Rank, cfg: dict) -> list[dict]:
         for it in range(cfg.get("warmup", 0) + cfg.get("iters", 1)):
             bufs = V.initial_buffers(sched, rank.rank, rank.seed, rank.job)
             t = rank.execute(sched, bufs, cfg.get("timeout_s", 300.0), f"{k}-{it}")
-            t.pop("finished_at")
+            # when each op ran, from the iteration's start: a send's post, a receive's arrival and apply
+            # (where a link idled between steps, docs/collectives.md "Where the ring's time went")
+            t["op_s"] = [round(x - t["start"], 5) for x in t.pop("finished_at")]
             t["wrong"] = V.wrong(sched, rank.rank, bufs, rank.seed, rank.job)
             t["warmup"] = it < cfg.get("warmup", 0)
             iters.append(t)

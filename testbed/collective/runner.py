@@ -49,6 +49,13 @@ WINDOW = 32
 #: windows shrink to fit; an 8-rank all-to-all still overflows it (the ledger names those frames)
 INCAST_PACKETS = 64
 MIN_WINDOW = 8
+#: a ring's one QP into each host when the run raised ovs-vswitchd's send buffer: 32 frames (16 beyond
+#: the last acknowledgement request) are less than the round trip of a ring hop across 4-6 links each
+#: storing and forwarding at the emulated rate (0.87 ms a frame at 10 Mbit/s) plus the OVS hops and the
+#: endpoints' turn-around, so the QP idled and the ring's coupling spread that to every link (measured,
+#: docs/collectives.md "Where the ring's time went"). Without the raised buffer, 128 lost frames in the
+#: socket (ECMP collisions queue at switch ports), so rings keep WINDOW there
+RING_WINDOW = 128
 
 
 def check_send_buffer(plan) -> None:
@@ -61,6 +68,14 @@ def check_send_buffer(plan) -> None:
     if not any(s.kind == "ovs" and s.datapath == "user" for s in plan.switches):
         raise SpecError(OPTION, f"applies to Open vSwitch's userspace datapath (netdev) only; this replica's "
                                 f"switches are {', '.join(kinds)}, which have no shared send socket: leave it out")
+
+
+def qp_window(window: int, fan_in: int, send_buffer_raised: bool) -> int:
+    """Packets in flight per QP: ``window``, shrunk so that ``fan_in`` QPs into one host stay within
+    :data:`INCAST_PACKETS`; a ring's (fan-in 1) raised to :data:`RING_WINDOW` when the send buffer is."""
+    if fan_in == 1 and send_buffer_raised:
+        return max(window, RING_WINDOW)
+    return max(MIN_WINDOW, min(window, INCAST_PACKETS // fan_in))
 
 
 def fan_in_of(job) -> int:
@@ -329,7 +344,7 @@ class CollectiveFabric:
             fan_in = fan_in_of(job)
             for r, h in enumerate(job.hosts):
                 qp = self.qp_config(h)
-                qp["window"] = max(MIN_WINDOW, min(qp["window"], INCAST_PACKETS // fan_in))
+                qp["window"] = qp_window(qp["window"], fan_in, self.send_buffer is not None)
                 if failures:
                     qp["retry_limit"] = F.retry_budget(failures, qp["timeout_s"], timeout)
                 cfg = {"rank": r, "ips": ips, "job": k, "dir": str(jdir), "qp": qp,

@@ -388,6 +388,16 @@ def test_ranks_over_soft_rdma_loopback(tmp_path):
     assert [r["wrong"] for r in rows] == [0, 0]
     assert all(r["iterations"] == 1 and r["time_s"] > 0 for r in rows)
     assert results[0][0]["sent_bytes"] == 2 * 2 * 12288 // 3
+    # each op's time from the iteration's start: a receive that a later send forwards comes before it
+    from testbed.collective import schedule as S
+
+    sched = S.build("allreduce", 3, 12288 // 4, None, 2)
+    for r in range(3):
+        it = results[r][0]["iterations"][-1]
+        span = it["end"] - it["start"]
+        assert len(it["op_s"]) == len(sched.ranks[r]) and all(0 <= t <= span for t in it["op_s"])
+        assert all(it["op_s"][j] <= it["op_s"][i] for i, d in enumerate(sched.deps[r]) for j in d)
+        assert 0 < it["cpu_s"]
 
 
 def test_loss_ledger_and_drop_counters():
@@ -427,3 +437,15 @@ def test_fan_in_sets_the_window():
     a2a = JobRun("c", hosts, runs=({"collective": "all_to_all", "bytes": 64},))
     assert [fan_in_of(j) for j in (ring, tree, a2a)] == [1, 2, 7]
     assert INCAST_PACKETS // fan_in_of(a2a) * 7 <= INCAST_PACKETS
+
+
+def test_a_ring_gets_the_larger_window_only_with_the_raised_send_buffer():
+    from testbed.collective.runner import INCAST_PACKETS, MIN_WINDOW, RING_WINDOW, WINDOW, qp_window
+
+    # the default send socket holds ~92 frames for the whole fabric: every job keeps the incast budget
+    assert [qp_window(WINDOW, f, False) for f in (1, 2, 7)] == [WINDOW, min(WINDOW, INCAST_PACKETS // 2),
+                                                                 max(MIN_WINDOW, INCAST_PACKETS // 7)]
+    # raised: only a ring's one QP into each host grows (32 frames left its hops idle); fan-in > 1 unchanged
+    assert qp_window(WINDOW, 1, True) == RING_WINDOW > WINDOW
+    assert [qp_window(WINDOW, f, True) for f in (2, 7)] == [qp_window(WINDOW, f, False) for f in (2, 7)]
+    assert qp_window(RING_WINDOW * 2, 1, True) == RING_WINDOW * 2      # never shrinks a larger one

@@ -167,3 +167,19 @@ def test_spinners_die_with_a_starter_killed_by_sigkill():
     starter.kill()      # no teardown runs: only PR_SET_PDEATHSIG can end them
     starter.wait()
     poll(lambda: not mine & set(spinner_pids()), timeout=10, what="spinners ended with their starter")
+
+
+def test_bench_collective_runs_without_spinners_unless_asked(tmp_path):
+    from testbed.commands.bench import AWAKE_OFF, awake_environ
+    from testbed.emu.awake import wanted
+
+    vm = tmp_path / "vm"
+    vm.write_text("processor\t: 0\nflags\t\t: fpu vme sse2 hypervisor avx\n")   # a VM: spinners by default
+    kvm = lambda: "KVMKVMKVM"    # noqa: E731
+    assert wanted({}, vm, kvm)[0] is True
+    env, why = awake_environ(AWAKE_OFF["collective"], {})
+    assert wanted(env, vm, kvm)[0] is False and why == AWAKE_OFF["collective"]
+    env, why = awake_environ(AWAKE_OFF["collective"], {"TESTBED_KEEP_AWAKE": "1"})     # the user's choice wins
+    assert wanted(env, vm, kvm) == (True, "TESTBED_KEEP_AWAKE=1") and why is None
+    env, why = awake_environ(None, {})                                                  # other benchmarks: as before
+    assert wanted(env, vm, kvm)[0] is True and why is None
