@@ -43,9 +43,12 @@ CHILD = textwrap.dedent("""
 
 
 def _hangup_default() -> None:
-    """The child's SIGHUP at its default: a replica keeps an inherited SIG_IGN (it was started with nohup,
-    testbed.emu.signals), and a test suite itself run under nohup would otherwise test nothing."""
+    """The child's SIGHUP and SIGINT at their defaults, as a terminal's foreground job has them: a replica keeps
+    an inherited SIG_IGN (it was started with nohup, testbed.emu.signals), and a suite started under nohup, or
+    in the background of a non-interactive shell (`cmd &` ignores SIGINT there; Python then leaves it
+    ignored), would otherwise test nothing (the CI of 3c61ce5, started that way, failed here on SIGINT)."""
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 def _start_child():
     env = dict(os.environ, TESTBED_LOCK_WAIT=os.environ.get("TESTBED_LOCK_WAIT", "900"))
