@@ -4,11 +4,12 @@
 
 1. delay: idle link at 100 Mbit/s, emulated delays 1, 10, 50 ms; probes captured leaving A and arriving at
    B; per-probe error against ``delay + 1514*8/rate``.
-2. gaps: rates 10-200 Mbit/s, iperf3 UDP at 1.2x the rate keeps the queue backlogged; gaps between
-   consecutive full frames at B against ``1514*8/rate``.
+2. gaps: rates 10-200 Mbit/s, full frames offered at 1.2x the rate (the compiled core's ``gen``, in groups
+   of 32; iperf3 UDP when the core did not build) keep the queue backlogged; gaps between consecutive
+   full frames at B against ``1514*8/rate``.
 3. RED: ECT probes at 1.1x a 10 Mbit/s bottleneck; each probe's queue depth from its queueing delay,
    marked fraction per depth bin against the configured curve.
-4. max pps: 64-byte iperf3 UDP at rising rates through an unshaped line; the highest rate it forwards
+4. max pps: 64-byte UDP frames (``gen``) at rising rates through an unshaped line; the highest rate it forwards
    whole (max_pps), and whole with < 1% of frames late (max_pps_on_time); CPU per packet from the
    link process's own CPU time.
 
@@ -52,6 +53,15 @@ DELAY_RATE_BPS = 100e6
 FRAME = fidelity.FULL_FRAME
 #: Frame of the pps ladder: 64 B of UDP payload, as iperf3 -l 64 sent before.
 PPS_FRAME = 64 + 42
+#: UDP destination port of the compiled core's ``gen`` frames (what the captures filter on).
+GEN_PORT = 9
+#: The gap cases offer this many times the link rate, so that the queue stays backlogged (Mininet-HiFi
+#: measures inter-dequeue times of a busy queue) ...
+GAP_OVERLOAD = 1.2
+#: ... in groups of this many frames: ``gen`` sleeps between groups instead of busy-waiting every 50 us.
+#: iperf3 was the source before: at 200 Mbit/s it delivered 89-93 % of the rate (the queue ran dry for
+#: up to 12.8 ms, 287 times in 2 s, with the link core 0 frames late), so the gaps measured the sender.
+GAP_BURST = 32
 
 
 CORES = ("c", "python", "bare")
@@ -174,6 +184,7 @@ def run(args) -> int:
             w.stop()
         for server in servers:
             server.terminate()
+        softirq_raised = reg.softirq_raised
     first = per_core[cores[0]]
     report = {"backend": "userspace", "core": first["core"], "profile": "slow-cpu" if args.slow_cpu else "host",
               "quick": bool(args.quick)}
@@ -189,6 +200,7 @@ def run(args) -> int:
     report["load_average"] = load_average()
     report["uptime"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     report["machine"] = _machine()
+    report["softirq_threads_raised"] = softirq_raised  # ksoftirqd above the link cores (testbed.emu.softirq)
     (workdir / "bench-link.json").write_text(json.dumps(report, indent=1))
     if args.markdown:
         from testbed.bench.link_table import markdown
@@ -287,18 +299,29 @@ def _delay_case(wire, delay_s: float, plan: dict, core: str) -> dict:
 
 def _gap_case(wire, rate_bps: float, plan: dict, core: str) -> dict:
     _start(wire, LinkParams(rate_bps=rate_bps, delay_s=0.001, limit=200), 2, core)
-    with wire.capture("b", IPERF_PORT, f"gaps{rate_bps / 1e6:g}M") as pb:
-        subprocess.run(wire.exec_argv("a", ["iperf3", "-c", wire.ip_b, "-p", str(IPERF_PORT), "-u",
-                                            "-b", str(int(rate_bps * 1.2)), "-l", str(FRAME - 42),
-                                            "-t", str(plan["gap_seconds"])]),
-                       capture_output=True, text=True, timeout=60, check=True)
+    binary = _gen_binary()
+    with wire.capture("b", GEN_PORT if binary else IPERF_PORT, f"gaps{rate_bps / 1e6:g}M") as pb:
+        if binary:
+            argv = [str(binary), "gen", "--a", wire.if_a, "--pps", repr(GAP_OVERLOAD * rate_bps / (FRAME * 8)),
+                    "--seconds", str(plan["gap_seconds"]), "--size", str(FRAME), "--burst", str(GAP_BURST)]
+        else:
+            argv = ["iperf3", "-c", wire.ip_b, "-p", str(IPERF_PORT), "-u", "-b", str(int(rate_bps * GAP_OVERLOAD)),
+                    "-l", str(FRAME - 42), "-t", str(plan["gap_seconds"])]
+        res = subprocess.run(wire.exec_argv("a", argv), capture_output=True, text=True, timeout=60, check=True)
     stats = wire.stop()
     arrivals = [ts for ts, _f, length in read_pcap(pb) if length == FRAME]
+    d = stats.get("directions", {}).get("a>b", {})
+    # every frame on the way: offered by the source, received by the line, sent by it, captured at B (a
+    # frame missing between two of them is a gap the line did not make)
+    path = {"offered": json.loads(res.stdout)["sent"] if binary else None, "line_rx": d.get("rx_packets"),
+            "line_dropped": sum(d.get(k, 0) for k in ("drop_tail", "drop_red", "drop_loss")),
+            "line_tx": d.get("tx_packets"), "captured": len(arrivals)}
     ideal = fidelity.serialisation_s(FRAME, rate_bps)
     gaps = fidelity.backlogged_gaps(arrivals, skip=50)
     # delivered rate over the backlogged stretch: late wake-ups stretch some gaps and bunch others
     span = sum(gaps)
     case = {"rate_mbps": rate_bps / 1e6, "ideal_gap_us": round(ideal * 1e6, 2),
+            "source": "linkcore-gen" if binary else "iperf3", "frames": path,
             "median_gap_us": round(fidelity.percentile(gaps, 50) * 1e6, 2),
             "rate_pct": round(100 * len(gaps) * FRAME * 8 / span / rate_bps, 2) if span else None,
             **fidelity.error_summary(fidelity.relative_errors(gaps, ideal)), **_late(stats)}
@@ -355,12 +378,7 @@ def _offer(wire, pps: int, seconds: float) -> tuple[int, float, str]:
     small datagrams on this machine, below the rates to measure. iperf3 remains the source when the core
     did not build. Returns (frames offered, seconds, source).
     """
-    from testbed.links.core import CoreBuildError, build
-
-    try:
-        binary = build()
-    except CoreBuildError:
-        binary = None
+    binary = _gen_binary()
     if binary is None:
         rate = "0" if pps == 0 else str(int(pps * 64 * 8))  # iperf3 -b counts payload bits; 0 = unlimited
         out = subprocess.run(wire.exec_argv("a", ["iperf3", "-c", wire.ip_b, "-p", str(IPERF_PORT), "-u", "-b", rate,
@@ -373,6 +391,16 @@ def _offer(wire, pps: int, seconds: float) -> tuple[int, float, str]:
                          capture_output=True, text=True, timeout=60, check=True)
     doc = json.loads(out.stdout)
     return int(doc["sent"]), float(doc["seconds"]), "linkcore-gen"
+
+
+def _gen_binary():
+    """The compiled core (its ``gen`` mode is the benchmark's frame source), or None when it did not build."""
+    from testbed.links.core import CoreBuildError, build
+
+    try:
+        return build()
+    except CoreBuildError:
+        return None
 
 
 def _pps_case(wire, plan: dict, core: str) -> dict:
@@ -422,3 +450,6 @@ def _print(report: dict) -> None:
     out.print(f"c / bare on-time rate: {cmp.get('c_over_bare')}; c / python: {cmp.get('c_over_python')}; "
               f"RED max |observed - curve|: {report.get('red_max_abs_error')}; details in "
               f"{report['workdir']}/bench-link.json")
+    if report.get("softirq_threads_raised") is not None:
+        out.print(f"ksoftirqd threads raised above the link cores for the run: {report['softirq_threads_raised']} "
+                  "(testbed/emu/softirq.py)")

@@ -42,7 +42,7 @@ from pathlib import Path
 import psutil
 
 from testbed.console import console
-from testbed.emu import ops, rcu
+from testbed.emu import ops, rcu, softirq
 from testbed.emu.laps import Laps
 from testbed.emu.signals import deferred_signals, terminate_raises
 from testbed.errors import EmulationError, NotRootError, TestbedError
@@ -124,6 +124,9 @@ class RunRegistry:
         self.timings: dict = {}
         self._active = False
         self._signals = None
+        self._softirq: contextlib.ExitStack | None = None
+        #: ksoftirqd threads raised for this run's real-time processes (None: none started yet).
+        self.softirq_raised: int | None = None
 
     # ----------------------------------------------------------------------------- lifecycle
     def __enter__(self) -> "RunRegistry":
@@ -160,6 +163,9 @@ class RunRegistry:
     def cleanup(self) -> dict:
         """Remove every recorded object (newest first) and the record; returns what was done."""
         report = self.sweep()
+        if self._softirq is not None:  # after the sweep: the real-time processes are gone by then
+            self._softirq.close()
+            self._softirq = None
         if not report["failed"]:
             self.path.unlink(missing_ok=True)
             self._active = False
@@ -345,7 +351,7 @@ class RunRegistry:
             ops.run(ops.offload_off_argv(name, ns), what=f"disable offloads on {name}", check=False)
         return a, b
 
-    def spawn(self, argv, *, netns: str | None = None, log: Path | None = None,
+    def spawn(self, argv, *, netns: str | None = None, log: Path | None = None, realtime: int | None = None,
               **popen_kwargs) -> subprocess.Popen:
         """Start a process (in ``netns`` if given) in its own session and record it.
 
@@ -353,7 +359,14 @@ class RunRegistry:
             argv: the command.
             netns: a named namespace to run it in (``ip netns exec``).
             log: file receiving stdout and stderr (default: inherited unless given in popen_kwargs).
+            realtime: the SCHED_FIFO priority the process gives itself (a link core): until this run's
+                cleanup the kernel's softirq threads run one above it (:mod:`testbed.emu.softirq`).
         """
+        if realtime is not None and realtime > 0 and self._softirq is None:
+            stack = contextlib.ExitStack()
+            self.softirq_raised = stack.enter_context(
+                softirq.ahead(self.root, same_process, self.start, min(realtime + 1, 99)))
+            self._softirq = stack
         full = ops.netns_exec_argv(list(argv), netns)
         popen_kwargs.setdefault("start_new_session", True)
         log_file = None
@@ -686,11 +699,16 @@ def release_lock(fd: int | None) -> None:
 
 
 def clean(*, force: bool = False, dry_run: bool = False) -> list[dict]:
-    """What ``testbed clean`` does: :func:`clean_runs` of dead runs (all with ``force``). While another run
-    holds the lock, objects recorded by name only might be that run's, so they are kept."""
+    """What ``testbed clean`` does: :func:`clean_runs` of dead runs (all with ``force``), then the kernel
+    settings a dead run changed are put back. While another run holds the lock, objects recorded by name
+    only might be that run's, so they are kept."""
     lock = try_lock()
     try:
-        return clean_runs(only_dead=not force, dry_run=dry_run, require_identity=lock is None)
+        reports = clean_runs(only_dead=not force, dry_run=dry_run, require_identity=lock is None)
+        if not dry_run:  # kernel settings a killed run changed (each saved with its owner, put back if dead)
+            rcu.restore_orphaned(state_dir(), same_process)
+            softirq.restore_orphaned(state_dir(), same_process)
+        return reports
     finally:
         release_lock(lock)
 

@@ -25,7 +25,7 @@ from testbed.emu import capture, ops
 from testbed.emu.registry import RunRegistry
 from testbed.errors import EmulationError
 from testbed.links.core import line_argv
-from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S, read_stats
+from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S, DEFAULT_RT_PRIORITY, read_stats
 from testbed.links.model import LinkParams
 from testbed.links.probe import wait_bound
 from testbed.poll import poll
@@ -94,7 +94,8 @@ class Wire:
         self.core, argv = line_argv(self.dl_a, self.dl_b, params, self.stats_path, core=core or self.default_core, seed=seed,
                                     late_tolerance_s=late_tolerance_s, stats_interval_s=0.5, spin_s=spin_s,
                                     cpu=cpu, poll_window_s=poll_window_s)
-        self.proc = self.run.spawn(argv, log=self.log_path, env={**os.environ, "PYTHONPATH": _repo_path()})
+        self.proc = self.run.spawn(argv, log=self.log_path, env={**os.environ, "PYTHONPATH": _repo_path()},
+                                   realtime=DEFAULT_RT_PRIORITY)
         return wait_ready(self.proc, self.stats_path, self.log_path, what=f"delay line {self.prefix}")
 
     def stop(self) -> dict:

@@ -58,6 +58,23 @@ def test_100mbit_rate_by_iperf3(wire):
     assert received_bps == pytest.approx(100e6, rel=0.10)
 
 
+def test_bench_gap_case_accounts_for_every_frame_at_200mbit(wire):
+    """`testbed bench link`'s gap case offers 1.2x the rate from the compiled core's generator (in groups) and
+    follows every frame: offered by the source = received by the line = dropped at its tail + sent by it, and
+    sent = captured at B. So a gap made before or after the line (a stalled sender, a capture that missed
+    frames) shows in the case instead of passing for the line's. The median gap is the serialisation time."""
+    from testbed.bench.link import _gap_case
+
+    case = _gap_case(wire, 200e6, {"gap_seconds": 1.0}, wire.default_core)
+    f = case["frames"]
+    assert case["source"] == "linkcore-gen"
+    assert f["offered"] >= 0.95 * 1.2 * 200e6 / (1514 * 8), case   # the source kept (nearly) its pace
+    assert f["line_rx"] == f["offered"], case
+    assert f["line_rx"] == f["line_dropped"] + f["line_tx"] and f["line_dropped"] > 0, case  # 1.2x: a backlog
+    assert f["captured"] == f["line_tx"], case
+    assert abs(case["median_gap_us"] - case["ideal_gap_us"]) <= 0.02 * case["ideal_gap_us"], case
+
+
 def test_one_percent_loss_over_20k_packets(wire):
     wire.restart(LinkParams(loss=LossModel(rate=0.01)), seed=3)
     sent, result = wire.probe(count=20_000, pps=8000, size=64)

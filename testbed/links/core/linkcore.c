@@ -327,6 +327,9 @@ static const char *opt_a, *opt_b, *opt_stats, *opt_params_json = "{}";
 static unsigned long long opt_seed, opt_seed_ab, opt_seed_ba = 1;
 static double opt_pps = 10000, opt_seconds = 1.0;
 static int opt_size = 64, opt_tos;  /* gen: IPv4 TOS byte (DSCP << 2 | ECN) */
+/* gen: frames sent together, each group when its last frame is due (1: evenly spaced). Groups let the source
+ * sleep between them instead of busy-waiting every gap, so a backlog-making source costs little CPU */
+static int opt_burst = 1;
 static double mono(void);
 static int open_sock(const char *ifname);
 static double opt_late_tol = 250e-6, opt_stats_interval = 1.0, opt_spin = 50e-6, opt_poll = 0.0;
@@ -368,7 +371,8 @@ static void parse_options(int argc, char **argv) {
         {"stats-interval", 1, 0, 'I'}, {"spin", 1, 0, 'P'}, {"poll-window", 1, 0, 'W'}, {"rt-priority", 1, 0, 'r'}, {"cpu", 1, 0, 'c'},
         {"bare", 0, 0, 'B'}, {"batch", 1, 0, 'n'}, {"rcvbuf", 1, 0, 'v'}, {"sndbuf", 1, 0, 'w'},
         {"sample-interval", 1, 0, 'i'}, {"max-samples", 1, 0, 'm'}, {"pps", 1, 0, 'p'}, {"seconds", 1, 0, 'd'},
-        {"size", 1, 0, 'z'}, {"pfc", 1, 0, 'F'}, {"tos", 1, 0, 'o'}, {"wake-early", 1, 0, 'K'}, {0, 0, 0, 0}};
+        {"size", 1, 0, 'z'}, {"pfc", 1, 0, 'F'}, {"tos", 1, 0, 'o'}, {"wake-early", 1, 0, 'K'},
+        {"burst", 1, 0, 'u'}, {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
@@ -404,10 +408,12 @@ static void parse_options(int argc, char **argv) {
         case 'F': parse_pfc(optarg); break;
         case 'o': opt_tos = atoi(optarg) & 0xFF; break;
         case 'K': WAKE_EARLY_S = strtod(optarg, NULL); break;
+        case 'u': opt_burst = atoi(optarg); break;
         default: die("bad option (see testbed/links/core/__init__.py for the command line)");
         }
     }
     if (opt_batch < 1 || opt_batch > 256) die("--batch must be 1..256");
+    if (opt_burst < 1 || opt_burst > 64) die("--burst must be 1..64");
 }
 
 /* ---------------------------------------------------------------- trace mode (no root) */
@@ -773,17 +779,18 @@ static int run_gen(void) {
         if (sent + errors >= total || now - start >= opt_seconds) break;
         uint64_t due = (uint64_t)((now - start) * opt_pps) + 1;
         if (due > total) due = total;
-        if (due <= sent + errors) {
-            /* evenly spaced frames, not bursts: sleep through long gaps, busy-wait through short ones */
-            double gap = (double)(sent + errors + 1) / opt_pps - (now - start);
+        if (due < sent + errors + (uint64_t)opt_burst && due < total) {
+            /* the next group is not due yet: sleep through long waits, busy-wait through short ones */
+            uint64_t last = sent + errors + (uint64_t)opt_burst;
+            double gap = (double)(last < total ? last : total) / opt_pps - (now - start);
             if (gap > 200e-6) {
                 struct timespec ts = {0, (long)((gap - 100e-6) * 1e9)};
                 nanosleep(&ts, NULL);
             }
             continue;
         }
-        uint64_t k = due - sent - errors;
-        if (k > 8) k = 8;
+        uint64_t k = due - sent - errors, most = opt_burst > 8 ? (uint64_t)opt_burst : 8;
+        if (k > most) k = most;
         int r = sendmmsg(fd, msgs, (unsigned)k, 0);
         if (r < 0) errors++; else sent += (uint64_t)r;
     }
