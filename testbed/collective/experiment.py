@@ -84,7 +84,7 @@ class Options:
         if a.root >= a.ranks:
             raise SpecError("--root", f"must be a rank 0..{a.ranks - 1}, got {a.root}")
         if innetwork:
-            IN.check_options(a, a.ranks)
+            IN.check_options(a)
         else:
             check_job_count(a.fabric, a.jobs)
         sizes = []

@@ -63,7 +63,7 @@ def refuse(fabric: str, collective: str, algorithm: str | None, ovs_fabrics) -> 
     return False
 
 
-def check_options(a, ranks: int) -> None:
+def check_options(a) -> None:
     """Options that mean nothing on an aggregation fabric, and the ranks it can hold (``testbed.agg.runner``'s rule)."""
     for attr, (flag, given, why) in NOT_HERE.items():
         if given(getattr(a, attr, None)):
@@ -71,7 +71,7 @@ def check_options(a, ranks: int) -> None:
     from testbed.agg.runner import fabric
 
     try:
-        fabric(ranks, FABRICS[a.fabric])
+        fabric(a.ranks, FABRICS[a.fabric])
     except SpecError as exc:
         raise SpecError("--ranks", f"{exc.message} (fabric {a.fabric})") from None
 
