@@ -36,7 +36,7 @@ if __name__ == "__main__" and __package__ is None:
 
 import yaml  # noqa: E402
 
-from testbed.agg.matrix import Spec, elements, link_rate, load_spec, trials  # noqa: E402, F401 - the experiment's matrix
+from testbed.agg.matrix import SATURATION_UTILISATION, SPEC_NAME, Spec, elements, link_rate, load_spec, trials  # noqa: E402, F401
 from testbed.console import console, require_root  # noqa: E402
 from testbed.emu.health import CpuWatch, emulator_processes  # noqa: E402
 from testbed.emu.runhealth import assess  # noqa: E402
@@ -48,9 +48,7 @@ NAME = "innetwork_allreduce"
 NO_FAILURES = (
     "the aggregation switch (BMv2, aggregation.p4) has no failover path, so a failed link stalls the "
     "job; its loss is injected at the workers (the spec matrix's loss)")
-SPEC = REPO_ROOT / "scenarios" / "specs" / "allreduce.yaml"
-#: a row whose worker links carried less than this fraction of their rate was limited by BMv2
-SATURATION_UTILISATION = 0.5
+SPEC = REPO_ROOT / "scenarios" / "specs" / SPEC_NAME
 
 
 # -- pure: the result rows -------------------------------------------------------------------------

@@ -10,6 +10,12 @@ from dataclasses import dataclass
 from testbed.errors import SpecError
 from testbed.units import parse_rate
 
+#: a switch run whose worker links carried less than this fraction of their rate was limited by BMv2, not
+#: by the links (the experiment's rates are chosen so that links are the bottleneck)
+SATURATION_UTILISATION = 0.5
+#: the spec every in-network run takes its switch budget and window from
+SPEC_NAME = "allreduce.yaml"
+
 AXES = ("topologies", "workers", "sizes_mb", "loss_pct", "jobs")
 KEYS = {"name", "switch_budget", "window", "dtype", "quick", *AXES}
 

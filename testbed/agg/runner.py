@@ -69,6 +69,7 @@ class RunResult:
     retransmits: int = 0
     injected_drops: int = 0
     start_spread_s: float = 0.0      # latest minus earliest worker start (should be ~0)
+    wrong: int | None = None         # int32: elements differing from numpy's sum, over every worker's result
     rtt_median_s: float | None = None
     switch_stats: dict = field(default_factory=dict)
 
@@ -76,6 +77,13 @@ class RunResult:
 def _median(values) -> float | None:
     values = [v for v in values if v is not None]
     return float(np.median(values)) if values else None
+
+
+def count_wrong(results: list, want: np.ndarray) -> int:
+    """Elements of every worker's result that differ from ``want`` (nccl-tests' #wrong: summed over ranks);
+    a result of the wrong length counts every element it should have had."""
+    return sum(int(np.count_nonzero(np.asarray(r) != want)) if np.shape(r) == want.shape else int(want.size)
+               for r in results)
 
 
 def fabric(workers: int, topology: str):
@@ -221,7 +229,9 @@ class AggTestbed:
         got = np.load(work / f"{mode}-{jr.job}-0.npy")
         digests = {r["digest"] for r in reports}
         want = expected_sum(jr.seed, jr.job, self.n, jr.elements, jr.dtype)
+        wrong = None
         if jr.dtype == "int32":
+            wrong = count_wrong([np.load(work / f"{mode}-{jr.job}-{r}.npy") for r in range(self.n)], want)
             exact = bool(np.array_equal(got, want))
             err = float(np.max(np.abs(got.astype(np.int64) - want.astype(np.int64)))) if got.size else 0.0
             correct = exact
@@ -244,7 +254,7 @@ class AggTestbed:
                          injected_drops=sum(r.get("dropped_injected", 0) for r in reports),
                          rtt_median_s=_median(r.get("rtt_median_s") for r in reports),
                          start_spread_s=max(r["start"] for r in reports) - min(r["start"] for r in reports),
-                         switch_stats=stats or {})
+                         switch_stats=stats or {}, wrong=wrong)
 
     def _start_at(self, processes: int) -> float:
         return time.time() + 1.0 + 0.2 * processes      # python start-up of every process, contended
@@ -266,9 +276,8 @@ class AggTestbed:
                         "--workers", str(self.n), "--agg-ip", AGG_IP, "--elements", str(jr.elements),
                         "--dtype", jr.dtype, "--seed", str(jr.seed), "--window", str(self.window),
                         "--timeout", f"{self.timeout:.4f}", "--loss", str(jr.loss), "--start-at", str(start_at),
-                        "--report", str(work / f"switch-{jr.job}-{rank}.json")]
-                if rank == 0:
-                    argv += ["--save", str(work / f"switch-{jr.job}-0.npy")]
+                        "--report", str(work / f"switch-{jr.job}-{rank}.json"),
+                        "--save", str(work / f"switch-{jr.job}-{rank}.npy")]
                 argvs.append((h, argv, work / f"switch-{jr.job}-{rank}.log"))
         ps_jobs = ",".join(f"{j.job}:{self.n}" for j in self.jobs if j.ps is not None)
         ps = None
@@ -299,9 +308,8 @@ class AggTestbed:
         for rank, h in enumerate(self.workers):
             argv = [sys.executable, "-m", "testbed.agg.ring", "--job", str(jr.job), "--rank", str(rank),
                     "--peers", peers, "--elements", str(jr.elements), "--dtype", jr.dtype, "--seed", str(jr.seed),
-                    "--start-at", str(start_at), "--report", str(work / f"ring-{jr.job}-{rank}.json")]
-            if rank == 0:
-                argv += ["--save", str(work / f"ring-{jr.job}-0.npy")]
+                    "--start-at", str(start_at), "--report", str(work / f"ring-{jr.job}-{rank}.json"),
+                    "--save", str(work / f"ring-{jr.job}-{rank}.npy")]
             argvs.append((h, argv, work / f"ring-{jr.job}-{rank}.log"))
         before = self._link_bytes()
         self._start_processes(argvs, deadline_s)

@@ -65,12 +65,15 @@ class Options:
 
     @classmethod
     def from_args(cls, a) -> "Options":
-        if a.fabric not in FABRICS:
-            raise SpecError("--fabric", f"unknown fabric {a.fabric!r}; allowed: {', '.join(FABRICS)}")
+        from testbed.collective import innetwork as IN
+
+        if a.fabric not in FABRICS and a.fabric not in IN.FABRICS:
+            raise SpecError("--fabric", f"unknown fabric {a.fabric!r}; allowed: {', '.join((*FABRICS, *IN.FABRICS))}")
         if a.collective not in S.COLLECTIVES:
             raise SpecError("--collective", f"unknown collective {a.collective!r}; allowed: {', '.join(S.COLLECTIVES)}")
-        if a.algorithm is not None and a.algorithm not in S.ALGORITHMS[a.collective]:
-            raise SpecError("--algorithm", f"{a.collective} runs as {', '.join(S.ALGORITHMS[a.collective])}, "
+        innetwork = IN.refuse(a.fabric, a.collective, a.algorithm, FABRICS)
+        if not innetwork and a.algorithm is not None and a.algorithm not in S.ALGORITHMS[a.collective]:
+            raise SpecError("--algorithm", f"{a.collective} runs as {', '.join(algorithms(a.collective))}, "
                                            f"not {a.algorithm!r}")
         for flag, value, low in (("--ranks", a.ranks, 2), ("--jobs", a.jobs, 1), ("--chunks", a.chunks, 1),
                                  ("--iters", a.iters, 1), ("--warmup", a.warmup, 0), ("--root", a.root, 0)):
@@ -80,7 +83,10 @@ class Options:
             raise SpecError("--chunks", f"must be an integer in 1..{S.MAX_CHUNKS}, got {a.chunks}")
         if a.root >= a.ranks:
             raise SpecError("--root", f"must be a rank 0..{a.ranks - 1}, got {a.root}")
-        check_job_count(a.fabric, a.jobs)
+        if innetwork:
+            IN.check_options(a)
+        else:
+            check_job_count(a.fabric, a.jobs)
         sizes = []
         for text in str(a.sizes).split(","):
             size = int(parse_size(text.strip(), "--sizes"))
@@ -98,7 +104,10 @@ class Options:
             raise SpecError("--skew", f"must be a finite number >= 1 (1: uniform all-to-all), got {a.skew!r}")
         if a.skew != 1 and a.collective != "all_to_all":
             raise SpecError("--skew", "applies to --collective all_to_all only")
-        rate = parse_rate(a.link_rate, "--link-rate")
+        if a.link_rate is None:     # not given: each kind of fabric has its own default
+            rate = IN.link_rate(a.ranks) if innetwork else parse_rate(DEFAULT_LINK_RATE, "--link-rate")
+        else:
+            rate = parse_rate(a.link_rate, "--link-rate")
         if not 1e5 <= rate <= 1e9:
             raise SpecError("--link-rate", f"must be between 100k and 1G (emulated host-link rate), got {a.link_rate}")
         trace = None
@@ -112,11 +121,20 @@ class Options:
 
             failures = tuple(parse(a.failures, fabric_graph(a.fabric)))
         ranks = a.ranks if trace is None else trace["ranks"]
-        nics = parse_nic_rates(getattr(a, "nic_rate", None), ranks, host_link_rate(fabric_graph(a.fabric)), rate)
-        return cls(a.fabric, a.collective, a.algorithm, ranks, tuple(sizes),
+        nics = () if innetwork else parse_nic_rates(getattr(a, "nic_rate", None), ranks,
+                                                    host_link_rate(fabric_graph(a.fabric)), rate)
+        return cls(a.fabric, a.collective, IN.ALGORITHM if innetwork else a.algorithm, ranks, tuple(sizes),
                    places * a.jobs if len(places) == 1 else places, a.jobs, bool(a.pods), a.chunks, a.iters,
                    a.warmup, float(a.skew), a.root, rate, trace, failures=failures, nic_rates=nics,
                    ovs_send_buffer=send_buffer_arg(getattr(a, "ovs_send_buffer", None)))
+
+
+def algorithms(collective: str) -> tuple:
+    """What ``--algorithm`` takes for ``collective``: its host schedules, and for allreduce ``innetwork``
+    (on the aggregation fabrics, :mod:`testbed.collective.innetwork`)."""
+    from testbed.collective.innetwork import ALGORITHM
+
+    return S.ALGORITHMS[collective] + ((ALGORITHM,) if collective == "allreduce" else ())
 
 
 def send_buffer_arg(text) -> int | None:
@@ -270,6 +288,10 @@ def plot(jobs: list[dict], link_rate_bps: float, path) -> None:
 
 def run(opts: Options, out_dir, tag: str = "run") -> dict:
     """Place, build, run, summarise (root)."""
+    from testbed.collective import innetwork as IN
+
+    if opts.algorithm == IN.ALGORITHM:
+        return IN.run(opts, out_dir)
     from testbed.collective.report import nic_gating
     from testbed.collective.runner import CollectiveFabric
 
@@ -347,15 +369,20 @@ def print_report(result: dict, quiet_stdout: bool = False) -> None:
         out = console
 
     for j in result["jobs"]:
+        qps = (f"; QP retransmissions {j['qp_stats']['retransmissions']}, timeouts {j['qp_stats']['timeouts']}"
+               if "qp_stats" in j else "")
         console.print(f"[bold]{j['name']}[/bold] on {' '.join(str(h) for h in j['hosts'])}: JCT {j['jct_s']:.3f} s "
-                      f"emulated = {j['real_jct_ms']:.3f} ms real; QP retransmissions {j['qp_stats']['retransmissions']}"
-                      f", timeouts {j['qp_stats']['timeouts']}")
+                      f"emulated = {j['real_jct_ms']:.3f} ms real{qps}")
         groups: dict = {}
         for r in j.get("rows") or []:
             groups.setdefault((r["collective"], r.get("algorithm"), r.get("skew", 1.0)), []).append(r)
         for (coll, algo, skew), rows in groups.items():
             out.print(metrics.table_text(rows).replace(f"# {coll},", f"# {coll} ({algo or 'default'}"
                                                        + (f", skew {skew:g}" if skew != 1 else "") + "),", 1))
+        if j.get("aggregator"):
+            from testbed.collective.innetwork import job_line
+
+            out.print(job_line(j))
         nics = j.get("nics")
         if nics and nics["heterogeneous"]:
             out.print(nic_line(nics))
@@ -375,7 +402,8 @@ def print_report(result: dict, quiet_stdout: bool = False) -> None:
     out.print("# busiest links: " + ", ".join(f"{x['link']} {x['utilisation']:.2f}" for x in links))
     h = result["health"]
     out.print(f"# emulator health: {'ok' if h['ok'] else 'UNHEALTHY: ' + '; '.join(h['reasons'])} "
-              f"(machine CPU {h['cpu'].get('machine_mean', 0):.0f}%, ovs-vswitchd max {h['cpu'].get('switch_max', 0):.0f}%, "
+              f"(machine CPU {h['cpu'].get('machine_mean', 0):.0f}%, {h.get('switch', 'ovs-vswitchd')} max "
+              f"{h['cpu'].get('switch_max', 0):.0f}%, "
               f"load {h['load']})")
     led = h.get("losses")
     if led:

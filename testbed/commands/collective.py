@@ -1,11 +1,14 @@
 """``testbed collective``: NCCL-tests-style collectives over the soft-RDMA endpoints of a replica.
 
-    testbed collective run [--fabric small|fat-tree-k4|rail-small] [--collective allreduce] [--algorithm ring]
+    testbed collective run [--fabric small|fat-tree-k4|rail-small|agg-leaf|agg-leaf-spine] [--collective allreduce]
+        [--algorithm ring|tree|innetwork]
         [--ranks 4] [--sizes 64KiB,256KiB,1MiB] [--placement packed[,spread]] [--jobs 1] [--pods] [--chunks 4]
         [--iters 2] [--warmup 1] [--skew 1] [--link-rate 10M] [--nic-rate RANK=RATE,...] [--trace FILE]
         [--failures SCHEDULE] [--ovs-send-buffer SIZE] [--out DIR] [--json]
         (root) one rank per host, RDMA SENDs on RC QPs; prints size, time, algbw, busbw (real-world GB/s
-        with the emulated Mb/s beside) and #wrong, per job; JCT, busiest links, emulator health
+        with the emulated Mb/s beside) and #wrong, per job; JCT, busiest links, emulator health.
+        --algorithm innetwork (--fabric agg-leaf|agg-leaf-spine): the allreduce through the aggregation
+        switch of testbed/agg (BMv2, p4/aggregation.p4), the same rows; elsewhere refused
     testbed collective schedule --collective C --ranks N --size S [--algorithm A] [--chunks K] [--json]
         (no root) the schedule's steps and bytes per rank, executed in memory and checked element by element
     testbed collective trace FILE [--json]
@@ -29,24 +32,29 @@ SCHEDULE_MEMORY = 256 << 20
 
 def _common(p, run: bool) -> None:
     from testbed.collective.experiment import DEFAULT_LINK_RATE, FABRICS, add_send_buffer_option
+    from testbed.collective.innetwork import FABRICS as AGG_FABRICS
     from testbed.collective.schedule import COLLECTIVES
 
-    p.add_argument("--fabric", default="small", help=f"one of {', '.join(FABRICS)} (default small)")
+    fabrics = FABRICS + (tuple(AGG_FABRICS) if run else ())
+    p.add_argument("--fabric", default="small", help=f"one of {', '.join(fabrics)} (default small)"
+                   + ("; agg-*: BMv2 with the aggregation switch, allreduce --algorithm innetwork only" if run else ""))
     p.add_argument("--ranks", type=int, default=4, help="ranks per job (default 4)")
     p.add_argument("--placement", default="packed", help="packed | spread | rail-aware, or one per job: packed,spread")
     p.add_argument("--jobs", type=int, default=1, help="concurrent jobs on disjoint hosts (default 1)")
     p.add_argument("--pods", action="store_true", help="each job in its own pod (fat-tree)")
     if run:
         p.add_argument("--collective", default="allreduce", help=f"one of {', '.join(COLLECTIVES)}")
-        p.add_argument("--algorithm", help="ring | tree (allreduce); default ring")
+        p.add_argument("--algorithm", help="ring | tree (allreduce; default ring), innetwork (allreduce through the "
+                                           "aggregation switch: --fabric agg-leaf or agg-leaf-spine, its default)")
         p.add_argument("--sizes", default="64KiB,256KiB,1MiB", help="comma-separated message sizes (default 64KiB,256KiB,1MiB)")
         p.add_argument("--chunks", type=int, default=4, help="pipeline chunks per step (default 4)")
         p.add_argument("--iters", type=int, default=2, help="timed iterations per size (default 2)")
         p.add_argument("--warmup", type=int, default=1, help="untimed iterations first (default 1)")
         p.add_argument("--skew", type=float, default=1.0, help="all_to_all: the hot rank gets SKEW x a share (default 1)")
         p.add_argument("--root", type=int, default=0, help="broadcast root rank (default 0)")
-        p.add_argument("--link-rate", default=DEFAULT_LINK_RATE,
-                       help=f"emulated host-link rate; sets the time dilation (default {DEFAULT_LINK_RATE})")
+        p.add_argument("--link-rate",
+                       help=f"emulated host-link rate; sets the time dilation (default {DEFAULT_LINK_RATE}; on the "
+                            "aggregation fabrics 16M / ranks, the switch budget of scenarios/specs/allreduce.yaml)")
         p.add_argument("--nic-rate", metavar="RANK=RATE,...",
                        help="ranks with slower NICs (real units, every job), e.g. 1=25G,3=50G: their host links run "
                             "at that rate; the report says which rank gates the job (docs/collectives.md)")
@@ -94,6 +102,9 @@ def schedule(args) -> int:
     from testbed.errors import SpecError
     from testbed.units import parse_size
 
+    if args.algorithm == "innetwork":
+        raise SpecError("--algorithm", "innetwork aggregates in the switch and has no host schedule; run it with "
+                                       "sudo testbed collective run --fabric agg-leaf --algorithm innetwork")
     size = int(parse_size(args.size, "--size"))
     if size % 4:
         raise SpecError("--size", f"must be a multiple of 4 bytes (int32 elements), got {args.size}")
@@ -172,7 +183,8 @@ def run(args) -> int:
     from testbed.scenario import Results
 
     opts = X.Options.from_args(args)
-    X.place_jobs(X.fabric_graph(opts.fabric), opts)    # refuse a placement that does not fit before root/build
+    if opts.fabric in X.FABRICS:   # the aggregation fabrics' workers are their hosts in order (no placement)
+        X.place_jobs(X.fabric_graph(opts.fabric), opts)    # refuse a placement that does not fit before root/build
     require_root("testbed collective run")
     with Results("collective", args, config={"options": {k: v for k, v in vars(opts).items()
                                                          if k not in ("trace", "failures")},
