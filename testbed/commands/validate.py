@@ -193,7 +193,8 @@ def _health(raw: dict, p: dict) -> dict:
     if link:
         for c in link["delay_cases"] + link["gap_captures"]:
             name = f"delay {c['delay_ms']:g}ms" if "delay_ms" in c else f"gaps {c['rate_bps'] / 1e6:g}M"
-            runs.append({"run": name, "link_seed": c.get("link_seed"), "emulator_late": c.get("emulator_late"),
+            seed = {"link_seed": c["link_seed"]} if "link_seed" in c else {}   # the delay cases keep bench's
+            runs.append({"run": name, **seed, "emulator_late": c.get("emulator_late"),
                          "rx_kernel_drops": c.get("rx_kernel_drops")})
     healthy = all(not r.get("late") and not r.get("rx_kernel_drops") for r in runs)
     return {"healthy": healthy, "runs": runs, "load_average": load_average(), "cpus": os.cpu_count()}
