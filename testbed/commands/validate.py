@@ -13,6 +13,11 @@ simulation, the ideal link, the RED curve, min(rate, window/RTT), 5 us/km), neve
 test. The table goes to stdout (JSON with ``--json``), a plot per row and ``validate.json`` into the
 results folder. Exit status 1 when a measured row
 fails; rows without input (no ``--long-haul``) are listed as missing and do not count.
+
+Seeds: one run seed (``--seed N``, else drawn from the OS) and, derived from it with
+:func:`testbed.seeds.derive`, one delay-line seed per experiment (:func:`link_seeds`), so each experiment
+and each repetition of the command draws its own RED marks; ``validate.json`` records the run seed and
+each experiment's link seed with its first CNP and first rate cut, and ``--seed N`` repeats the draws.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 from testbed.console import console, require_root
 from testbed.emu.cpustat import load_average
 from testbed.errors import SpecError
+from testbed.seeds import SEED_LIMIT, derive, draw
 
 GROUPS = ("dcqcn", "link", "red", "goodput", "long-haul")
 
@@ -39,6 +45,9 @@ def register(sub) -> None:
     parser.add_argument("--rows", default=",".join(GROUPS), help=f"row groups to run: {', '.join(GROUPS)}")
     parser.add_argument("--long-haul", metavar="DIR",
                         help="a 'testbed run long_haul_cnp' results folder for the physics and gain rows")
+    parser.add_argument("--seed", type=_seed, metavar="N",
+                        help="run seed the delay lines' seeds derive from (default: drawn and recorded; "
+                             "the recorded seed repeats a run's RED draws)")
     parser.set_defaults(func=run)
 
 
@@ -56,6 +65,27 @@ def plan(quick: bool) -> dict:
     # backlogged gap checks at rates a loaded 2-core machine forwards (the bench goes to 200 Mb/s)
     gap_rates = (10e6, 20e6) if quick else (10e6, 50e6, 100e6, 200e6)
     return {"dcqcn": dcqcn, "goodput": goodput, "gap_rates_bps": gap_rates}
+
+
+def _seed(text: str) -> int:
+    """argparse ``type=`` for ``--seed``: an integer in 0..2^31-1."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be 0..{SEED_LIMIT - 1}, got {text!r}")
+    return value
+
+
+def link_seeds(seed: int, p: dict) -> dict:
+    """The delay-line seed of every experiment of plan ``p`` (pure), derived from the run seed by label:
+    ``{"dcqcn": [...], "goodput": [...], "gaps": [...]}`` in the plan's order."""
+    return {"dcqcn": [derive(seed, f"dcqcn{i}") for i in range(len(p["dcqcn"]))],
+            "goodput": [derive(seed, f"goodput{i}") for i in range(len(p["goodput"]))],
+            "gaps": [derive(seed, f"gaps{r:g}") for r in p["gap_rates_bps"]]}
 
 
 def _groups(text: str) -> list[str]:
@@ -79,16 +109,23 @@ def run(args) -> int:
     if replica_groups:
         require_root("testbed validate")
     p = plan(args.quick)
+    seed = draw() if args.seed is None else args.seed
+    seeds = link_seeds(seed, p)
     started = time.monotonic()
-    with Results("validate", args, {"groups": groups, "quick": args.quick,
+    with Results("validate", args, {"groups": groups, "quick": args.quick, "seed": seed, "link_seeds": seeds,
                                     "dcqcn": [vars(r) for r in p["dcqcn"]], "goodput": p["goodput"]}) as res:
-        raw, health = _measure(replica_groups, p, res.dir, args.quick) if replica_groups else ({}, {})
+        if replica_groups:
+            console.print(f"seed {seed} (link seeds derived from it; --seed {seed} repeats these draws)")
+        raw, health = _measure(replica_groups, p, res.dir, args.quick, seeds) if replica_groups else ({}, {})
+        raw["seed"] = seed
         res.write_json("raw.json", raw)
         rows = _rows(groups, p, raw, long_haul)
         for row in rows:   # name the delay line's core: "userspace (c)" or "userspace (python)"
             row.backends = tuple(f"userspace ({raw['core']})" if b == "userspace" and raw.get("core") else b
                                  for b in row.backends)
         doc = _document(rows, res.dir, health, args, time.monotonic() - started)
+        doc["seed"] = seed
+        doc["experiments"] = _experiments(p, raw)
         res.write_json("validate.json", doc)
         if not args.json:
             _print(doc)
@@ -96,8 +133,9 @@ def run(args) -> int:
     return 0 if doc["all_passed"] else 1
 
 
-def _measure(groups: list, p: dict, out: Path, quick: bool) -> tuple[dict, dict]:
-    """Run the replica experiments on one wire, under the machine-wide lock (root glue)."""
+def _measure(groups: list, p: dict, out: Path, quick: bool, seeds: dict) -> tuple[dict, dict]:
+    """Run the replica experiments on one wire, each with its delay-line seed of ``seeds``
+    (:func:`link_seeds`), under the machine-wide lock (root glue)."""
     from testbed.emu.registry import RunRegistry
     from testbed.validate import replica
 
@@ -113,17 +151,19 @@ def _measure(groups: list, p: dict, out: Path, quick: bool) -> tuple[dict, dict]
         wire = replica.open_validation_wire(reg, work)
         if "link" in groups or "red" in groups:
             console.print("link: delay, gaps, RED (testbed bench link cases)")
-            raw["link"] = replica.run_link(wire, work, quick, p["gap_rates_bps"], core)
+            raw["link"] = replica.run_link(wire, work, quick, p["gap_rates_bps"], core, gap_seeds=seeds["gaps"])
         if "dcqcn" in groups:
-            for i, r in enumerate(p["dcqcn"]):
-                console.print(f"DCQCN: {len(r.starts_s)} flows, {r.duration_s * 1e3:g} ms real at scale {r.scale:g}")
+            for i, (r, seed) in enumerate(zip(p["dcqcn"], seeds["dcqcn"], strict=True)):
+                console.print(f"DCQCN: {len(r.starts_s)} flows, {r.duration_s * 1e3:g} ms real at scale {r.scale:g}, "
+                              f"link seed {seed}")
                 d = work / f"dcqcn{i}"
                 d.mkdir(exist_ok=True)
-                raw["dcqcn"].append(replica.run_dcqcn(wire, d, r, core))
+                raw["dcqcn"].append(replica.run_dcqcn(wire, d, r, core, seed=seed))
         if "goodput" in groups:
-            for c in p["goodput"]:
-                console.print(f"goodput: {c['rate_bps'] / 1e6:g} Mb/s, window {c['window']}")
-                res = replica.run_goodput(wire, work, c["rate_bps"], c["one_way_s"], c["window"], c["seconds"], core)
+            for c, seed in zip(p["goodput"], seeds["goodput"], strict=True):
+                console.print(f"goodput: {c['rate_bps'] / 1e6:g} Mb/s, window {c['window']}, link seed {seed}")
+                res = replica.run_goodput(wire, work, c["rate_bps"], c["one_way_s"], c["window"], c["seconds"], core,
+                                          seed=seed)
                 raw["goodput"].append({**c, **res})
         wire.stop()
     return raw, _health(raw, p)
@@ -143,16 +183,19 @@ def _health(raw: dict, p: dict) -> dict:
     """Emulator health of every replica run: delay-line lateness, kernel drops, machine load."""
     runs = []
     for r, d in zip(p["dcqcn"], raw.get("dcqcn", []), strict=False):
-        runs.append({"run": "dcqcn", **_late(d["link_stats"], r.one_way_s * r.scale),
+        runs.append({"run": "dcqcn", "link_seed": d.get("link_seed"), **_late(d["link_stats"], r.one_way_s * r.scale),
                      "rx_kernel_drops": d.get("rx_kernel_drops"), "realtime": d.get("realtime"),
                      "retransmissions": sum(s["retransmissions"] for s in d["senders"])})
     for g in raw.get("goodput", []):
-        runs.append({"run": f"goodput {g['rate_bps'] / 1e6:g}M", **_late(g["link_stats"], g["one_way_s"])})
+        runs.append({"run": f"goodput {g['rate_bps'] / 1e6:g}M", "link_seed": g.get("link_seed"),
+                     **_late(g["link_stats"], g["one_way_s"])})
     link = raw.get("link")
     if link:
         for c in link["delay_cases"] + link["gap_captures"]:
             name = f"delay {c['delay_ms']:g}ms" if "delay_ms" in c else f"gaps {c['rate_bps'] / 1e6:g}M"
-            runs.append({"run": name, "emulator_late": c.get("emulator_late"), "rx_kernel_drops": c.get("rx_kernel_drops")})
+            seed = {"link_seed": c["link_seed"]} if "link_seed" in c else {}   # the delay cases keep bench's
+            runs.append({"run": name, **seed, "emulator_late": c.get("emulator_late"),
+                         "rx_kernel_drops": c.get("rx_kernel_drops")})
     healthy = all(not r.get("late") and not r.get("rx_kernel_drops") for r in runs)
     return {"healthy": healthy, "runs": runs, "load_average": load_average(), "cpus": os.cpu_count()}
 
@@ -166,8 +209,10 @@ def _rows(groups: list, p: dict, raw: dict, long_haul: dict | None) -> list:
         from testbed.validate.discrete import discrete_rows
 
         for r, d in zip(p["dcqcn"], raw["dcqcn"], strict=True):
-            out += R.dcqcn_rows(d, r, FRAME_BYTES)
-            out += discrete_rows(d, r, FRAME_BYTES)
+            rows = R.dcqcn_rows(d, r, FRAME_BYTES) + discrete_rows(d, r, FRAME_BYTES)
+            for row in rows if d.get("link_seed") is not None else ():
+                row.note = "; ".join(filter(None, (row.note, f"link seed {d['link_seed']}")))
+            out += rows
     if "link" in groups:
         link = raw["link"]
         gaps = [R.gap_case_summary(g["rate_bps"], g["arrivals_ns"], link["frame"]) for g in link["gap_captures"]]
@@ -187,6 +232,15 @@ def _rows(groups: list, p: dict, raw: dict, long_haul: dict | None) -> list:
 
             out += long_haul_rows(long_haul)
     return out
+
+
+def _experiments(p: dict, raw: dict) -> list[dict]:
+    """Each DCQCN experiment's link seed beside what its draws decided: first CNP and first rate cut."""
+    from testbed.validate.rows import onset
+
+    return [{"run": "dcqcn", "flows": len(r.starts_s), "duration_ms": round(r.duration_s * 1e3, 3),
+             "link_seed": d.get("link_seed"), **onset(d, r)}
+            for r, d in zip(p["dcqcn"], raw.get("dcqcn", []), strict=False)]
 
 
 def _slug(text: str) -> str:
@@ -268,6 +322,9 @@ def _print(doc: dict) -> None:
     out.print(f"{doc['passed']}/{doc['measured']} measured rows pass, {doc['missing']} missing; emulator "
               f"{'healthy' if h.get('healthy', True) else 'UNHEALTHY'}; load {h.get('load_average')}; "
               f"{doc['seconds']} s")
+    out.print(f"seed {doc.get('seed')}" + "".join(
+        f"; DCQCN {e['flows']} flows: link seed {e['link_seed']}, first CNP {e['first_cnp_real_ms']} ms, "
+        f"first cut {e['first_cut_real_ms']} ms (real)" for e in doc.get("experiments", [])))
     for r in doc["rows"]:
         if r["note"]:
             console.print(f"  {r['metric']}: {r['note']}", markup=False)

@@ -42,6 +42,7 @@ from testbed.plan.layout import Layout, layout
 from testbed.plan.marking import marking_profile
 from testbed.plan.pfc import PfcPlan, plan_pfc
 from testbed.rdma.dcqcn import DcqcnParams, params_dict
+from testbed.seeds import derive as derive_seed
 from testbed.topo.graph import HOST
 
 #: Emulated one-way delays each backend can add (below it the link is emulated without the delay).
@@ -377,7 +378,7 @@ def plan_replica(G: nx.Graph, capabilities: Capabilities = ASSUMED, overrides: O
                 commands.append((node, tuple(tuple(a) for a in _tc_cmds(intf[node], applied, d["backend"]))))
         seed = None
         if ov.seed is not None and lk.via:
-            seed = (ov.seed ^ _crc(f"{u}|{v}")) & 0x7FFFFFFF
+            seed = derive_seed(ov.seed, f"{u}|{v}")
         links.append(LinkEntry(u, v, lk.port_u, lk.port_v, G.edges[u, v].get("tier"), d["real"], d["emulated"],
                                d["applied"], d["backend"], d["reason"], intf[u], intf[v], lk.via, lk.via_dpid,
                                seed, tuple(commands), tuple(d["notes"])))
@@ -528,9 +529,3 @@ def _tc_cmds(dev: str, applied: LinkParams, backend: str) -> list[list[str]]:
         limit, unit = applied.queue_limit
         return tc.htb_cmds(dev, applied.rate_bps, limit=int(limit), limit_unit=unit)
     return tc.link_cmds(dev, applied)
-
-
-def _crc(text: str) -> int:
-    import zlib
-
-    return zlib.crc32(text.encode())

@@ -12,6 +12,10 @@ path ``tests/integration/test_rdma_fairness.py`` builds, with the delay line as 
 * :func:`run_goodput`: one sender without DCQCN, window- or rate-limited.
 * :func:`run_link`: Mininet-HiFi checks through :mod:`testbed.bench.link`'s cases (delay, gaps, RED).
 
+Each run's delay line is seeded with the ``seed`` its caller derives from the run's seed
+(``testbed validate --seed``, :func:`testbed.seeds.derive`) and returns it as ``link_seed``: repetitions
+draw different RED marks, and a recorded seed replays them.
+
 Everything is created inside the caller's :class:`~testbed.emu.registry.RunRegistry`; nothing here
 decides pass or fail (that is :mod:`testbed.validate.rows`).
 """
@@ -128,15 +132,15 @@ def _senders(wire: Wire, workdir: Path, configs: list[dict], timeout: float) -> 
     return outs
 
 
-def run_dcqcn(wire: Wire, workdir: Path, run: DcqcnRun, core: str | None = None) -> dict:
+def run_dcqcn(wire: Wire, workdir: Path, run: DcqcnRun, core: str | None = None, *, seed: int) -> dict:
     """N DCQCN senders through the marking bottleneck; raw series on the monotonic clock (emulated seconds).
 
     Returns:
         ``{"senders": [result docs with series], "queue_series": [[t, pkts, bytes], ...], "t0": monotonic start
-        of the first flow, "link_stats": delay-line counters, "emulated": link params}``.
+        of the first flow, "link_stats": delay-line counters, "link_seed": the delay line's seed, ...}``.
     """
     pairs = add_pairs(wire, len(run.starts_s))
-    wire.restart(run.link(), seed=7, core=core)
+    wire.restart(run.link(), seed=seed, core=core)
     start = time.monotonic() + 1.5   # leaves the senders time to connect before the first flow starts
     configs = [{"host": dst, "bind": src, "size": 256 * 1024, "scale": run.scale, "line_rate": run.line_rate_bps,
                 "dcqcn": True, "window": run.window, "timeout_s": 0.25 / run.scale,
@@ -146,7 +150,7 @@ def run_dcqcn(wire: Wire, workdir: Path, run: DcqcnRun, core: str | None = None)
     results = _senders(wire, workdir, configs, timeout=run.duration_s * run.scale + 120)
     stats = wire.stop()
     direction = stats.get("directions", {}).get("a>b", {})
-    return {"senders": results, "queue_series": direction.get("queue_series", []), "t0": start,
+    return {"senders": results, "queue_series": direction.get("queue_series", []), "t0": start, "link_seed": seed,
             "link_stats": {k: v for k, v in direction.items() if k != "queue_series"},
             "realtime": stats.get("realtime"), "rx_kernel_drops": stats.get("rx_kernel_drops")}
 
@@ -158,9 +162,9 @@ def _ack_timeout(rate_bps: float, one_way_s: float, window: int) -> float:
 
 
 def run_goodput(wire: Wire, workdir: Path, rate_bps: float, one_way_s: float, window: int, seconds: float,
-                core: str | None = None) -> dict:
+                core: str | None = None, *, seed: int) -> dict:
     """One sender, no DCQCN, through a rate-limited, delayed link (emulated figures); its result document."""
-    wire.restart(LinkParams(rate_bps=rate_bps, delay_s=one_way_s, limit=max(1000, 4 * window)), seed=8, core=core)
+    wire.restart(LinkParams(rate_bps=rate_bps, delay_s=one_way_s, limit=max(1000, 4 * window)), seed=seed, core=core)
     c = {"host": wire.ip_b, "bind": wire.ip_a, "size": 64 * 1024, "scale": 1.0, "line_rate": rate_bps,
          "dcqcn": False, "window": window, "timeout_s": _ack_timeout(rate_bps, one_way_s, window), "start_at": 0.0,
          "duration": seconds, "every": 0.01}
@@ -169,6 +173,7 @@ def run_goodput(wire: Wire, workdir: Path, rate_bps: float, one_way_s: float, wi
     result.pop("series", None)
     result["link_stats"] = stats.get("directions", {}).get("a>b", {})
     result["link_stats"].pop("queue_series", None)
+    result["link_seed"] = seed
     return result
 
 
@@ -177,9 +182,9 @@ def open_validation_wire(reg, workdir: Path) -> Wire:
     return open_wire(reg, workdir, tag="v")
 
 
-def run_link(wire: Wire, workdir: Path, quick: bool, gap_rates_bps, core: str) -> dict:
-    """The link checks of ``testbed bench link`` (delay and RED cases as it runs them) and backlogged gap
-    captures kept whole for the CCDF."""
+def run_link(wire: Wire, workdir: Path, quick: bool, gap_rates_bps, core: str, *, gap_seeds) -> dict:
+    """The link checks of ``testbed bench link`` (delay and RED cases as it runs them, with its seeds) and
+    backlogged gap captures kept whole for the CCDF, one seed of ``gap_seeds`` per rate."""
     from testbed.bench import link as bench
     from testbed.links.pcap import read_pcap
 
@@ -192,8 +197,8 @@ def run_link(wire: Wire, workdir: Path, quick: bool, gap_rates_bps, core: str) -
 
         poll(lambda: bench._listening(wire, bench.IPERF_PORT), timeout=10, what="iperf3 server to listen")
         gaps = []
-        for rate in gap_rates_bps:
-            wire.restart(LinkParams(rate_bps=rate, delay_s=0.001, limit=200), seed=2, core=core)
+        for rate, seed in zip(gap_rates_bps, gap_seeds, strict=True):
+            wire.restart(LinkParams(rate_bps=rate, delay_s=0.001, limit=200), seed=seed, core=core)
             with wire.capture("b", bench.IPERF_PORT, f"gaps{rate / 1e6:g}M") as pb:
                 subprocess.run(wire.exec_argv("a", ["iperf3", "-c", wire.ip_b, "-p", str(bench.IPERF_PORT), "-u",
                                                     "-b", str(int(rate * 1.2)), "-l", str(bench.FRAME - 42),
@@ -201,7 +206,7 @@ def run_link(wire: Wire, workdir: Path, quick: bool, gap_rates_bps, core: str) -
                                capture_output=True, text=True, timeout=60, check=True)
             stats = wire.stop()
             arrivals = [ts for ts, _f, length in read_pcap(pb) if length == bench.FRAME]
-            gaps.append({"rate_bps": rate, "arrivals_ns": arrivals, **bench._late(stats)})
+            gaps.append({"rate_bps": rate, "link_seed": seed, "arrivals_ns": arrivals, **bench._late(stats)})
     finally:
         iperf.terminate()
         iperf.wait(timeout=10)

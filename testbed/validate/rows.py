@@ -128,6 +128,21 @@ def _first_cut(t, rate, line_rate: float) -> float | None:
     return float(t[below[0]]) if below.size else None
 
 
+def onset(raw: dict, run) -> dict:
+    """When congestion first acted on the senders, real ms after flow 1 started: the first CNP any sender
+    received and flow 1's first rate cut (the cut the trajectory rows align on; None: none happened).
+
+    These are the random part of a run (the first RED mark on the ramp is a low-probability draw), so
+    ``testbed validate`` records them beside each experiment's link seed.
+    """
+    rep = replica_series(raw)
+    cnps = [float(f["t"][np.nonzero(f["cnps"] > 0)[0][0]]) for f in rep["flows"] if (f["cnps"] > 0).any()]
+    cut = _first_cut(rep["flows"][0]["t"], rep["flows"][0]["rate"], run.line_rate_bps / run.scale)
+    ms = 1e3 / run.scale
+    return {"first_cnp_real_ms": round(min(cnps) * ms, 2) if cnps else None,
+            "first_cut_real_ms": None if cut is None else round(cut * ms, 2)}
+
+
 def _convergence(t, r1, r2, after: float, band: float = 0.2, hold: float = 0.0) -> float | None:
     """First time after ``after`` from which |r1 - r2| / (r1 + r2) stays within ``band``/2 for ``hold`` s."""
     gap = np.abs(r1 - r2) / np.maximum(r1 + r2, 1e-9)

@@ -70,3 +70,11 @@ def test_validate_quick_rows(tmp_path):
     assert doc["missing"] == 3
     assert (proc.returncode == 0) == doc["all_passed"]
     assert (out / "validate.json").is_file() and (out / "raw.json").is_file()
+    # the run's seed is recorded, and each experiment's link seed derives from it, beside its first CNP and cut
+    from testbed.seeds import derive
+
+    (exp,) = doc["experiments"]
+    assert exp["link_seed"] == derive(doc["seed"], "dcqcn0"), exp
+    assert 0 < exp["first_cnp_real_ms"] <= exp["first_cut_real_ms"], exp
+    seeds = [r["link_seed"] for r in doc["health"]["runs"] if r["run"].startswith(("dcqcn", "goodput", "gaps"))]
+    assert len(set(seeds)) == len(seeds) == 5, doc["health"]["runs"]
