@@ -49,6 +49,27 @@ def test_delay_and_gap_errors_against_ideal():
     assert fidelity.percentile([1, 2, 3, 4], 50) == 2.5
 
 
+def test_ideal_link_queues_a_bunched_sender_and_only_departures_off_it_are_errors():
+    rate, delay = 100e6, 1e-3
+    ser = 1514 * 8 / rate                                           # 121.12 us a frame
+    # evenly spaced probes: each one's ideal is the idle link's delay
+    even = {i: (i * 1_000_000, 1514, 0) for i in range(5)}
+    assert all(v == pytest.approx(delay + ser) for v in fidelity.ideal_link_delays(even, rate, delay).values())
+    # a sender held back, then 4 probes 25 us apart (captured out of sequence order too): each waits
+    # behind the ones before it, ser - 25 us more than the one before
+    bunched = {10: (0, 1514, 0), 12: (50_000, 1514, 0), 11: (25_000, 1514, 0), 13: (75_000, 1514, 0)}
+    ideal = fidelity.ideal_link_delays(bunched, rate, delay)
+    for k, seq in enumerate((10, 11, 12, 13)):
+        assert ideal[seq] == pytest.approx(delay + ser + k * (ser - 25e-6))
+    # a link that delivers the ideal departures has no error; one 50 us late departure is that probe's error
+    got = {s: (bunched[s][0] + round(ideal[s] * 1e9) + (50_000 if s == 12 else 0), 1514, 0) for s in bunched}
+    errs = dict(zip(sorted(got), fidelity.delay_errors(bunched, got, ideal), strict=True))
+    assert [errs[s] for s in (10, 11, 13)] == pytest.approx([0.0] * 3, abs=1e-6)
+    assert errs[12] == pytest.approx(50e-6 / ideal[12], rel=1e-3)
+    # against the idle link's delay the same on-time departures read as up to 26 % off
+    assert max(fidelity.relative_errors(fidelity.one_way_delays(bunched, got), delay + ser)) > 0.25
+
+
 def test_queue_depth_from_queueing_delay():
     ser = 0.0012
     assert fidelity.queue_depth(0.0022, 0.0022, ser) == 0
