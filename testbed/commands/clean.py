@@ -5,7 +5,8 @@ exactly the objects recorded in the run registry (``/run/scaleout-testbed/runs``
 is gone: their processes (checked by start time), OVS bridges (by uuid), interfaces (by ifindex) and
 namespaces.  Live runs are left alone unless ``--force``. It also removes the temporary folders of test
 VM groups (``/tmp/scaleout-vm-*``) whose owning process is gone, and puts back the kernel settings a dead
-run changed (the softirq threads' priority, expedited RCU: each saved with its owner).
+run changed (the softirq threads' priority, expedited RCU, ovs-vswitchd's send buffer: each saved with its
+owner).
 """
 
 from __future__ import annotations

@@ -24,22 +24,31 @@ restored as B // 2, each checked by reading it back. (Setting it also sets SOCK_
 stops TCP's buffer autotuning: nothing for a packet socket.)
 
 Every way out of the ``with`` block restores it: normal exit, an exception, SIGINT, and SIGTERM/SIGHUP (the
-CLI makes them raise; the restore runs with them held back). After SIGKILL it stays raised until ovs-vswitchd
-restarts; the run's results hold the value before. A run that finds it other than net.core.wmem_default
-notes that (``note``): it restores what it found. If ovs-vswitchd restarted during the run, its new send socket has the default: the record says so
+CLI makes them raise; the restore runs with them held back). Against SIGKILL, the value before is saved
+first (``<state>/ovs_send_buffer.json``: ovs-vswitchd's pid and start time, the socket's inode, the value
+before and the one set, under the pid and start time of the process raising it, :mod:`testbed.emu.owned`);
+once that process is gone, the next run raising it or ``testbed clean`` (:func:`restore_orphaned`) puts the
+value back, if the same ovs-vswitchd's same socket still reads what was set (else it is not ours any more:
+the record is dropped, nothing touched). One owner at a time: a second, while the first lives, is refused.
+A run that finds it other than net.core.wmem_default notes that (``note``): it restores what it found. If
+ovs-vswitchd restarted during the run, its new send socket has the default: the record says so
 (``restored`` None and a note), nothing is raised.
 
 Pure parts (:func:`parse_size_arg`, :func:`packet_table`, :func:`socket_inodes`, :func:`send_socket_fd`,
-:func:`force_value`, :func:`line`) need no root; :class:`Raised` and :func:`read` do.
+:func:`force_value`, :func:`line`) need no root; :class:`Raised`, :func:`restore_orphaned` and :func:`read` do.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import re
 import socket
+from collections.abc import Callable
+from pathlib import Path
 
+from testbed.emu.owned import save_owned, saved_by_dead_owner
 from testbed.errors import EmulationError, SpecError
 
 OPTION = "--ovs-send-buffer"
@@ -51,6 +60,8 @@ SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 SYS_PIDFD_GETFD = 438
 #: what /proc/net/packet shows for the send socket: protocol 0, no interface
 UNBOUND = (0, 0)
+#: the owner record in the run registry's state directory (:mod:`testbed.emu.owned`)
+SAVED = "ovs_send_buffer.json"
 
 
 class NoSendSocket(EmulationError):
@@ -190,22 +201,91 @@ def read(pid: int | None = None) -> int:
         return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
 
 
+def restore_orphaned(state: Path, alive: Callable[[int, float | None], bool], open_socket=None) -> bool:
+    """Put ovs-vswitchd's send buffer back when the process that raised it died first (SIGKILL); True when
+    it did.
+
+    The record is dropped with nothing touched when that ovs-vswitchd is gone (its new socket has the
+    default), its send socket is another one, or the buffer no longer reads what was set (changed since, or
+    the run died between saving and setting). It is kept, for a later try, when the socket cannot be
+    reached or set now.
+
+    Args:
+        state: the run registry's state directory.
+        alive: ``alive(pid, start)``: is that process still the one recorded (the owner, ovs-vswitchd).
+        open_socket: ``open_socket(pid) -> (socket, fd, inode)`` (default: the copy of ovs-vswitchd's).
+    """
+    path = state / SAVED
+    doc = saved_by_dead_owner(path, alive)
+    if doc is None:
+        return False
+    open_socket = open_socket or _open
+    try:
+        ovs, inode, before, raised = int(doc["ovs_pid"]), doc["inode"], int(doc["before"]), int(doc["raised"])
+    except (KeyError, TypeError, ValueError):
+        path.unlink(missing_ok=True)    # not a record this module wrote: nothing known to put back
+        return False
+    if not alive(ovs, doc.get("ovs_start")):
+        path.unlink(missing_ok=True)
+        return False
+    try:
+        sock, _, now_inode = open_socket(ovs)
+    except NoSendSocket:
+        path.unlink(missing_ok=True)
+        return False
+    except EmulationError:
+        return False
+    with sock:
+        try:
+            if now_inode != inode or sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) != raised:
+                path.unlink(missing_ok=True)
+                return False
+            sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, force_value(before))
+            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) != before:
+                return False
+        except OSError:
+            return False
+    path.unlink(missing_ok=True)
+    return True
+
+
+def _owner(path: Path) -> str:
+    """Who holds the record at ``path``, for the message refusing a second owner."""
+    try:
+        return f"pid {json.loads(path.read_text()).get('pid')}"
+    except (OSError, ValueError, AttributeError):
+        return f"unreadable record {path}: remove it if no run raised the buffer"
+
+
 class Raised:
     """Context manager: ovs-vswitchd's send buffer at ``size`` bytes inside the block, its value before
-    restored on exit (every way out). :attr:`record`: ``applied``, ``requested``, ``before``, ``during``,
-    ``after``, ``restored`` (True, False, or None when ovs-vswitchd restarted meanwhile), ``pid``, ``fd``,
-    ``note``."""
+    restored on exit (every way out; after SIGKILL by :func:`restore_orphaned`). :attr:`record`: ``applied``,
+    ``requested``, ``before``, ``during``, ``after``, ``restored`` (True, False, or None when ovs-vswitchd
+    restarted meanwhile), ``pid``, ``fd``, ``note``.
 
-    def __init__(self, size: int, pid: int | None = None):
-        self.size, self.pid = size, pid
+    Args:
+        size: the send buffer wanted (as SO_SNDBUF reads it back).
+        pid: ovs-vswitchd's pid (default: from its pid file).
+        state: where the owner record goes (default: the run registry's state directory).
+    """
+
+    def __init__(self, size: int, pid: int | None = None, state: Path | None = None):
+        self.size, self.pid, self.state = size, pid, state
         self.record: dict = {"applied": False, "requested": size}
         self._sock = None
         self._start = None
+        self._saved: Path | None = None
 
     def __enter__(self) -> "Raised":
         from testbed.emu.health import ovs_pid
-        from testbed.emu.registry import process_start
+        from testbed.emu.registry import process_start, same_process, state_dir
 
+        state = Path(self.state) if self.state is not None else state_dir()
+        restore_orphaned(state, same_process)      # a run killed with it raised: put back first
+        saved = state / SAVED
+        if saved.exists():
+            raise EmulationError(f"{OPTION}: ovs-vswitchd's send buffer is held raised by a live process "
+                                 f"({_owner(saved)}); not changed")
         pid = self.pid or ovs_pid()
         if not pid:
             raise EmulationError(f"{OPTION}: ovs-vswitchd is not running")
@@ -213,10 +293,17 @@ class Raised:
         sock, fd, inode = _open(pid)
         try:
             before = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+            try:
+                save_owned(saved, {"ovs_pid": pid, "ovs_start": self._start, "inode": inode, "before": before,
+                                   "raised": self.size}, os.getpid(), process_start(os.getpid()))
+            except OSError as exc:
+                raise EmulationError(f"{OPTION}: cannot save the value to put back in {saved} ({exc.strerror}); "
+                                     "not changed") from None
+            self._sock, self._saved = sock, saved
+            self.record.update(pid=pid, fd=fd, inode=inode, before=before)
             sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, force_value(self.size))
             during = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
-            self._sock = sock
-            self.record.update(applied=True, pid=pid, fd=fd, inode=inode, before=before, during=during)
+            self.record.update(applied=True, during=during)
             default = _wmem_default()
             if default is not None and before != default:
                 self.record["note"] = (f"found at {before} B, not net.core.wmem_default ({default} B): an earlier "
@@ -225,6 +312,8 @@ class Raised:
                 raise EmulationError(f"{OPTION}: set {force_value(self.size)} B, read back {during} B, not "
                                      f"{self.size}")
         except BaseException:
+            if self._sock is None:
+                sock.close()
             self._restore()
             raise
         return self
@@ -236,6 +325,8 @@ class Raised:
             self._restore()
 
     def _restore(self) -> None:
+        """Put the value before back; the owner record goes once nothing is left to put back (kept when the
+        restore failed: :func:`restore_orphaned` tries again once this process is gone)."""
         from testbed.emu.health import ovs_pid
         from testbed.emu.registry import same_process
 
@@ -249,6 +340,7 @@ class Raised:
                 rec.update(restored=None, after=None,
                            note=f"ovs-vswitchd restarted during the run (pid {rec['pid']}, now {now}): its send "
                                 "socket went with it, the new one has the default; nothing to restore")
+                self._saved.unlink(missing_ok=True)
                 return
             try:
                 sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, force_value(rec["before"]))
@@ -257,7 +349,9 @@ class Raised:
                 rec.update(restored=False, after=None, note=f"setsockopt: {exc.strerror}")
                 return
             rec["restored"] = rec["after"] == rec["before"]
-            if not rec["restored"]:
+            if rec["restored"]:
+                self._saved.unlink(missing_ok=True)
+            else:
                 rec["note"] = f"set {force_value(rec['before'])} B, read back {rec['after']} B"
         finally:
             sock.close()     # our copy only: ovs-vswitchd's descriptor stays open

@@ -8,19 +8,19 @@ after the other. Measured on the 2-core VM (80 bridges x 8 veth ports, one ``del
 lever. Expedited grace periods interrupt every CPU (IPIs), so the setting lasts only the teardown.
 
 The old value is saved first (``<state>/rcu_expedited.json``, with the pid and start time of the process
-that changed it), so a teardown killed halfway is undone by the next teardown or ``testbed clean``.
+that changed it: :mod:`testbed.emu.owned`), so a teardown killed halfway is undone by the next teardown or ``testbed clean``.
 Where the knob is absent or read-only (a container), or already 1 (``rcupdate.rcu_expedited=1`` at boot,
 or another teardown of ours), nothing is changed.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from testbed.emu.owned import save_owned, saved_by_dead_owner
 
 KNOB = Path("/sys/kernel/rcu_expedited")
 SAVED = "rcu_expedited.json"
@@ -28,18 +28,14 @@ SAVED = "rcu_expedited.json"
 
 def restore_orphaned(state: Path, alive: Callable[[int, float | None], bool], knob: Path = KNOB) -> bool:
     """Put the knob back when the process that changed it died before it could; True when it did."""
-    saved = state / SAVED
-    try:
-        doc = json.loads(saved.read_text())
-    except (OSError, ValueError):
-        return False
-    if alive(int(doc.get("pid", 0)), doc.get("start")):
+    doc = saved_by_dead_owner(state / SAVED, alive)
+    if doc is None:
         return False
     try:
         knob.write_text(str(doc.get("value", "0")))
     except OSError:
         return False
-    saved.unlink(missing_ok=True)
+    (state / SAVED).unlink(missing_ok=True)
     return True
 
 
@@ -63,8 +59,7 @@ def expedited(state: Path, alive: Callable[[int, float | None], bool], start: fl
         return
     saved = state / SAVED
     try:
-        state.mkdir(parents=True, exist_ok=True)
-        saved.write_text(json.dumps({"pid": os.getpid(), "start": start, "value": old, "at": time.time()}))
+        save_owned(saved, {"value": old}, os.getpid(), start)
         knob.write_text("1")
     except OSError:
         saved.unlink(missing_ok=True)

@@ -42,7 +42,7 @@ from pathlib import Path
 import psutil
 
 from testbed.console import console
-from testbed.emu import ops, rcu, softirq
+from testbed.emu import ops, ovssndbuf, rcu, softirq
 from testbed.emu.laps import Laps
 from testbed.emu.signals import deferred_signals, terminate_raises
 from testbed.errors import EmulationError, NotRootError, TestbedError
@@ -708,6 +708,7 @@ def clean(*, force: bool = False, dry_run: bool = False) -> list[dict]:
         if not dry_run:  # kernel settings a killed run changed (each saved with its owner, put back if dead)
             rcu.restore_orphaned(state_dir(), same_process)
             softirq.restore_orphaned(state_dir(), same_process)
+            ovssndbuf.restore_orphaned(state_dir(), same_process)
         return reports
     finally:
         release_lock(lock)

@@ -10,20 +10,20 @@ priority above the core: max lateness 0.58 ms, gap p99 error 22.7 %. PREEMPT_RT 
 threads at real-time priority for the same reason.
 
 Each thread's policy and priority are saved first (``<state>/softirq_threads.json``, with the pid and start
-time of the process that changed them), so a run killed halfway is undone by the next run or ``testbed
+time of the process that changed them: :mod:`testbed.emu.owned`), so a run killed halfway is undone by the next run or ``testbed
 clean``. Threads already at a real-time policy (someone's tuning) are left alone. Within one machine one
 owner at a time: a second, concurrent owner finds the threads raised and changes nothing.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from testbed.emu.owned import save_owned, saved_by_dead_owner
 
 SAVED = "softirq_threads.json"
 
@@ -68,15 +68,11 @@ SYSTEM = Sched(_ksoftirqd, _get, _set)
 def restore_orphaned(state: Path, alive: Callable[[int, float | None], bool], sched: Sched | None = None) -> bool:
     """Put the threads back when the process that raised them died before it could; True when it did."""
     sched = sched or SYSTEM
-    saved = state / SAVED
-    try:
-        doc = json.loads(saved.read_text())
-    except (OSError, ValueError):
-        return False
-    if alive(int(doc.get("pid", 0)), doc.get("start")):
+    doc = saved_by_dead_owner(state / SAVED, alive)
+    if doc is None:
         return False
     _put_back(doc.get("threads", []), alive, sched)
-    saved.unlink(missing_ok=True)
+    (state / SAVED).unlink(missing_ok=True)
     return True
 
 
@@ -123,8 +119,7 @@ def ahead(state: Path, alive: Callable[[int, float | None], bool], start: float 
         yield 0
         return
     try:
-        state.mkdir(parents=True, exist_ok=True)
-        saved.write_text(json.dumps({"pid": os.getpid(), "start": start, "threads": threads, "at": time.time()}))
+        save_owned(saved, {"threads": threads}, os.getpid(), start)
     except OSError:
         yield 0
         return

@@ -78,9 +78,11 @@ DEFAULT_SPIN_S = 50e-6
 def build_argv(intf_a: str, intf_b: str, params: LinkParams, stats_path: str | os.PathLike, *,
                python: str | None = None, seed: int | None = None,
                late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S, stats_interval_s: float = 1.0,
-               spin_s: float = DEFAULT_SPIN_S, pfc=None) -> list[str]:
+               spin_s: float = DEFAULT_SPIN_S, rt_priority: int = DEFAULT_RT_PRIORITY, pfc=None) -> list[str]:
     """The command line that runs a delay line on ``intf_a``/``intf_b`` with the *emulated* ``params``.
 
+    ``rt_priority`` is written out even at its default: the command line is where the glue reads the
+    priority the line gives itself (:func:`testbed.links.core.rt_priority_of`).
     ``pfc``: a :class:`testbed.pfc.link.PfcPort` runs both directions with PFC: the same line started by
     ``python -m testbed.pfc.line`` (which adds ``--pfc JSON``; this module imports nothing of testbed.pfc).
     """
@@ -88,7 +90,7 @@ def build_argv(intf_a: str, intf_b: str, params: LinkParams, stats_path: str | o
     argv = [python or sys.executable, "-m", module, "--a", intf_a, "--b", intf_b,
             "--params", json.dumps(params.to_dict(), sort_keys=True), "--stats", str(stats_path),
             "--late-tolerance", repr(float(late_tolerance_s)), "--stats-interval", repr(float(stats_interval_s)),
-            "--spin", repr(float(spin_s))]
+            "--spin", repr(float(spin_s)), "--rt-priority", str(int(rt_priority))]
     if seed is not None:
         argv += ["--seed", str(int(seed))]
     if pfc is not None:

@@ -23,9 +23,9 @@ from mininet.node import Switch
 from testbed.emu import ops
 from testbed.errors import EmulationError
 from testbed.links.core import line_argv
-from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S, DEFAULT_RT_PRIORITY, read_stats
+from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S, read_stats
 from testbed.links.model import LinkParams
-from testbed.links.wire import _repo_path, stop_delayline, wait_ready
+from testbed.links.wire import spawn_core, stop_delayline, wait_ready
 
 
 class DelayLineNode(Switch):
@@ -79,8 +79,7 @@ class DelayLineNode(Switch):
         run = getattr(self, "run", None)
         if run is None:
             raise EmulationError(f"link node {self.name}: no run registry (start it through Replica)")
-        self.proc = run.spawn(argv, log=self.log_path, env={**os.environ, "PYTHONPATH": _repo_path()},
-                              realtime=DEFAULT_RT_PRIORITY)
+        self.proc = spawn_core(run, argv, self.log_path)
         wait_ready(self.proc, self.stats_path, self.log_path, what=f"delay line {self.name} ({a}<->{b})")
 
     def stats(self) -> dict | None:

@@ -24,8 +24,8 @@ from pathlib import Path
 from testbed.emu import capture, ops
 from testbed.emu.registry import RunRegistry
 from testbed.errors import EmulationError
-from testbed.links.core import line_argv
-from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S, DEFAULT_RT_PRIORITY, read_stats
+from testbed.links.core import line_argv, rt_priority_of
+from testbed.links.delayline import DEFAULT_LATE_TOLERANCE_S, read_stats
 from testbed.links.model import LinkParams
 from testbed.links.probe import wait_bound
 from testbed.poll import poll
@@ -94,8 +94,7 @@ class Wire:
         self.core, argv = line_argv(self.dl_a, self.dl_b, params, self.stats_path, core=core or self.default_core, seed=seed,
                                     late_tolerance_s=late_tolerance_s, stats_interval_s=0.5, spin_s=spin_s,
                                     cpu=cpu, poll_window_s=poll_window_s)
-        self.proc = self.run.spawn(argv, log=self.log_path, env={**os.environ, "PYTHONPATH": _repo_path()},
-                                   realtime=DEFAULT_RT_PRIORITY)
+        self.proc = spawn_core(self.run, argv, self.log_path)
         return wait_ready(self.proc, self.stats_path, self.log_path, what=f"delay line {self.prefix}")
 
     def stop(self) -> dict:
@@ -153,6 +152,13 @@ class Wire:
     def exec_argv(self, side: str, argv: list[str]) -> list[str]:
         """``argv`` wrapped to run in host ``a`` or ``b``."""
         return ops.netns_exec_argv(argv, self.ns_a if side == "a" else self.ns_b)
+
+
+def spawn_core(run: RunRegistry, argv: list[str], log: Path) -> subprocess.Popen:
+    """Start a link core (``argv`` from :func:`testbed.links.core.line_argv`) in ``run``, with this checkout
+    on its path. The registry learns the core's real-time priority from ``argv`` itself
+    (:func:`~testbed.links.core.rt_priority_of`): the softirq threads then run above exactly that."""
+    return run.spawn(argv, log=log, env={**os.environ, "PYTHONPATH": _repo_path()}, realtime=rt_priority_of(argv))
 
 
 def _repo_path() -> str:

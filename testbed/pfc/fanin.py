@@ -37,9 +37,9 @@ from testbed.emu import ops
 from testbed.emu.registry import RunRegistry
 from testbed.errors import EmulationError
 from testbed.links import core
-from testbed.links.delayline import DEFAULT_RT_PRIORITY, read_stats
+from testbed.links.delayline import read_stats
 from testbed.links.model import LinkParams
-from testbed.links.wire import _repo_path, stop_delayline, wait_ready
+from testbed.links.wire import _repo_path, spawn_core, stop_delayline, wait_ready
 from testbed.pfc.config import PfcConfig
 from testbed.pfc.headroom import headroom
 from testbed.pfc.link import PRIO_COUNTERS, PfcPort, linkcore_args
@@ -163,7 +163,7 @@ class FanIn:
                 raise EmulationError(f"link core {name}: wanted the {core_name} core, got {which}")
             if which == "c":
                 argv += ["--wake-early", repr(WAKE_S)]
-            proc = self.run.spawn(argv, log=log, env={**os.environ, "PYTHONPATH": _repo_path()}, realtime=DEFAULT_RT_PRIORITY)
+            proc = spawn_core(self.run, argv, log)
             self.procs[name], self.stats_paths[name] = proc, stats
             wait_ready(proc, stats, log, what=f"link core {name} ({a}<->{b})")
 

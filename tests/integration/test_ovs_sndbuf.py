@@ -3,8 +3,9 @@ and put back on every way out.
 
 * A stand-in process holding an unbound packet socket (protocol 0: the send socket's shape) and one bound
   to ``lo`` (a port socket's): :class:`Raised` finds the unbound one, raises it, restores it on exit; on
-  SIGTERM through the CLI's handling (exit 143, restored); and when the process is gone meanwhile (an
-  ovs-vswitchd restart) it says so instead of raising.
+  SIGTERM through the CLI's handling (exit 143, restored); after SIGKILL (left raised, with its owner
+  record) by ``testbed clean``; and when the process is gone meanwhile (an ovs-vswitchd restart) it says
+  so instead of raising.
 * Live: the acceptance's 8-rank all-to-all (256 KiB, ranks spread over fat-tree-k4's ToRs), first without
   the option (OVS's send socket loses frames at its default buffer), then with 4 MiB: 0 of the ranks' frames lost in the send socket, the
   buffer was 4 MiB during the run (read by ``ss -m`` at the run's end, not by the lever) and is back to
@@ -13,18 +14,23 @@ and put back on every way out.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from testbed.emu import ovssndbuf as S
+from testbed.emu.registry import state_dir
 from testbed.poll import poll
 
 pytestmark = [pytest.mark.root]
+
+REPO = str(Path(__file__).resolve().parents[2])
 
 HOLDER = textwrap.dedent("""
     import socket, sys, time
@@ -83,6 +89,32 @@ def test_sigterm_through_the_cli_restores_it(holder, tmp_path):
         if run.poll() is None:
             run.kill()
     assert S.read(proc.pid) == before
+
+
+def test_a_killed_run_is_put_back_by_testbed_clean(holder, tmp_path):
+    proc, _ = holder
+    before = S.read(proc.pid)
+    code = textwrap.dedent(f"""
+        import time
+        from testbed.emu.ovssndbuf import Raised
+        Raised(8 << 20, pid={proc.pid}).__enter__()
+        print("up", flush=True)
+        time.sleep(60)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert child.stdout.readline().strip() == "up"
+        saved = json.loads((state_dir() / S.SAVED).read_text())
+        assert (saved["pid"], saved["ovs_pid"], saved["before"]) == (child.pid, proc.pid, before)
+    finally:
+        child.kill()
+        child.wait()
+    assert S.read(proc.pid) == 8 << 20, "SIGKILL leaves it raised"
+    res = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], capture_output=True, text=True, timeout=120,
+                         cwd=REPO)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert S.read(proc.pid) == before
+    assert not (state_dir() / S.SAVED).exists()
 
 
 def test_a_restart_during_the_run_is_said_not_raised(holder):

@@ -12,7 +12,6 @@ stop. The two halves together pin the accounting that `late_fraction_ok` of the 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import pytest
 from testbed.emu.registry import RunRegistry
 from testbed.links import core
 from testbed.links.model import LinkParams
-from testbed.links.wire import MAC_A, MAC_B, _repo_path, open_wire, stop_delayline, wait_ready
+from testbed.links.wire import MAC_A, MAC_B, open_wire, spawn_core, stop_delayline, wait_ready
 from testbed.pfc.config import PfcConfig
 from testbed.pfc.link import PfcPort
 from testbed.pfc.state import PauseFrame
@@ -66,7 +65,7 @@ def _start(wire):
     stats.unlink(missing_ok=True)
     which, argv = core.line_argv(wire.dl_a, wire.dl_b, PARAMS, stats, core="c", seed=1, stats_interval_s=0.05, pfc=PORT)
     assert which == "c"
-    proc = wire.run.spawn(argv, log=log, env={**os.environ, "PYTHONPATH": _repo_path()})
+    proc = spawn_core(wire.run, argv, log)     # as the incast fixture starts it: softirq above the core
     wait_ready(proc, stats, log, what="PFC link core")
     return proc, stats, log
 

@@ -173,22 +173,27 @@ def forward_argv(binary: str | os.PathLike, intf_a: str, intf_b: str, params: Li
 def line_argv(intf_a: str, intf_b: str, params: LinkParams, stats_path: str | os.PathLike, *,
               core: str | None = None, seed: int | None = None, late_tolerance_s: float | None = None,
               stats_interval_s: float = 1.0, spin_s: float | None = None, cpu: int | None = None,
-              poll_window_s: float | None = None, pfc=None) -> tuple[str, list[str]]:
+              poll_window_s: float | None = None, rt_priority: int | None = None,
+              pfc=None) -> tuple[str, list[str]]:
     """(core, argv) of the link node process: the compiled core when it is available, else the Python line.
 
     ``cpu`` pins the compiled core to one CPU (the Python line ignores it). ``pfc`` (a
-    :class:`testbed.pfc.link.PfcPort`) runs PFC in both directions, in either core.
+    :class:`testbed.pfc.link.PfcPort`) runs PFC in both directions, in either core. ``rt_priority``: the
+    SCHED_FIFO priority the process gives itself (None: ``delayline.DEFAULT_RT_PRIORITY``), in the argv of
+    either core, where :func:`rt_priority_of` (and so :func:`testbed.links.wire.spawn_core`) reads it.
     """
     from testbed.links import delayline
 
     tol = delayline.DEFAULT_LATE_TOLERANCE_S if late_tolerance_s is None else late_tolerance_s
     spin = delayline.DEFAULT_SPIN_S if spin_s is None else spin_s
+    prio = delayline.DEFAULT_RT_PRIORITY if rt_priority is None else rt_priority
     which, _detail = selected_core(core)
     if which == "python":
         return which, delayline.build_argv(intf_a, intf_b, params, stats_path, seed=seed, late_tolerance_s=tol,
-                                           stats_interval_s=stats_interval_s, spin_s=spin, pfc=pfc)
+                                           stats_interval_s=stats_interval_s, spin_s=spin, rt_priority=prio,
+                                           pfc=pfc)
     argv = forward_argv(build(), intf_a, intf_b, params, stats_path, seed=seed, late_tolerance_s=tol,
-                        stats_interval_s=stats_interval_s, spin_s=spin, rt_priority=delayline.DEFAULT_RT_PRIORITY,
+                        stats_interval_s=stats_interval_s, spin_s=spin, rt_priority=prio,
                         cpu=cpu, bare=which == "bare",
                         poll_window_s=DEFAULT_POLL_WINDOW_S if poll_window_s is None else poll_window_s)
     if pfc is not None:
@@ -196,6 +201,18 @@ def line_argv(intf_a: str, intf_b: str, params: LinkParams, stats_path: str | os
             raise ValueError("the bare forwarder has no model, so no PFC")
         argv += pfc.linkcore_args()
     return which, argv
+
+
+def rt_priority_of(argv: list[str]) -> int | None:
+    """The SCHED_FIFO priority a link core's ``argv`` (:func:`line_argv`, either core) gives the process:
+    the value after its last ``--rt-priority``, None without one (not a real-time process).
+
+    Read back from the command line, so the run registry raises the softirq threads above exactly the
+    priority the core was told (:meth:`testbed.emu.registry.RunRegistry.spawn`'s ``realtime``).
+    """
+    argv = [str(a) for a in argv]
+    at = [i for i, a in enumerate(argv[:-1]) if a == "--rt-priority"]
+    return int(argv[at[-1] + 1]) if at else None
 
 
 def run_trace(params: LinkParams, seed: int, trace) -> tuple[list[tuple], dict]:
