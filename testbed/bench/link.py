@@ -57,6 +57,8 @@ FRAME = fidelity.FULL_FRAME
 PPS_FRAME = 64 + 42
 #: UDP destination port of the compiled core's ``gen`` frames (what the captures filter on).
 GEN_PORT = 9
+#: The RED case's delay-line seed in the benchmark (fixed: runs compare; validate draws its own per run).
+RED_SEED = 3
 #: The gap cases offer this many times the link rate, so that the queue stays backlogged (Mininet-HiFi
 #: measures inter-dequeue times of a busy queue) ...
 GAP_OVERLOAD = 1.2
@@ -336,10 +338,11 @@ def _gap_case(wire, rate_bps: float, plan: dict, core: str) -> dict:
     return case
 
 
-def _red_case(wire, plan: dict, core: str) -> dict:
+def _red_case(wire, plan: dict, core: str, seed: int = RED_SEED) -> dict:
+    """ECT probes into a RED queue; ``seed`` draws the marks (``testbed validate`` gives each run its own)."""
     rate, delay = plan.get("red_rate_bps", 10e6), 0.001
     red = RedParams(kmin=10, kmax=50, pmax=0.5, unit="packets")
-    _start(wire, LinkParams(rate_bps=rate, delay_s=delay, limit=70, red=red), 3, core)
+    _start(wire, LinkParams(rate_bps=rate, delay_s=delay, limit=70, red=red), seed, core)
     pps = 1.1 * rate / (FRAME * 8)
     sent, result = wire.probe(plan["red_probes"], pps, size=FRAME - 42, tos=0x02, port=PROBE_PORT)
     stats = wire.stop()
@@ -350,7 +353,7 @@ def _red_case(wire, plan: dict, core: str) -> dict:
     console.print(f"{core}: RED: {s['ce']} CE of {s['received']} probes; max |observed - curve| "
                   f"{max((b['abs_error'] for b in bins), default=float('nan')):.3f} over {len(bins)} depth bins")
     return {"kmin": red.kmin, "kmax": red.kmax, "pmax": red.pmax, "unit": red.unit, "rate_mbps": rate / 1e6,
-            "sent": sent["sent"], "received": s["received"], "ce": s["ce"], "lost": s["lost"], "bins": bins,
+            "link_seed": seed, "sent": sent["sent"], "received": s["received"], "ce": s["ce"], "lost": s["lost"], "bins": bins,
             "marked": _sum(stats, "ce_marked"), "dropped": _sum(stats, "drop_tail") + _sum(stats, "drop_red"),
             **_late(stats)}
 

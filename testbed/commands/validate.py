@@ -82,10 +82,12 @@ def _seed(text: str) -> int:
 
 def link_seeds(seed: int, p: dict) -> dict:
     """The delay-line seed of every experiment of plan ``p`` (pure), derived from the run seed by label:
-    ``{"dcqcn": [...], "goodput": [...], "gaps": [...]}`` in the plan's order."""
+    ``{"dcqcn": [...], "goodput": [...], "gaps": [...], "red": n}`` in the plan's order (the RED case is
+    one experiment: its marks are the draws a seed decides)."""
     return {"dcqcn": [derive(seed, f"dcqcn{i}") for i in range(len(p["dcqcn"]))],
             "goodput": [derive(seed, f"goodput{i}") for i in range(len(p["goodput"]))],
-            "gaps": [derive(seed, f"gaps{r:g}") for r in p["gap_rates_bps"]]}
+            "gaps": [derive(seed, f"gaps{r:g}") for r in p["gap_rates_bps"]],
+            "red": derive(seed, "red")}
 
 
 def _groups(text: str) -> list[str]:
@@ -151,7 +153,8 @@ def _measure(groups: list, p: dict, out: Path, quick: bool, seeds: dict) -> tupl
         wire = replica.open_validation_wire(reg, work)
         if "link" in groups or "red" in groups:
             console.print("link: delay, gaps, RED (testbed bench link cases)")
-            raw["link"] = replica.run_link(wire, work, quick, p["gap_rates_bps"], core, gap_seeds=seeds["gaps"])
+            raw["link"] = replica.run_link(wire, work, quick, p["gap_rates_bps"], core, gap_seeds=seeds["gaps"],
+                                          red_seed=seeds["red"])
         if "dcqcn" in groups:
             for i, (r, seed) in enumerate(zip(p["dcqcn"], seeds["dcqcn"], strict=True)):
                 console.print(f"DCQCN: {len(r.starts_s)} flows, {r.duration_s * 1e3:g} ms real at scale {r.scale:g}, "

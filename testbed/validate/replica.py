@@ -182,9 +182,10 @@ def open_validation_wire(reg, workdir: Path) -> Wire:
     return open_wire(reg, workdir, tag="v")
 
 
-def run_link(wire: Wire, workdir: Path, quick: bool, gap_rates_bps, core: str, *, gap_seeds) -> dict:
-    """The link checks of ``testbed bench link`` (delay and RED cases as it runs them, with its seeds) and
-    backlogged gap captures kept whole for the CCDF, one seed of ``gap_seeds`` per rate."""
+def run_link(wire: Wire, workdir: Path, quick: bool, gap_rates_bps, core: str, *, gap_seeds, red_seed: int) -> dict:
+    """The link checks of ``testbed bench link`` (delay and RED cases as it runs them; the RED case with
+    ``red_seed``, so each validate run draws its own marks) and backlogged gap captures kept whole for the
+    CCDF, one seed of ``gap_seeds`` per rate."""
     from testbed.bench import link as bench
     from testbed.links.pcap import read_pcap
 
@@ -210,5 +211,5 @@ def run_link(wire: Wire, workdir: Path, quick: bool, gap_rates_bps, core: str, *
     finally:
         iperf.terminate()
         iperf.wait(timeout=10)
-    red = bench._red_case(wire, plan, core)
+    red = bench._red_case(wire, plan, core, seed=red_seed)
     return {"delay_cases": delays, "gap_captures": gaps, "red": red, "frame": bench.FRAME}

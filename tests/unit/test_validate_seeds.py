@@ -24,13 +24,13 @@ from test_validate_cli import _testbed  # noqa: E402
 
 
 def _all(seeds: dict) -> list[int]:
-    return seeds["dcqcn"] + seeds["goodput"] + seeds["gaps"]
+    return seeds["dcqcn"] + seeds["goodput"] + seeds["gaps"] + [seeds["red"]]
 
 
 def test_every_experiment_of_a_run_gets_its_own_link_seed():
     seeds = V.link_seeds(12345, V.plan(quick=False))
     assert (len(seeds["dcqcn"]), len(seeds["goodput"]), len(seeds["gaps"])) == (2, 2, 4)
-    assert len(set(_all(seeds))) == 8
+    assert len(set(_all(seeds))) == 9
     assert all(0 <= s < SEED_LIMIT for s in _all(seeds))
 
 
@@ -89,6 +89,25 @@ def test_each_run_is_started_with_its_own_seed_and_records_it(monkeypatch, tmp_p
     assert calls_again == calls
     _, other = _measure(monkeypatch, tmp_path, seed=43)
     assert [s for _, s in other][0] != given[0]
+
+
+def test_the_link_group_gives_the_red_case_the_runs_own_seed(monkeypatch, tmp_path):
+    given = []
+
+    def link(wire, work, quick, rates, core, *, gap_seeds, red_seed):
+        given.append((tuple(gap_seeds), red_seed))
+        return {"delay_cases": [], "gap_captures": [], "red": {"link_seed": red_seed}}
+
+    monkeypatch.setattr(replica, "open_validation_wire", lambda reg, work: _Wire())
+    monkeypatch.setattr(replica, "run_link", link)
+    monkeypatch.setattr("testbed.emu.registry.RunRegistry", lambda name: contextlib.nullcontext())
+    monkeypatch.setattr("testbed.links.core.selected_core", lambda: ("python", "test"))
+    monkeypatch.setattr(V, "_health", lambda raw, p: {})
+    p = V.plan(True)
+    for seed in (1, 2):
+        raw, _ = V._measure(["red"], p, tmp_path, True, V.link_seeds(seed, p))
+        assert raw["link"]["red"]["link_seed"] == given[-1][1]
+    assert given[0][1] != given[1][1] and given[0][1] not in given[0][0]   # its own draw, per run
 
 
 def _sender(start_s: float, cnp_at: float | None, cut_at: float | None, end: float = 2.0) -> dict:
