@@ -113,7 +113,9 @@ def register(sub) -> None:
                         help="rates a QEMU TCG guest keeps up with (2-10 Mbit/s bottlenecks, slower probes)")
     parser.add_argument("--markdown", metavar="FILE", help="also write the side-by-side table as markdown")
     parser.add_argument("--no-load", action="store_true", help="skip the run with a competing CPU load")
-    parser.add_argument("--cpu", type=int, default=None, help="pin the compiled core to this CPU")
+    parser.add_argument("--cpu", type=int, default=None,
+                        help="pin the compiled core to this CPU (not the default: a pinned core that spins starves "
+                             "that CPU's own kworkers until the kernel stops it for ~50 ms, docs/links.md)")
     parser.add_argument("--no-lock", action="store_true",
                         help="do not queue for the machine-wide run lock (names are unique; figures may then "
                              "include the load of another run)")
