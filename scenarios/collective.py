@@ -18,6 +18,11 @@ What it shows:
   4. acceptance after SONiC's RoCEv2 plan, on fat-tree-k4 with 8 ranks (testbed/collective/acceptance.py):
      a ring allreduce across a link failure (JCT without/with, #wrong 0), 7:1 incast per-QP fairness
      (< 30%), the 8-rank all-to-all verdict; --acceptance-only runs it alone, --no-acceptance leaves it out
+  5. in-network allreduce through the BMv2 aggregation switch (agg-leaf, 4 ranks, the sweep's sizes;
+     testbed/collective/innetwork.py as `testbed collective run --fabric agg-leaf` runs it): its rows, #wrong,
+     and its algbw over its link rate beside the ring's at the same sizes. Its own replica and link rate (the
+     aggregation spec's 16 Mbit/s budget shared by 4 workers, which BMv2 sustains; 4 x 10M would exceed it),
+     so the fractions of the link rate compare, not the times; --no-innetwork leaves it out
   and the emulator's health and the frames lost, attributed to the queue that dropped them. The sweep
   also captures rank 0's first 1500 RoCEv2 frames (both ways at its host link) and checks them as
   ``testbed roce check --expect-ect`` (``data_check`` in the summary: ECN-capable, 0 violations); a
@@ -26,7 +31,7 @@ What it shows:
   ``--ovs-send-buffer 4MiB`` raises ovs-vswitchd's one send socket's buffer for each run and restores it
   (the default 208 KiB loses frames under all-to-all; the daemon is shared: opt-in, docs/collectives.md).
 
-    sudo testbed run collective --quick      # small fabric, 4 ranks, up to 256 KiB; part 4 (1.5-2 min)
+    sudo testbed run collective --quick      # small fabric, 4 ranks, up to 256 KiB; parts 4, 5 (~2 min)
     sudo testbed run collective              # + fat-tree-k4 two jobs, sizes up to 4 MiB
 """
 
@@ -60,6 +65,9 @@ TRACE = {"version": 1, "ranks": 4, "iterations": 2, "description": "2 steps: com
                   {"id": "grad", "type": "collective", "collective": "allreduce", "bytes": 131072}]]}
 
 
+#: part 5: the fabric with an aggregation switch and its ranks (testbed/collective/innetwork.py)
+INNETWORK_FABRIC, INNETWORK_RANKS = "agg-leaf", 4
+
 #: part 4's sizes: ring allreduce per rank, incast per sender, all-to-all per rank (bytes)
 ACCEPTANCE_SIZES = {"ring": 262144, "incast": 65536, "alltoall": 262144}
 
@@ -82,6 +90,7 @@ def main(argv=None) -> int:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--acceptance-only", action="store_true", help="run part 4 alone")
     which.add_argument("--no-acceptance", action="store_true", help="leave part 4 out")
+    parser.add_argument("--no-innetwork", action="store_true", help="leave part 5 (in-network allreduce, BMv2) out")
     parser.add_argument("--failures", metavar="SCHEDULE", help="fail links/switches of the small fabric during the "
                         "sweep, e.g. 1s:down:s0-l1,2s:up:s0-l1 (docs/failures.md)")
     from testbed.collective import experiment as X
@@ -118,11 +127,18 @@ def main(argv=None) -> int:
             console.print("[bold]4. acceptance after SONiC's RoCEv2 plan: fat-tree-k4, 8 ranks[/bold]")
             doc["parts"]["acceptance"] = A.run(rate, res.dir / "acceptance", ACCEPTANCE_SIZES, args.json, sndbuf)
             verdict = summary["acceptance"] = doc["parts"]["acceptance"]["verdict"]
-            failed = [k for k in ("link_failure", "incast", "alltoall") if not verdict[k]["pass"]]
+            failed += [k for k in ("link_failure", "incast", "alltoall") if not verdict[k]["pass"]]
+        if not (args.acceptance_only or args.no_innetwork):
+            doc["parts"]["innetwork"] = innetwork_part(sizes, res.dir / "innetwork", X, args.json)
+            inn = summary["innetwork"] = innetwork_summary(doc["parts"]["innetwork"], doc["parts"].get("sweep"))
+            data_console(args.json).print(innetwork_line(inn))
+            if not inn["exact"]:
+                failed.append("innetwork")
         block = res.health({k: r["health"]["block"] for k, r in health_parts(doc["parts"]).items()})
         res.write_json("metrics.json", {**doc, **block})
         summary.update(emulator_ok=block["emulator_ok"], health_reasons=block["emulator"]["reasons"],
-                       ovs_send_buffer=send_buffer_summary(sndbuf, health_parts(doc["parts"])))
+                       ovs_send_buffer=send_buffer_summary(sndbuf, {k: r for k, r in health_parts(doc["parts"]).items()
+                                                                    if k != "innetwork"}))   # BMv2: no OVS
         res.finish(summary)
     return 1 if wrong or failed or not data_ok(summary) else 0
 
@@ -153,7 +169,54 @@ def health_parts(parts: dict) -> dict:
         runs = parts["acceptance"]["runs"]
         out.update({f"ring-baseline-{k + 1}": r for k, r in enumerate(runs["ring_baseline"])})
         out.update({"ring-failure": runs["ring_failure"], "incast": runs["incast"], "alltoall": runs["alltoall"]})
+    if "innetwork" in parts:
+        out["innetwork"] = parts["innetwork"]
     return out
+
+
+def innetwork_part(sizes: list[int], out, X, quiet=False) -> dict:
+    """Part 5: the allreduce through the aggregation switch, by ``experiment.run`` as ``testbed collective run
+    --fabric agg-leaf`` runs it (testbed/collective/innetwork.py), at the aggregation spec's link rate."""
+    from testbed.collective import innetwork as IN
+
+    opts = X.Options(fabric=INNETWORK_FABRIC, algorithm=IN.ALGORITHM, ranks=INNETWORK_RANKS, sizes=tuple(sizes),
+                     iters=2, warmup=1, link_rate_bps=IN.link_rate(INNETWORK_RANKS), timeout_s=300.0)
+    console.print(f"[bold]5. in-network allreduce through the BMv2 aggregation switch: {INNETWORK_FABRIC}, "
+                  f"{INNETWORK_RANKS} ranks[/bold]")
+    result = X.run(opts, out)
+    X.print_report(result, quiet)
+    return result
+
+
+def innetwork_summary(r5: dict, sweep: dict | None) -> dict:
+    """Part 5 in the summary: per size its time, algbw, busbw (emulated), #wrong, exact, and its algbw over its
+    link rate beside the ring's (part 1, same size; None without a sweep). The two replicas run at their own
+    link rates, so the fractions compare, not the times."""
+    rate, job = r5["link_rate_bps"], r5["jobs"][0]
+    ring = {}
+    if sweep is not None:
+        ring = {r["size_bytes"]: r["algbw_bps"] / sweep["link_rate_bps"] for r in sweep["jobs"][0]["rows"]
+                if r["collective"] == "allreduce" and r["algorithm"] == "ring"}
+    sizes = {str(r["size_bytes"]): {
+        "time_s": r["time_s"], "times_s": r["times_s"], "algbw_bps": r["algbw_bps"], "busbw_bps": r["busbw_bps"],
+        "wrong": r["wrong"], "exact": r["exact"], "algbw_over_link": round(r["algbw_bps"] / rate, 3),
+        "ring_algbw_over_link": round(ring[r["size_bytes"]], 3) if r["size_bytes"] in ring else None,
+        "bytes_per_link_over_size": r["bytes_per_link_over_size"], "retransmits": r["retransmits"]}
+        for r in job["rows"]}
+    return {"fabric": r5["fabric"], "ranks": job["ranks"], "aggregator": job["aggregator"], "link_rate_bps": rate,
+            "scale": r5["scale"], "wrong": sum(r["wrong"] for r in job["rows"]),
+            "exact": bool(job["rows"]) and all(r["exact"] for r in job["rows"]), "sizes": sizes,
+            "emulator_ok": r5["health"]["ok"]}
+
+
+def innetwork_line(inn: dict) -> str:
+    """``# in-network vs ring ...``: part 5's algbw over its link rate beside the ring's, size by size."""
+    def ring(x):
+        return "-" if x["ring_algbw_over_link"] is None else f"{x['ring_algbw_over_link']:.2f}"
+
+    pairs = "; ".join(f"{size} B {x['algbw_over_link']:.2f} vs {ring(x)}" for size, x in inn["sizes"].items())
+    return (f"# in-network ({inn['fabric']}, {inn['ranks']} ranks) vs ring (small) at the same sizes, algbw over "
+            f"each one's link rate: {pairs}; #wrong {inn['wrong']}")
 
 
 def small_parts(args, rate, sizes, failures, out, X, P, CollectiveFabric, JobRun, sndbuf=None) -> tuple:

@@ -3,7 +3,9 @@ with every element exact, the summary carries the figures and the emulator's ver
 folder has the metrics and the plot. Part 4 (acceptance after SONiC's RoCEv2 plan, fat-tree-k4, 8 ranks):
 the ring allreduce is exact across a cut of a link it loaded, the cut fell inside the job; 7:1 incast
 per-QP fairness deviation < 30%; the 8-rank all-to-all passes (exact). The sweep's DCQCN data (rank 0's
-first 1500 RoCEv2 frames at its host link) passes ``roce check --expect-ect``: all ECT, 0 violations."""
+first 1500 RoCEv2 frames at its host link) passes ``roce check --expect-ect``: all ECT, 0 violations. Part 5
+(in-network allreduce through the BMv2 aggregation switch, agg-leaf, 4 ranks): both quick sizes exact, algbw > 0,
+the larger size takes longer, the ring's figure at the same size beside it."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from testbed.roce.sample import DATA_SAMPLE_FRAMES
 from testbed.scenario import REPO_ROOT
 from tests.integration.runhealth import check_health
 
-pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs]
+pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs, pytest.mark.bmv2]
 
 
 def test_quick_scenario(tmp_path):
@@ -57,7 +59,17 @@ def test_quick_scenario(tmp_path):
     assert len(incast["rates_bps"]) == 7 and incast["wrong"] == 0
     assert incast["deviation"] < 0.30 and incast["pass"], incast
     assert acc["alltoall"]["pass"] and acc["alltoall"]["wrong"] == 0 and acc["alltoall"]["ranks"] == 8
+    inn = summary["innetwork"]
+    assert inn["fabric"] == "agg-leaf" and inn["ranks"] == 4 and inn["wrong"] == 0 and inn["exact"], inn
+    assert list(inn["sizes"]) == ["65536", "262144"], inn["sizes"]
+    small, big = inn["sizes"]["65536"], inn["sizes"]["262144"]
+    for x in (small, big):
+        assert x["wrong"] == 0 and x["exact"] and x["algbw_bps"] > 0 and len(x["times_s"]) == 2, x
+        assert all(t > 0 for t in x["times_s"]) and x["ring_algbw_over_link"] > 0, x
+        assert 1.0 <= x["bytes_per_link_over_size"] < 1.5, x        # ~1x the size per link, less than a ring's 1.5x
+    assert big["time_s"] > small["time_s"], (small["times_s"], big["times_s"])
+    assert "# in-network (agg-leaf, 4 ranks) vs ring (small)" in said and "# allreduce (innetwork)" in said
     ev = check_health(json.loads((out / "metrics.json").read_text()), proc.stderr, healthy=False)
     assert set(ev["parts"]) == {"sweep", "trace", "ring-baseline-1", "ring-baseline-2", "ring-failure", "incast",
-                                "alltoall"} and ev["unaccounted"] is not None
+                                "alltoall", "innetwork"} and ev["unaccounted"] is not None
     assert summary["emulator_ok"] == (not ev["reasons"])

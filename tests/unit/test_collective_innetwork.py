@@ -128,3 +128,28 @@ def test_the_report_and_summary_take_an_innetwork_result(capsys):
     doc = X.summary(res)
     assert doc["jobs"][0]["wrong"] == 0 and doc["jobs"][0]["largest_size_bytes"] == 1 << 20
     assert doc["jobs"][0]["busbw_over_link"] == pytest.approx(res["jobs"][0]["rows"][-1]["busbw_bps"] / 4e6, abs=1e-4)
+
+
+def test_the_collective_scenario_puts_the_innetwork_part_beside_the_ring():
+    """``testbed run collective``'s part 5 (scenarios/collective.py): per size the switch's rows, #wrong and
+    exact, its algbw over its own link rate beside the ring's (part 1, its own rate) at the same size; a size
+    the sweep did not run has no ring figure; one inexact size makes the part inexact."""
+    from scenarios.collective import health_parts, innetwork_line, innetwork_summary
+
+    runs = {65536: [_rr(0.2), _rr(0.15)], 262144: [_rr(0.6), _rr(0.55, wrong=2)], 1 << 20: [_rr(2.3), _rr(2.2)]}
+    res = IN.result("agg-leaf", ["h0", "h1", "h2", "h3"], "x0", runs, 1, 25000.0, 4e6, {}, [1.0, 1.0, 1.0])
+    ring = [{"collective": "allreduce", "algorithm": "ring", "size_bytes": s, "algbw_bps": bw}
+            for s, bw in ((65536, 7.5e6), (262144, 8e6))]
+    sweep = {"link_rate_bps": 10e6, "jobs": [{"rows": ring + [{"collective": "allreduce", "algorithm": "tree",
+                                                              "size_bytes": 65536, "algbw_bps": 1.0}]}]}
+    inn = innetwork_summary(res, sweep)
+    assert list(inn["sizes"]) == ["65536", "262144", "1048576"] and inn["link_rate_bps"] == 4e6
+    small, mid, big = inn["sizes"].values()
+    assert small["algbw_over_link"] == pytest.approx(65536 * 8 / 0.15 / 4e6, abs=1e-3)
+    assert small["ring_algbw_over_link"] == 0.75 and mid["ring_algbw_over_link"] == 0.8   # the ring's, not tree's
+    assert big["ring_algbw_over_link"] is None and small["exact"] and not mid["exact"] and mid["wrong"] == 2
+    assert inn["wrong"] == 2 and not inn["exact"] and inn["aggregator"] == "x0"
+    line = innetwork_line(inn)
+    assert "65536 B 0.87 vs 0.75" in line and "1048576 B 0.95 vs -" in line and "#wrong 2" in line
+    assert innetwork_summary(res, None)["sizes"]["65536"]["ring_algbw_over_link"] is None   # --no sweep
+    assert health_parts({"innetwork": res})["innetwork"] is res
