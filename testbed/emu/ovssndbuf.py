@@ -201,6 +201,13 @@ def read(pid: int | None = None) -> int:
         return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
 
 
+def _force(sock, size: int) -> int:
+    """Set the send buffer so that SO_SNDBUF reads ``size`` (SO_SNDBUFFORCE, root); returns what it reads
+    back (raises OSError)."""
+    sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, force_value(size))
+    return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+
+
 def restore_orphaned(state: Path, alive: Callable[[int, float | None], bool], open_socket=None) -> bool:
     """Put ovs-vswitchd's send buffer back when the process that raised it died first (SIGKILL); True when
     it did.
@@ -240,8 +247,7 @@ def restore_orphaned(state: Path, alive: Callable[[int, float | None], bool], op
             if now_inode != inode or sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) != raised:
                 path.unlink(missing_ok=True)
                 return False
-            sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, force_value(before))
-            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) != before:
+            if _force(sock, before) != before:
                 return False
         except OSError:
             return False
@@ -301,8 +307,7 @@ class Raised:
                                      "not changed") from None
             self._sock, self._saved = sock, saved
             self.record.update(pid=pid, fd=fd, inode=inode, before=before)
-            sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, force_value(self.size))
-            during = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+            during = _force(sock, self.size)
             self.record.update(applied=True, during=during)
             default = _wmem_default()
             if default is not None and before != default:
@@ -343,8 +348,7 @@ class Raised:
                 self._saved.unlink(missing_ok=True)
                 return
             try:
-                sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, force_value(rec["before"]))
-                rec["after"] = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+                rec["after"] = _force(sock, rec["before"])
             except OSError as exc:
                 rec.update(restored=False, after=None, note=f"setsockopt: {exc.strerror}")
                 return
