@@ -150,7 +150,7 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     bsw, bnbr = S.bottleneck(case, r)
     bport = G.edges[bsw, bnbr]["ports"][bsw]
     epoch = F.clock_epoch_us(clients[bsw])
-    docs = [S.sender_config(plan, s, d, args, window, None if args.learn_qp else S.pair_qpns(i))
+    docs = [S.sender_config(plan, s, d, args, window, None if args.learn_qp else S.pair_qpns(i), i)
             for i, (s, d) in enumerate(zip(r.senders, r.receivers, strict=True))]
     backend, _why = S.long_haul_backend(plan, r)
     dci = [r.dci, r.dci[::-1]] if backend == "netem" else []  # the netem long haul's qdiscs count its drops
@@ -218,8 +218,13 @@ def main(argv=None) -> int:
     parser.add_argument("--incast", type=int, default=S.DEFAULT_INCAST,
                         help=f"senders (and receivers) per campus, {S.MIN_INCAST}..{S.MAX_INCAST} (default 2): "
                              "N senders at line rate into the sender-side DCI's one port, N:1")
-    parser.add_argument("--size", default="1MB", help="message (flow) size (default 1MB)")
-    parser.add_argument("--iters", type=int, default=None, help="messages per sender (default 8; --quick 2)")
+    parser.add_argument("--size", default="1MB",
+                        help="message (flow) size, or a flow-size mix such as 64KB,1MB,4MB: each sender cycles "
+                             "through it (starting at a different size per sender) and completion times are "
+                             "reported per size (default 1MB)")
+    parser.add_argument("--iters", type=int, default=None,
+                        help="messages per sender (default 8; --quick 2; with a mix rounded up to a multiple of "
+                             "its sizes)")
     parser.add_argument("--repetitions", type=int, default=None,
                         help="trials per point (default 5; --quick 1): mean and 95%% interval over the valid ones")
     parser.add_argument("--window", type=int, default=None,
@@ -254,9 +259,12 @@ def main(argv=None) -> int:
             rows += run_distance(S.with_distance(G0, km), km, cases, modes, args, res)
             res.write_json("rows.json", rows)
         report.print_table(rows, res.out)
+        groups = report.summarise(rows)
         if args.repetitions > 1:
-            report.print_summary(report.summarise(rows), res.out)
+            report.print_summary(groups, res.out)
+        report.print_fct_classes(groups, res.out)
         report.plot(rows, res.path("long_haul_cnp.png"))
+        report.plot_fct_classes(groups, res.path("fct_by_size.png"))
         report.print_verdict(rows, res.out)
         block = res.health(report.health_parts(rows))    # every trial's ledger, CPU and saturation
         metrics, summary = report.documents(rows, G0.graph["scale"], block)

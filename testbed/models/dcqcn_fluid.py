@@ -68,6 +68,9 @@ class FluidParams:
             ``write-lat`` does): after a message's last byte it pauses until that byte has left the
             queue plus ``ack_delay_s`` (the acknowledgement's round trip), its DCQCN timers still running.
         ack_delay_s: see ``messages``.
+        message_sizes: a flow-size mix: per flow, the sizes (bytes) of its messages in the order it sends
+            them, one at a time as with ``messages``; ``flow_bytes`` must then be their sums (or None, filled
+            in) and ``messages`` is ignored.
     """
 
     capacity_bps: float
@@ -93,8 +96,20 @@ class FluidParams:
     flow_bytes: tuple | None = None
     messages: int = 1
     ack_delay_s: float = 0.0
+    message_sizes: tuple | None = None
 
     def __post_init__(self):
+        if self.message_sizes is not None:
+            sizes = tuple(tuple(float(b) for b in flow) for flow in self.message_sizes)
+            if len(sizes) != len(self.starts_s) or any(not f or min(f) <= 0 for f in sizes):
+                raise SpecError("fluid.message_sizes", "needs, per flow (as many as starts_s), one or more "
+                                                       "positive message sizes")
+            totals = tuple(sum(f) for f in sizes)
+            if self.flow_bytes is not None and any(not math.isclose(a, b) for a, b in
+                                                   zip(self.flow_bytes, totals, strict=False)):
+                raise SpecError("fluid.flow_bytes", "must be the sums of message_sizes (or left out)")
+            object.__setattr__(self, "message_sizes", sizes)
+            object.__setattr__(self, "flow_bytes", totals)
         for name in ("capacity_bps", "line_rate_bps", "packet_bytes", "cnp_interval_s", "alpha_timer_s",
                      "rate_increase_timer_s", "byte_counter_bytes", "rate_ai_bps"):
             value = getattr(self, name)
@@ -212,9 +227,14 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
     rc, rt = [0.0] * n, [0.0] * n
     alpha = [p_.initial_alpha] * n
     active = [False] * n
-    per_msg = [math.inf] * n if p_.flow_bytes is None else [b / p_.packet_bytes / p_.messages for b in p_.flow_bytes]
-    left = list(per_msg)                 # packets of the current message still to send
-    msgs_left = [p_.messages] * n
+    if p_.flow_bytes is None:
+        plan = [[math.inf] for _ in range(n)]   # one message without end
+    elif p_.message_sizes is not None:
+        plan = [[b / p_.packet_bytes for b in flow] for flow in p_.message_sizes]
+    else:
+        plan = [[b / p_.packet_bytes / p_.messages] * p_.messages for b in p_.flow_bytes]
+    left = [flow[0] for flow in plan]    # packets of the current message still to send
+    msgs_left = [len(flow) for flow in plan]
     resume = [0.0] * n                   # a paused flow sends again at this time (its message acknowledged)
     msg_start = [0.0] * n
     fcts: list[list[float]] = [[] for _ in range(n)]
@@ -236,7 +256,7 @@ def simulate(params: FluidParams, duration_s: float, dt_s: float | None = None,
         sending = [active[i] and now >= resume[i] for i in range(n)]
         for i in range(n):
             if active[i] and sending[i] and left[i] <= 0.0:   # the previous message is acknowledged: the next
-                left[i], msg_start[i] = per_msg[i], now
+                left[i], msg_start[i] = plan[i][len(plan[i]) - msgs_left[i]], now
         if p_.marking is not None:
             p_now = p_.marking
         else:

@@ -21,7 +21,7 @@ from pathlib import Path
 from testbed.errors import EmulationError, SpecError
 
 SEND_KEYS = ("host", "test", "size", "iters", "mtu", "window", "timeout_s", "dcqcn", "connect_wait_s", "qpns",
-             "series_every_s")
+             "series_every_s", "sizes")
 
 
 def qp_config(doc: dict):
@@ -41,7 +41,8 @@ def send(doc: dict) -> dict:
 
     return run_client(doc["host"], doc.get("test", "write_lat"), doc["size"], iters=doc.get("iters"),
                       config=qp_config(doc), connect_wait=doc.get("connect_wait_s", 30),
-                      qpns=tuple(doc["qpns"]) if doc.get("qpns") else None, series_every=doc.get("series_every_s"))
+                      qpns=tuple(doc["qpns"]) if doc.get("qpns") else None, series_every=doc.get("series_every_s"),
+                      sizes=tuple(doc["sizes"]) if doc.get("sizes") else None)
 
 
 def sender_result(proc, out: Path, log: Path) -> dict:
@@ -66,22 +67,39 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
-
-
 def summarise_write_lat(results: list[dict]) -> dict:
     """Flow figures of several senders' ``write_lat`` results (pure).
 
     write-lat reports half round trips (perftest's convention): a message's completion time is twice that.
+    With a size mix (results carrying ``message_lat_usec``), ``fct_by_size`` gives each size class's
+    completion times over every sender's messages, smallest size first: [{"bytes", "messages", "fct_p50_s",
+    "fct_p99_s"}] (p99 the nearest rank: with a few messages per class it is their largest); [] without a mix.
     """
     import statistics
 
     seconds = max(x["seconds"] for x in results)
-    total = sum(x["bytes"] * x["iterations"] for x in results)
-    return {"goodput_bps": total * 8 / seconds if seconds else 0.0,
+    total = sum(x.get("bytes_total", x["bytes"] * x["iterations"]) for x in results)
+    by_size: dict[int, list[float]] = {}
+    for x in results:
+        for size, usec in x.get("message_lat_usec", ()):
+            by_size.setdefault(int(size), []).append(2 * usec * 1e-6)
+    classes = [{"bytes": size, "messages": len(v), "fct_p50_s": statistics.median(v),
+                "fct_p99_s": nearest_rank(v, 0.99)} for size, v in sorted(by_size.items())]
+    return {"goodput_bps": total * 8 / seconds if seconds else 0.0, "fct_by_size": classes,
             "fct_p50_s": statistics.median(2 * x["t_typical_usec"] * 1e-6 for x in results),
             "fct_p99_s": max(2 * x["t_99_usec"] * 1e-6 for x in results),
             "cnps_rx": sum(x["cnps_rx"] for x in results),
             "retransmissions": sum(x["retransmissions"] for x in results),
             "receiver_naks": sum(x.get("server", {}).get("stats", {}).get("naks_tx", 0) for x in results)}
+
+
+def nearest_rank(values, q: float) -> float:
+    """The ``q`` quantile of ``values`` by the nearest-rank rule (a value that occurred, never interpolated)."""
+    import math
+
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

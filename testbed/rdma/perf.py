@@ -206,8 +206,13 @@ def run_client(host: str, test: str, size: int, iters: int | None = None, durati
                verify: bool = False, tx_depth: int = 16, seed: int = 1, series_every: float | None = None,
                timeout: float = 300.0, connect_wait: float = 0.0, source: str | None = None,
                qps: int = 1, transport: str = "rc", qpns: tuple[int, int] | None = None,
-               atomic: str = "faa") -> dict:
+               atomic: str = "faa", sizes: tuple[int, ...] | None = None) -> dict:
     """Run one test against ``testbed rdma server`` at ``host``; returns the result document.
+
+    ``sizes`` (write_lat only): a flow-size mix, message ``n`` is ``sizes[n % len(sizes)]`` bytes (``size``
+    must be their largest: the regions are sized by it); the result then lists every message's size and
+    latency (``message_lat_usec``: [[bytes, usec], ...], half round trips as perftest's), so a scenario can
+    report completion times per size class. perftest itself has one size per run.
 
     ``atomic`` (atomic_bw): ``faa`` adds 1 to the QP's counter; ``cas`` compares it with the count of the
     QP's earlier atomics and swaps in one more (all succeed when the responder executes them in order).
@@ -216,6 +221,7 @@ def run_client(host: str, test: str, size: int, iters: int | None = None, durati
     (switches' QP maps preloaded for fast CNP); default random."""
     cfg = config or QpConfig()
     check_test(test, transport, qps, size, cfg.mtu)
+    sizes = check_sizes(test, size, sizes)
     if atomic not in ("faa", "cas"):
         raise RdmaError(f"atomic must be 'faa' or 'cas', got {atomic!r}")
     if (iters is None) == (duration is None):
@@ -225,7 +231,7 @@ def run_client(host: str, test: str, size: int, iters: int | None = None, durati
     try:
         with Device(chan.local_ip, roce_port) as dev:
             return _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed,
-                           series_every, timeout, qps, transport, qpns, atomic)
+                           series_every, timeout, qps, transport, qpns, atomic, sizes)
     finally:
         chan.close()
 
@@ -234,8 +240,9 @@ class _Work:
     """What the client posts: one kind of WR per test, round-robin over the QPs, at most ``depth``
     outstanding on each (perftest's tx-depth is per QP); READ/atomic WRs each own a local slot."""
 
-    def __init__(self, test, size, qps, mr, rmr, dests, depth, sink=None, atomic="faa"):
+    def __init__(self, test, size, qps, mr, rmr, dests, depth, sink=None, atomic="faa", sizes=None):
         self.test, self.size, self.qps, self.mr, self.rmr, self.dests = test, size, qps, mr, rmr, dests
+        self.sizes = sizes
         self.depth = depth
         self.slot = max(8, size)
         self.sink = sink
@@ -260,7 +267,7 @@ class _Work:
         self.where[n] = (i, slot)
         qp = self.qps[i]
         if self.test in ("write_bw", "write_lat"):
-            qp.post_write(n, self.mr, 0, self.size, self.rmr["addr"], self.rmr["rkey"])
+            qp.post_write(n, self.mr, 0, self.size_of(n), self.rmr["addr"], self.rmr["rkey"])
         elif self.test == "send_bw":
             qp.post_send(n, self.mr, 0, self.size, dest=self.dests[i] if self.dests else None)
         elif self.test in ("read_bw", "read_lat"):
@@ -271,6 +278,10 @@ class _Work:
             qp.post_atomic(n, self.sink, self._offset(i, slot), self.rmr["addr"] + 8 * i, self.rmr["rkey"],
                            self.atomic, k + 1 if self.atomic == "cas" else 1, compare=k)
         return True
+
+    def size_of(self, n: int) -> int:
+        """Bytes of WR ``n``: its place in the size mix, else the one size."""
+        return self.sizes[n % len(self.sizes)] if self.sizes else self.size
 
     def _offset(self, i: int, slot: int) -> int:
         return (i * self.depth + slot) * self.slot
@@ -285,8 +296,22 @@ class _Work:
         self.free[i].append(slot)
 
 
+def check_sizes(test: str, size: int, sizes) -> tuple[int, ...] | None:
+    """``sizes`` as a tuple (None: one size), or :class:`RdmaError` naming what is wrong with the mix."""
+    if sizes is None:
+        return None
+    sizes = tuple(sizes)
+    if test != "write_lat":
+        raise RdmaError(f"a size mix (sizes) is offered for write_lat only, not {test}")
+    if not sizes or any(not isinstance(x, int) or x < 1 for x in sizes):
+        raise RdmaError(f"sizes must be whole numbers of bytes >= 1, got {list(sizes)!r}")
+    if max(sizes) != size:
+        raise RdmaError(f"size must be the mix's largest ({max(sizes)}), got {size}")
+    return sizes
+
+
 def _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed, series_every, timeout,
-            nqps, transport, qpns=None, atomic="faa"):
+            nqps, transport, qpns=None, atomic="faa", sizes=None):
     pd, cq = dev.alloc_pd(), CompletionQueue()
     src = pattern(max(1, size), seed)
     mr = pd.reg_mr(src)
@@ -316,11 +341,12 @@ def _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed,
         per_qp = min(tx_depth, cfg.max_rd_atomic)
     sink = pd.reg_mr(bytearray(max(8, size) * per_qp * nqps)) if test in ("read_bw", "read_lat", "atomic_bw") \
         else None
-    work = _Work(test, size, qps, mr, rmr, dests, per_qp, sink, atomic)
+    work = _Work(test, size, qps, mr, rmr, dests, per_qp, sink, atomic, sizes)
     qp0 = qps[0]
     series = TimeSeries(qp0.qpn) if series_every else None
     lat: list[float] = []
-    posted = completed = 0
+    message_lat: list[list] = []   # with a size mix: [bytes, usec] per message
+    posted = completed = nbytes = 0
     start = time.monotonic()
     started_at = time.time()
     stop_at = start + duration if duration else None
@@ -344,9 +370,12 @@ def _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed,
                 bad = next((q for q in qps if q.qpn == wc.qp_num), qp0)
                 raise RdmaError(f"work request {wc.wr_id} failed: {wc.status.value}; QP: {bad.error}")
             completed += 1
+            nbytes += work.size_of(wc.wr_id)
             t0 = post_times.pop(wc.wr_id, None)
             if lat_test and t0 is not None:
                 lat.append(now - t0)
+                if sizes:
+                    message_lat.append([work.size_of(wc.wr_id), (now - t0) * 0.5e6])
             work.completed(wc.wr_id)
         if series is not None and now >= next_sample:
             series.sample(now - start, qp0.rp, qp0.stats.cnps_tx, qp0.stats.retransmissions, qp0.stats.acked_bytes)
@@ -357,7 +386,8 @@ def _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed,
     seconds = time.monotonic() - start
     chan.send({"done": True, "verify": verify, "sent": completed})
     server = chan.recv(timeout=30)
-    nbytes = (8 if test == "atomic_bw" else size) * completed
+    if test == "atomic_bw":
+        nbytes = 8 * completed
     stat = lambda k: sum(getattr(q.stats, k) for q in qps)  # noqa: E731 - a local sum over the QPs
     rq0 = rqs[0]
     result = {"test": test, "transport": transport, "qps": nqps, "bytes": size, "iterations": completed,
@@ -380,6 +410,8 @@ def _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed,
               "device": dict(dev.stats), "server": server}
     if test == "atomic_bw":
         result["atomic"] = atomic
+    if sizes:   # "bytes" stays the largest message (its region); the mix's bytes are counted per message
+        result.update({"sizes": list(sizes), "message_lat_usec": message_lat, "bytes_total": nbytes})
     if verify:
         result["verified"] = _verified(test, size, src, work, server, reply.get("seed", 0))
     if lat:

@@ -215,15 +215,17 @@ def _gain_rows(config: dict, groups: dict, backends, duration_s: float | None) -
                                starts_s=(0.0,) * flows, rate_ai_bps=config["line_rate_bps"] * 4e-4,
                                min_rate_bps=config["line_rate_bps"] * 1e-3, queue_delay=True)
             rtt = 2 * propagation_s(km * 1e3 + 2 * local)
-            pred = predicted_flow_gain(replace(base, flow_bytes=(float(config["message_bytes"]) * messages,) * flows,
-                                               messages=messages), km, case, local, ack_delay_s=rtt)
+            from testbed.validate.longhaul_setup import message_sizes  # lazy: it imports the planner
+            sizes = [int(x) for x in config.get("message_sizes") or [config["message_bytes"]]]
+            mix = tuple(tuple(message_sizes(sizes, messages, i)) for i in range(flows))   # as the senders sent
+            pred = predicted_flow_gain(replace(base, message_sizes=mix), km, case, local, ack_delay_s=rtt)
             steady = predicted_gain(replace(base, queue_delay=False, min_rate_bps=None), [km], case,
                                     duration_s=duration_s)[0]["gain"]
             ci = confidence_interval(gains)
             note = f"{len(gains)} paired repetitions; gain {ci.mean * 100:+.1f}%"
             if ci.half_width is not None:
                 note += f" +- {ci.half_width * 100:.1f}% (95%)"
-            note += (f"; model of these flows ({flows} x {messages} x {float(config['message_bytes']) / 1e6:g} MB) "
+            note += (f"; model of these flows ({flows} x {messages} x {'/'.join(f'{x / 1e6:g}' for x in sizes)} MB) "
                      f"{pred['gain'] * 100:+.1f}%; steady state (long flows) {steady * 100:+.1f}%")
             row = scalar_row(REF_GAIN, metric, 1 + ci.mean, 1 + pred["gain"], "", backends=backends, note=note)
             row.plot = {"distance_km": km, "mean": ci.mean, "low": ci.low, "high": ci.high,

@@ -6,6 +6,7 @@
     data_cell(check)      the data check in a word: "1500 ECT" (frames checked, all clean), "FAIL" or "-"
     summarise(rows)       per (case, km, mode): mean and 95% interval over the valid repetitions
     print_summary(groups, to)  that table, when a point has more than one repetition
+    print_fct_classes(groups, to)  with a flow-size mix: FCT p50/p99 per message size, per point
     print_verdict(rows, to)    closing lines: invalid trials, saturation
     health_parts(rows)    each trial's emulator health in the shared shape (testbed.emu.runhealth)
                           (``to``: the run's data console, ``Results.out``: stdout, stderr with --json)
@@ -13,6 +14,7 @@
                           with repetitions the mean and its interval as a band
     plot_timeline(timelines, path, title)  one distance over time, ECN and fast CNP side by side: each
                           sender's DCQCN rate, the congestion point's queue, CNP arrivals
+    plot_fct_classes(groups, path)  with a flow-size mix: FCT against message size, per case, mode, distance
 """
 
 from __future__ import annotations
@@ -118,8 +120,101 @@ def summarise(rows) -> list[dict]:
             if values:
                 ci = confidence_interval(values)
                 doc[key] = {"mean": ci.mean, "low": ci.low, "high": ci.high, "n": ci.n}
+        classes = fct_classes(valid)
+        if classes:
+            doc["fct_by_size"] = classes
         out.append(doc)
     return out
+
+
+def fct_classes(trials) -> list[dict]:
+    """Per message size over ``trials`` (valid ones, with a size mix): {"bytes", "fct_p50_ms", "fct_p99_ms"},
+    each the mean and 95% interval of the trials' own per-class figures, smallest size first."""
+    per: dict[int, dict[str, list]] = {}
+    for t in trials:
+        for c in t.get("fct_by_size") or ():
+            d = per.setdefault(c["bytes"], {"fct_p50_ms": [], "fct_p99_ms": []})
+            for key in d:
+                if c[key] is not None:
+                    d[key].append(c[key])
+    out = []
+    for size, d in sorted(per.items()):
+        doc = {"bytes": size}
+        for key, values in d.items():
+            if values:
+                ci = confidence_interval(values)
+                doc[key] = {"mean": ci.mean, "low": ci.low, "high": ci.high, "n": ci.n}
+        out.append(doc)
+    return out
+
+
+def _size_label(n: int) -> str:
+    """Bytes as --size spells them (decimal units: 64KB = 64,000 B)."""
+    for unit, div in (("MB", 1_000_000), ("KB", 1000)):
+        if n >= div and n % div == 0:
+            return f"{n // div}{unit}"
+    return f"{n}B"
+
+
+def print_fct_classes(groups, to) -> None:
+    """FCT per message size (real ms; mean over the valid repetitions, 95% interval with more than one),
+    one line per point: what a flow-size mix is for. Nothing without a mix."""
+    from rich.table import Table
+
+    sizes = sorted({c["bytes"] for g in groups for c in g.get("fct_by_size", ())})
+    if len(sizes) < 2:
+        return
+    t = Table("case", "km", "mode", *[f"{_size_label(s)} p50 / p99" for s in sizes],
+              title="flow completion time per message size (real ms, mean over valid repetitions)")
+    for g in groups:
+        by = {c["bytes"]: c for c in g.get("fct_by_size", ())}
+        cells = []
+        for s in sizes:
+            c = by.get(s, {})
+            p50, p99 = c.get("fct_p50_ms"), c.get("fct_p99_ms")
+            cells.append("-" if p50 is None else f"{_ci_cell(p50)} / {_ci_cell(p99)}")
+        t.add_row(g["case"], f"{g['distance_km']:g}", g["mode"], *cells)
+    to.print(t)
+
+
+def _ci_cell(m) -> str:
+    if m is None:
+        return "-"
+    return f"{m['mean']:.3g}" if m["low"] is None else f"{m['mean']:.3g} [{m['low']:.3g}, {m['high']:.3g}]"
+
+
+def plot_fct_classes(groups, path: Path) -> bool:
+    """FCT p50 (solid) and p99 (dotted) against message size, one panel per case, a colour per mode and
+    distance; False (nothing drawn) without a mix."""
+    sizes = sorted({c["bytes"] for g in groups for c in g.get("fct_by_size", ())})
+    if len(sizes) < 2:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = sorted({g["case"] for g in groups}, key=CASES.index)
+    fig, axes = plt.subplots(1, len(cases), figsize=(5.5 * len(cases), 3.8), squeeze=False)
+    for ax, case in zip(axes[0], cases, strict=True):
+        for g in (g for g in groups if g["case"] == case and g.get("fct_by_size")):
+            pts = [(c["bytes"], c["fct_p50_ms"]["mean"], c.get("fct_p99_ms", {}).get("mean"))
+                   for c in g["fct_by_size"] if c.get("fct_p50_ms")]
+            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                            label=f"{g['mode']} {g['distance_km']:g} km")
+            ax.plot([p[0] for p in pts], [p[2] for p in pts], ls=":", color=line.get_color())
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sizes, [_size_label(s) for s in sizes])
+        ax.set_title(f"{case}: FCT p50 (solid), p99 (dotted)", fontsize=9)
+        ax.set_xlabel("message size")
+        ax.set_ylabel("real ms")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
 
 
 def print_summary(groups, to) -> None:
@@ -142,6 +237,7 @@ def print_summary(groups, to) -> None:
 
 #: Per-trial fields of summary.json and metrics.json.
 SUMMARY_KEYS = ("case", "distance_km", "mode", "repetition", "throughput_mbps", "fct_p50_ms", "fct_p99_ms",
+                "fct_by_size",
                 "queue_peak_pkts", "feedback_delay_ms", "drops", "valid", "validity", "emulator_ok", "data_check")
 METRICS_KEYS = ("case", "distance_km", "mode", "repetition", "valid", "validity", "emulator_ok", "health",
                 "unaccounted_losses", "accounting")

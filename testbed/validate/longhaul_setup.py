@@ -179,6 +179,8 @@ def row(case: str, distance_km: float, mode: str, scale: float, t: dict, repetit
             "feedback_check": t.get("feedback_check"), "data_check": t.get("data_check"),
             "throughput_mbps": round(t["goodput_bps"] * scale / 1e6, 1),
             "fct_p50_ms": real_ms(t["fct_p50_s"]), "fct_p99_ms": real_ms(t["fct_p99_s"]),
+            "fct_by_size": [{"bytes": c["bytes"], "messages": c["messages"], "fct_p50_ms": real_ms(c["fct_p50_s"]),
+                             "fct_p99_ms": real_ms(c["fct_p99_s"])} for c in t.get("fct_by_size", ())],
             "queue_peak_pkts": t["queue_peak"], "queue_mean_pkts": t["queue_mean"],
             "feedback_delay_ms": real_ms(t["feedback_delay_s"]), "drops": t["drops"],
             "marks": t["marks"], "switch_cnps": t["switch_cnps"], "cnps_at_senders": t["cnps_rx"],
@@ -273,18 +275,29 @@ def worst_bdp_pkts(G, r: Roles) -> float:
     return max(bdp_pkts(G, s, d) for s, d in zip(r.senders, r.receivers, strict=True))
 
 
-def sender_config(plan, sender, receiver, args, window: int, qpns=None) -> dict:
+def sender_config(plan, sender, receiver, args, window: int, qpns=None, index: int = 0) -> dict:
     """The send document of one sender (:mod:`testbed.rdma.endpoint`): the plan's emulated DCQCN and timeout,
     ``window`` packets in flight (:func:`default_window` unless ``--window``), and (preloaded QP maps) the
-    pair's QP numbers."""
+    pair's QP numbers. With a flow-size mix (``args.sizes``, more than one) the sender cycles through it
+    starting at its ``index``-th size, so at any moment the senders' messages differ in size, as a mix's do."""
     ep = plan.endpoint(sender)
     doc = {"host": plan.endpoint(receiver).ip, "test": "write_lat", "size": args.size, "iters": args.iters,
            "mtu": IB_MTU, "window": window, "timeout_s": ep.emulated_qp_timeout_s, "dcqcn": ep.emulated_dcqcn,
            "series_every_s": TIMELINE_EVERY_S * plan.scale}
+    sizes = list(getattr(args, "sizes", None) or [args.size])
+    if len(sizes) > 1:
+        doc["sizes"] = message_sizes(sizes, len(sizes), index)
     if qpns is not None:
         doc["qpns"] = list(qpns)
     return doc
 
+
+def message_sizes(sizes: list[int], messages: int, index: int) -> list[int]:
+    """The sizes of the ``messages`` messages sender ``index`` posts (pure; as :func:`sender_config` rotates
+    the mix and :mod:`testbed.rdma.perf` cycles through it): the flows the validate model is given."""
+    k = index % len(sizes)
+    cycle = sizes[k:] + sizes[:k]
+    return [cycle[n % len(cycle)] for n in range(messages)]
 
 
 def checked_args(args) -> tuple[list, list, list]:
@@ -293,11 +306,18 @@ def checked_args(args) -> tuple[list, list, list]:
     :class:`SpecError` naming the option."""
     from testbed.units import parse_size
 
-    args.size = int(parse_size(args.size, "--size"))
-    if args.size < 1:
-        raise SpecError("--size", f"must be at least 1 byte, such as 64KB or 1MB; got {args.size}")
-    if args.iters is None:  # 0 and negatives are refused by the parser (exit 2)
-        args.iters = 2 if args.quick else 8
+    args.sizes = [int(parse_size(x, "--size")) for x in parse_list(str(args.size), "--size", str)]
+    if min(args.sizes) < 1:
+        raise SpecError("--size", f"each size must be at least 1 byte, such as 64KB or 1MB; got {args.size}")
+    if len(set(args.sizes)) != len(args.sizes):
+        raise SpecError("--size", f"a size mix lists each size once, got {args.size}")
+    args.size = max(args.sizes)
+    mix = len(args.sizes)
+    if args.iters is None:  # 0 and negatives are refused by the parser (exit 2); a mix: every size as often
+        args.iters = -(-(2 if args.quick else 8) // mix) * mix
+    if args.iters % mix:
+        raise SpecError("--iters", f"must be a multiple of the {mix} sizes of --size (each sent as often), "
+                                   f"got {args.iters}")
     if args.repetitions is None:
         args.repetitions = 1 if args.quick else 5
     if not 1 <= args.repetitions <= 100:
@@ -443,6 +463,7 @@ def run_config(G, spec, args, distances, modes, cases, long_haul: str = "userspa
     """The run's ``config`` block (config.json): what was asked and the fields ``testbed validate`` reads."""
     return {"spec": str(spec), "distances_km": distances, "modes": modes, "cases": cases,
             "message_bytes": args.size, "messages_per_sender": args.iters,
+            "message_sizes": list(getattr(args, "sizes", None) or [args.size]),
             "window_pkts": args.window or f"{WINDOW_BDPS:g} x BDP per distance, at least {MIN_WINDOW_PKTS}",
             "repetitions": args.repetitions, "scale": G.graph["scale"], "ib_mtu": IB_MTU,
             "frame_bytes": FRAME_BYTES, "cnp_interval_s": CNP_INTERVAL_S,

@@ -207,7 +207,8 @@ def predicted_flow_gain(base: FluidParams, distance_km: float, case: str = "send
     :func:`predicted_gain` is the paper's steady state: long flows, the utilisation once the limit cycle has
     settled. The long-haul trials send a few messages of a few MB, over in a few RTTs, so their goodput is a
     transient: ECN's first cut arrives late, the queue overshoots past Kmax and the deep cuts that follow set
-    the completion time. This runs the same model with ``base.flow_bytes`` and ``base.messages`` (each
+    the completion time. This runs the same model with ``base.flow_bytes`` and ``base.messages`` (or a
+    flow-size mix, ``base.message_sizes``) (each
     message paused for its acknowledgement, ``ack_delay_s``, the path's round trip), once per mode with that
     mode's feedback delay (``base.feedback_delay_s`` + 5 us/km of :func:`feedback_paths_m` with ``local_m``),
     and compares goodput as the replica counts it: every byte sent over the time the last flow completed.
@@ -220,7 +221,8 @@ def predicted_flow_gain(base: FluidParams, distance_km: float, case: str = "send
         raise SpecError("fluid.flow_bytes", "predicted_flow_gain needs finite flows (flow_bytes)")
     step = min(base.cnp_interval_s, base.alpha_timer_s, base.rate_increase_timer_s) / 10
     total = sum(base.flow_bytes)
-    ideal = total * 8 / base.capacity_bps + base.messages * ack_delay_s + max(base.starts_s)
+    count = max(map(len, base.message_sizes)) if base.message_sizes else base.messages
+    ideal = total * 8 / base.capacity_bps + count * ack_delay_s + max(base.starts_s)
     out: dict = {"goodput_bps": {}, "fct_p50_s": {}, "queue_peak_bytes": {}, "feedback_s": {}}
     for mode, path in feedback_paths_m(case, distance_km * 1e3, local_m).items():
         tau = base.feedback_delay_s + propagation_s(path)

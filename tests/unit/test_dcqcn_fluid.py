@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from testbed.errors import SpecError
@@ -154,3 +155,38 @@ def test_finite_flow_parameters_name_the_field():
         FluidParams(**G40, flow_bytes=(1e6, 1e6), messages=0)
     with pytest.raises(SpecError, match="fluid.ack_delay_s"):
         FluidParams(**G40, flow_bytes=(1e6, 1e6), ack_delay_s=-1.0)
+
+
+def test_a_flow_size_mix_sends_each_message_at_its_own_size_in_order():
+    """Uncongested (capacity twice the line rate): message k of a mix takes size_k / line rate plus the
+    acknowledgement delay, in the order given; flow_bytes becomes the mix's sum."""
+    p = FluidParams(capacity_bps=20e9, line_rate_bps=10e9, packet_bytes=1000, starts_s=(0.0, 0.0),
+                    message_sizes=((0.25e6, 1e6), (1e6, 0.25e6)), ack_delay_s=100e-6)
+    assert p.flow_bytes == (1.25e6, 1.25e6)
+    tr = simulate(p, 0.004, dt_s=1e-6)
+    small, large = 0.25e6 * 8 / 10e9 + 100e-6, 1e6 * 8 / 10e9 + 100e-6
+    assert list(tr.message_fct_s[0]) == pytest.approx([small, large], abs=3e-6)
+    assert list(tr.message_fct_s[1]) == pytest.approx([large, small], abs=3e-6)
+    assert tr.finish_s == pytest.approx((small + large, small + large), abs=5e-6)
+
+
+def test_a_mix_of_equal_messages_is_the_same_run_as_messages_of_a_flow():
+    """Two ways to say "2 flows x 3 messages of 0.5 MB" through a congested bottleneck: the same trajectory."""
+    base = dict(capacity_bps=10e9, line_rate_bps=10e9, packet_bytes=1082, kmin_bytes=40e3, kmax_bytes=160e3,
+                pmax=0.2, feedback_delay_s=50e-6, starts_s=(0.0, 0.0), queue_delay=True, rate_ai_bps=4e6,
+                min_rate_bps=10e6, ack_delay_s=60e-6)
+    a = simulate(FluidParams(**base, flow_bytes=(1.5e6, 1.5e6), messages=3), 0.05)
+    b = simulate(FluidParams(**base, message_sizes=((0.5e6,) * 3,) * 2), 0.05)
+    assert a.queue.max() > 40e3 and not np.isnan(a.finish_s).any()    # congested, and both flows finished
+    assert b.finish_s == pytest.approx(a.finish_s)
+    assert [list(f) for f in b.message_fct_s] == [pytest.approx(list(f)) for f in a.message_fct_s]
+    assert np.allclose(a.queue, b.queue)
+
+
+def test_a_mix_is_checked_against_its_flows():
+    with pytest.raises(SpecError, match="fluid.message_sizes"):
+        FluidParams(**G40, message_sizes=((1e6,),))                     # one flow's mix for two flows
+    with pytest.raises(SpecError, match="fluid.message_sizes"):
+        FluidParams(**G40, message_sizes=((1e6,), (0.0, 1e6)))
+    with pytest.raises(SpecError, match="fluid.flow_bytes"):
+        FluidParams(**G40, message_sizes=((1e6,), (1e6,)), flow_bytes=(1e6, 2e6))

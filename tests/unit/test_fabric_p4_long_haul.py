@@ -268,3 +268,36 @@ def test_incast_options_are_checked_and_keep_to_the_case_they_apply_to():
                        (dict(incast=4, cases="receiver-tor"), "--incast")):
         with pytest.raises(SpecError, match=field):
             lh.checked_args(args(**bad))
+
+
+def test_a_flow_size_mix_is_parsed_sent_rotated_per_sender_and_checked():
+    from types import SimpleNamespace
+
+    def args(**kw):
+        base = dict(size="64KB,1MB,256KB", iters=None, repetitions=None, window=None, quick=True, distances=None,
+                    modes="ecn,fast-cnp", cases=None, incast=2)
+        return SimpleNamespace(**{**base, **kw})
+
+    a = args()
+    lh.checked_args(a)
+    assert a.sizes == [64_000, 1_000_000, 256_000] and a.size == 1_000_000
+    assert a.iters == 3                                   # quick's 2 rounded up: every size as often
+    full = args(quick=False)
+    lh.checked_args(full)
+    assert full.iters == 9
+    for bad, field in ((dict(iters=4), "--iters"), (dict(size="64KB,64KB"), "--size"), (dict(size="0,1MB"), "--size"),
+                       (dict(size="1MB,lots"), "--size")):
+        with pytest.raises(SpecError, match=field):
+            lh.checked_args(args(**bad))
+    one = args(size="1MB")
+    lh.checked_args(one)
+    assert one.sizes == [1_000_000] and one.iters == 2
+
+    G = lh.graph(scen.SPEC, None, 3)
+    plan, r = lh.case_plan(G, "sender-dci", "ecn"), lh.roles(G)
+    docs = [lh.sender_config(plan, s, d, a, 128, None, i) for i, (s, d) in enumerate(zip(r.senders, r.receivers, strict=True))]
+    firsts = [d["sizes"][0] for d in docs]
+    assert sorted(firsts) == sorted(a.sizes)              # at any moment the senders' messages differ
+    assert all(sorted(d["sizes"]) == sorted(a.sizes) and d["size"] == a.size for d in docs)
+    assert lh.message_sizes(a.sizes, 6, 1) == docs[1]["sizes"] * 2
+    assert "sizes" not in lh.sender_config(plan, r.senders[0], r.receivers[0], one, 128)

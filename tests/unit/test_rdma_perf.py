@@ -60,6 +60,26 @@ def test_write_latency(server):
     assert r["series"]["qpn"] == r["local"]["qpn"]
 
 
+def test_write_latency_with_a_size_mix_reports_every_message_in_the_mix_order(server):
+    """A flow-size mix: message n is sizes[n % 3]; every message's size and latency is listed, the bytes
+    moved are the mix's (not 6 x the largest), and the data still verifies."""
+    from testbed.rdma.perf import RdmaError, check_sizes
+
+    sizes = (3000, 70_000, 500)
+    r = run_client("127.0.0.1", "write_lat", 70_000, iters=6, port=server["port"], roce_port=0, verify=True,
+                   sizes=sizes)
+    assert r["iterations"] == 6 and r["verified"] is True
+    assert [m[0] for m in r["message_lat_usec"]] == list(sizes) * 2
+    assert all(m[1] > 0 for m in r["message_lat_usec"]) and r["bytes_total"] == 2 * sum(sizes)
+    assert 2 * sum(sizes) <= r["tx_bytes"] < 6 * 70_000           # on the wire: the mix, with its headers
+    with pytest.raises(RdmaError, match="largest"):
+        check_sizes("write_lat", 1000, (100, 2000))
+    with pytest.raises(RdmaError, match="write_lat only"):
+        check_sizes("write_bw", 2000, (100, 2000))
+    with pytest.raises(RdmaError, match="whole numbers"):
+        check_sizes("write_lat", 2000, (0, 2000))
+
+
 def test_cli_write_bw_json(server, capsys, tmp_path):
     series = tmp_path / "s.csv"
     rc = main(["rdma", "write-bw", "127.0.0.1", "--size", "64KB", "--iters", "10", "--port", str(server["port"]),

@@ -23,6 +23,22 @@ def test_write_lat_summary_doubles_half_round_trips():
     assert (s["cnps_rx"], s["retransmissions"], s["receiver_naks"]) == (4, 1, 2)
 
 
+def test_write_lat_summary_of_a_size_mix_gives_each_size_class_its_completion_times():
+    def result(lat, seconds=1.0):
+        return {"seconds": seconds, "bytes": 4000, "iterations": len(lat), "t_typical_usec": 1, "t_99_usec": 1,
+                "cnps_rx": 0, "retransmissions": 0, "message_lat_usec": lat,
+                "bytes_total": sum(size for size, _ in lat)}
+
+    s = summarise_write_lat([result([[100, 10], [4000, 200], [100, 30]]),
+                             result([[4000, 100], [100, 20], [4000, 400]], seconds=2.0)])
+    assert [c["bytes"] for c in s["fct_by_size"]] == [100, 4000]
+    small, large = s["fct_by_size"]
+    assert small["messages"] == 3 and small["fct_p50_s"] == pytest.approx(40e-6)     # twice the half round trip
+    assert large["fct_p50_s"] == pytest.approx(400e-6) and large["fct_p99_s"] == pytest.approx(800e-6)
+    assert s["goodput_bps"] == pytest.approx((4200 + 8100) * 8 / 2.0)               # the mix's bytes
+    assert summarise_write_lat([result([])])["fct_by_size"] == []
+
+
 class FakeClient:
     def __init__(self, counters):
         self.counters = counters
