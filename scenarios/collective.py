@@ -22,7 +22,8 @@ What it shows:
      testbed/collective/innetwork.py as `testbed collective run --fabric agg-leaf` runs it): its rows, #wrong,
      and its algbw over its link rate beside the ring's at the same sizes. Its own replica and link rate (the
      aggregation spec's 16 Mbit/s budget shared by 4 workers, which BMv2 sustains; 4 x 10M would exceed it),
-     so the fractions of the link rate compare, not the times; --no-innetwork leaves it out
+     so the fractions of the link rate compare, not the times; --no-innetwork leaves it out. busbw.png draws
+     part 1's bandwidths and, beside them, ring and in-network allreduce algbw and busbw over their own links
   and the emulator's health and the frames lost, attributed to the queue that dropped them. The sweep
   also captures rank 0's first 1500 RoCEv2 frames (both ways at its host link) and checks them as
   ``testbed roce check --expect-ect`` (``data_check`` in the summary: ECN-capable, 0 violations); a
@@ -32,7 +33,7 @@ What it shows:
   (the default 208 KiB loses frames under all-to-all; the daemon is shared: opt-in, docs/collectives.md).
 
     sudo testbed run collective --quick      # small fabric, 4 ranks, up to 256 KiB; parts 4, 5 (~2 min)
-    sudo testbed run collective              # + fat-tree-k4 two jobs, sizes up to 4 MiB
+    sudo testbed run collective              # + fat-tree-k4 two jobs, sizes up to 4 MiB (part 5 too)
 """
 
 from __future__ import annotations
@@ -134,6 +135,8 @@ def main(argv=None) -> int:
             data_console(args.json).print(innetwork_line(inn))
             if not inn["exact"]:
                 failed.append("innetwork")
+        if "sweep" in doc["parts"]:
+            figure(doc["parts"], res.dir / "busbw.png", X)
         block = res.health({k: r["health"]["block"] for k, r in health_parts(doc["parts"]).items()})
         res.write_json("metrics.json", {**doc, **block})
         summary.update(emulator_ok=block["emulator_ok"], health_reasons=block["emulator"]["reasons"],
@@ -219,8 +222,39 @@ def innetwork_line(inn: dict) -> str:
             f"each one's link rate: {pairs}; #wrong {inn['wrong']}")
 
 
+def comparison(parts: dict) -> list[dict]:
+    """The figure's second panel: the ring allreduce of part 1 and the in-network one of part 5 as fractions of
+    their own link rates (testbed.collective.figure.link_fractions); none without part 5 (or without a sweep)."""
+    from testbed.collective.figure import link_fractions
+    from testbed.collective.innetwork import ALGORITHM
+
+    if "innetwork" not in parts or "sweep" not in parts:
+        return []
+    sw, inn = parts["sweep"], parts["innetwork"]
+    return [link_fractions(f"ring, {sw['fabric']} (OVS, soft-RDMA)", sw["jobs"][0]["rows"], sw["link_rate_bps"],
+                           sw["scale"], "ring"),
+            link_fractions(f"in-network, {inn['fabric']} (BMv2)", inn["jobs"][0]["rows"], inn["link_rate_bps"],
+                           inn["scale"], ALGORITHM)]
+
+
+def figure(parts: dict, path, X) -> None:
+    """``busbw.png``: part 1's bandwidths; with part 5, ring and in-network allreduce side by side as fractions
+    of their links (the two replicas run at different rates), the rates in the title."""
+    from testbed.units import format_rate
+
+    sw, pair = parts["sweep"], comparison(parts)
+    title = None
+    if pair:
+        inn = parts["innetwork"]
+        real = sorted({format_rate(c["real_link_bps"]) for c in pair})
+        title = (f"part 1 on {sw['fabric']} at {format_rate(sw['link_rate_bps'])} per host link; part 5 (in-network) "
+                 f"on {inn['fabric']} at {format_rate(inn['link_rate_bps'])} per worker link: different emulated "
+                 f"rates, " + (f"both {real[0]} real" if len(real) == 1 else f"{' and '.join(real)} real"))
+    X.plot(sw["jobs"], sw["link_rate_bps"], path, scale=sw["scale"], compare=pair, title=title)
+
+
 def small_parts(args, rate, sizes, failures, out, X, P, CollectiveFabric, JobRun, sndbuf=None) -> tuple:
-    """Parts 1 and 3 on the small fabric (the sweep under ``failures`` if given); the plot."""
+    """Parts 1 and 3 on the small fabric (the sweep under ``failures`` if given)."""
     from testbed.collective.trace import check, load_trace
 
     check(load_trace(TRACE))
@@ -238,7 +272,6 @@ def small_parts(args, rate, sizes, failures, out, X, P, CollectiveFabric, JobRun
             r.update(scale=fab.scale, fabric="small", link_rate_bps=rate)
     X.print_report(r1, args.json)
     X.print_report(r3, args.json)
-    X.plot(r1["jobs"], rate, out / "busbw.png")
     return r1, r3
 
 

@@ -4,7 +4,7 @@ jobs placed on the fabric (pure), then the runs on a replica, an nccl-tests tabl
     Options.from_args(args)        every bad value -> SpecError naming the flag (one line, exit 2)
       -> fabric_graph(name) -> jobs(G, opts) (placement per job, disjoint hosts)
       -> CollectiveFabric(G, link_rate) .run(jobs)   (root)
-      -> rows + JCT + links + health -> results/collective/<stamp>/{metrics.json, busbw.png}
+      -> rows + JCT + links + health -> results/collective/<stamp>/{metrics.json, busbw.png (figure.py)}
 
 Fabrics: ``small`` (2 leaves x 2 hosts under one spine: a tree, no controller), ``fat-tree-k4`` (the shipped
 spec; the os-ken controller spreads flows with ECMP), ``rail-small`` (rail-optimized, 2 servers x 2 GPUs,
@@ -259,31 +259,12 @@ def job_runs(opts: Options, placements: list[list]):
             for k, h in enumerate(placements)]
 
 
-def plot(jobs: list[dict], link_rate_bps: float, path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def plot(jobs: list[dict], link_rate_bps: float, path, scale: float | None = None, compare: tuple = (),
+         title: str | None = None) -> None:
+    """``busbw.png`` (testbed/collective/figure.py: the series are pure and tested there)."""
+    from testbed.collective import figure
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for j in jobs:
-        rows = j.get("rows") or []
-        if rows:
-            ax.plot([r["size_bytes"] for r in rows], [r["busbw_bps"] / 1e6 for r in rows], marker="o",
-                    label=f"{j['name']} {rows[0]['collective']} busbw")
-            ax.plot([r["size_bytes"] for r in rows], [r["algbw_bps"] / 1e6 for r in rows], marker=".", ls=":",
-                    label=f"{j['name']} algbw")
-    ax.axhline(link_rate_bps / 1e6, color="grey", ls="--", label="host link rate")
-    slow = [min(x["emulated_bps"] for x in j["nics"]["ranks"]) for j in jobs
-            if (j.get("nics") or {}).get("heterogeneous")]
-    if slow:
-        ax.axhline(min(slow) / 1e6, color="tab:red", ls=":", label="slowest NIC")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("size (bytes)")
-    ax.set_ylabel("emulated Mb/s")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    figure.plot(jobs, link_rate_bps, path, scale=scale, compare=compare, title=title)
 
 
 def run(opts: Options, out_dir, tag: str = "run") -> dict:

@@ -196,7 +196,7 @@ def run(args) -> int:
         if result.get("failures", {}).get("error"):
             raise EmulationError(f"failure schedule: {result['failures']['error']} (the fabric was restored)")
         if any(j.get("rows") for j in result["jobs"]):
-            X.plot(result["jobs"], opts.link_rate_bps, res.dir / "busbw.png")
+            X.plot(result["jobs"], opts.link_rate_bps, res.dir / "busbw.png", scale=result["scale"])
         wrong = sum(r["wrong"] for j in result["jobs"] for r in j.get("rows", [])) + \
             sum(j["trace"]["wrong"] for j in result["jobs"] if "trace" in j)
         res.finish(X.summary(result))

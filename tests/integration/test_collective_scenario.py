@@ -5,7 +5,8 @@ the ring allreduce is exact across a cut of a link it loaded, the cut fell insid
 per-QP fairness deviation < 30%; the 8-rank all-to-all passes (exact). The sweep's DCQCN data (rank 0's
 first 1500 RoCEv2 frames at its host link) passes ``roce check --expect-ect``: all ECT, 0 violations. Part 5
 (in-network allreduce through the BMv2 aggregation switch, agg-leaf, 4 ranks): both quick sizes exact, algbw > 0,
-the larger size takes longer, the ring's figure at the same size beside it."""
+the larger size takes longer, the ring's figure at the same size beside it, and busbw.png has its second
+panel (ring and in-network as fractions of their links)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ def test_quick_scenario(tmp_path):
     assert len(summary["trace_step_time_s"]) == 2 and all(t > 0 for t in summary["trace_step_time_s"])
     assert isinstance(summary["emulator_ok"], bool) and "load" in summary
     assert (out / "metrics.json").exists() and (out / "busbw.png").exists()
+    png = (out / "busbw.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") > 1200, "no part-5 panel"
     # the scenario's own DCQCN data is ECN-capable and passes roce check on a bounded sample of rank 0
     dc = summary["data_check"]
     assert dc["capture"] == "data-h0.pcap" and (out / "small" / "sweep" / "data-h0.pcap").exists(), dc
