@@ -6,9 +6,10 @@
    B; per-probe error against the ideal link fed the probes as captured leaving A (``delay + 1514*8/rate``
    plus any wait behind earlier probes: a sender held back by other load bunches them; ``queued_probes``
    counts those, ``idle_link_p99_error_pct`` is the error against the idle link's delay alone).
-2. gaps: rates 10-200 Mbit/s, full frames offered at 1.2x the rate (the compiled core's ``gen``, in groups
-   of 32; iperf3 UDP when the core did not build) keep the queue backlogged; gaps between consecutive
-   full frames at B against ``1514*8/rate``.
+2. gaps: rates 10-200 Mbit/s, full frames offered at 1.2x the rate keep the queue backlogged (the source
+   :mod:`testbed.bench.gap_source`, which ``testbed validate`` shares: the compiled core's ``gen``, in groups
+   of 32; iperf3 UDP when the core did not build); gaps between consecutive full frames at B against
+   ``1514*8/rate``.
 3. RED: ECT probes at 1.1x a 10 Mbit/s bottleneck; each probe's queue depth from its queueing delay,
    marked fraction per depth bin against the configured curve.
 4. max pps: 64-byte UDP frames (``gen``) at rising rates through an unshaped line; the highest rate it forwards
@@ -41,6 +42,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from testbed.bench.gap_source import frame_ledger, gen_binary, listening, offer_backlog
 from testbed.console import console, out, print_json, require_root
 from testbed.emu.cpustat import load_average
 from testbed.links import fidelity
@@ -50,23 +52,14 @@ from testbed.links.probe import summarise
 from testbed.poll import poll
 
 PROBE_PORT = 5201
+#: The bench's iperf3 server (the pps ladder's source when the compiled core did not build).
 IPERF_PORT = 5302
 DELAY_RATE_BPS = 100e6
 FRAME = fidelity.FULL_FRAME
 #: Frame of the pps ladder: 64 B of UDP payload, as iperf3 -l 64 sent before.
 PPS_FRAME = 64 + 42
-#: UDP destination port of the compiled core's ``gen`` frames (what the captures filter on).
-GEN_PORT = 9
 #: The RED case's delay-line seed in the benchmark (fixed: runs compare; validate draws its own per run).
 RED_SEED = 3
-#: The gap cases offer this many times the link rate, so that the queue stays backlogged (Mininet-HiFi
-#: measures inter-dequeue times of a busy queue) ...
-GAP_OVERLOAD = 1.2
-#: ... in groups of this many frames: ``gen`` sleeps between groups instead of busy-waiting every 50 us.
-#: iperf3 was the source before: at 200 Mbit/s it delivered 89-93 % of the rate (the queue ran dry for
-#: up to 12.8 ms, 287 times in 2 s, with the link core 0 frames late), so the gaps measured the sender.
-GAP_BURST = 32
-
 
 CORES = ("c", "python", "bare")
 #: Cores that carry the model (the bare forwarder only takes the pps ladder).
@@ -156,7 +149,7 @@ def run(args) -> int:
         servers = [reg.spawn(w.exec_argv("b", ["iperf3", "-s", "-p", str(IPERF_PORT)]),
                              log=workdir / f"iperf3-server-{name}.log") for name, w in wires.items()]
         for w in wires.values():
-            poll(lambda w=w: _listening(w, IPERF_PORT), timeout=30, what="iperf3 server to listen")
+            poll(lambda w=w: listening(w, IPERF_PORT), timeout=30, what="iperf3 server to listen")
         for core in backends:
             wire = wires[KERNEL if core == KERNEL else "userspace"]
             ran, detail = (KERNEL, "tc netem -> tbf -> red (testbed.links.tc) on a bridge") if core == KERNEL \
@@ -267,11 +260,6 @@ def _machine() -> dict:
             "host": os.environ.get("TESTBED_VM_HOST", "")}
 
 
-def _listening(wire, port: int) -> bool:
-    out = subprocess.run(wire.exec_argv("b", ["ss", "-Hltn", f"sport = :{port}"]), capture_output=True, text=True)
-    return bool(out.stdout.strip())
-
-
 def _late(stats: dict) -> dict:
     from testbed.links.accounting import lateness_percentiles
 
@@ -309,30 +297,20 @@ def _delay_case(wire, delay_s: float, plan: dict, core: str) -> dict:
 
 
 def _gap_case(wire, rate_bps: float, plan: dict, core: str) -> dict:
+    """Gaps of a backlogged link against ``1514*8/rate`` (the source: :mod:`testbed.bench.gap_source`)."""
     _start(wire, LinkParams(rate_bps=rate_bps, delay_s=0.001, limit=200), 2, core)
-    binary = _gen_binary()
-    with wire.capture("b", GEN_PORT if binary else IPERF_PORT, f"gaps{rate_bps / 1e6:g}M") as pb:
-        if binary:
-            argv = [str(binary), "gen", "--a", wire.if_a, "--pps", repr(GAP_OVERLOAD * rate_bps / (FRAME * 8)),
-                    "--seconds", str(plan["gap_seconds"]), "--size", str(FRAME), "--burst", str(GAP_BURST)]
-        else:
-            argv = ["iperf3", "-c", wire.ip_b, "-p", str(IPERF_PORT), "-u", "-b", str(int(rate_bps * GAP_OVERLOAD)),
-                    "-l", str(FRAME - 42), "-t", str(plan["gap_seconds"])]
-        res = subprocess.run(wire.exec_argv("a", argv), capture_output=True, text=True, timeout=60, check=True)
+    backlog = offer_backlog(wire, rate_bps, plan["gap_seconds"], f"gaps{rate_bps / 1e6:g}M")
     stats = wire.stop()
-    arrivals = [ts for ts, _f, length in read_pcap(pb) if length == FRAME]
-    d = stats.get("directions", {}).get("a>b", {})
+    arrivals = backlog.arrivals_ns
     # every frame on the way: offered by the source, received by the line, sent by it, captured at B (a
     # frame missing between two of them is a gap the line did not make)
-    path = {"offered": json.loads(res.stdout)["sent"] if binary else None, "line_rx": d.get("rx_packets"),
-            "line_dropped": sum(d.get(k, 0) for k in ("drop_tail", "drop_red", "drop_loss")),
-            "line_tx": d.get("tx_packets"), "captured": len(arrivals)}
+    path = frame_ledger(backlog.offered, stats.get("directions", {}).get("a>b", {}), len(arrivals))
     ideal = fidelity.serialisation_s(FRAME, rate_bps)
     gaps = fidelity.backlogged_gaps(arrivals, skip=50)
     # delivered rate over the backlogged stretch: late wake-ups stretch some gaps and bunch others
     span = sum(gaps)
     case = {"rate_mbps": rate_bps / 1e6, "ideal_gap_us": round(ideal * 1e6, 2),
-            "source": "linkcore-gen" if binary else "iperf3", "frames": path,
+            "source": backlog.source, "frames": path,
             "median_gap_us": round(fidelity.percentile(gaps, 50) * 1e6, 2),
             "rate_pct": round(100 * len(gaps) * FRAME * 8 / span / rate_bps, 2) if span else None,
             **fidelity.error_summary(fidelity.relative_errors(gaps, ideal)), **_late(stats)}
@@ -390,7 +368,7 @@ def _offer(wire, pps: int, seconds: float) -> tuple[int, float, str]:
     small datagrams on this machine, below the rates to measure. iperf3 remains the source when the core
     did not build. Returns (frames offered, seconds, source).
     """
-    binary = _gen_binary()
+    binary = gen_binary()
     if binary is None:
         rate = "0" if pps == 0 else str(int(pps * 64 * 8))  # iperf3 -b counts payload bits; 0 = unlimited
         out = subprocess.run(wire.exec_argv("a", ["iperf3", "-c", wire.ip_b, "-p", str(IPERF_PORT), "-u", "-b", rate,
@@ -403,16 +381,6 @@ def _offer(wire, pps: int, seconds: float) -> tuple[int, float, str]:
                          capture_output=True, text=True, timeout=60, check=True)
     doc = json.loads(out.stdout)
     return int(doc["sent"]), float(doc["seconds"]), "linkcore-gen"
-
-
-def _gen_binary():
-    """The compiled core (its ``gen`` mode is the benchmark's frame source), or None when it did not build."""
-    from testbed.links.core import CoreBuildError, build
-
-    try:
-        return build()
-    except CoreBuildError:
-        return None
 
 
 def _pps_case(wire, plan: dict, core: str) -> dict:

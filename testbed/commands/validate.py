@@ -153,7 +153,7 @@ def _measure(groups: list, p: dict, out: Path, quick: bool, seeds: dict) -> tupl
         wire = replica.open_validation_wire(reg, work)
         if "link" in groups or "red" in groups:
             console.print("link: delay, gaps, RED (testbed bench link cases)")
-            raw["link"] = replica.run_link(wire, work, quick, p["gap_rates_bps"], core, gap_seeds=seeds["gaps"],
+            raw["link"] = replica.run_link(wire, quick, p["gap_rates_bps"], core, gap_seeds=seeds["gaps"],
                                           red_seed=seeds["red"])
         if "dcqcn" in groups:
             for i, (r, seed) in enumerate(zip(p["dcqcn"], seeds["dcqcn"], strict=True)):
@@ -218,7 +218,8 @@ def _rows(groups: list, p: dict, raw: dict, long_haul: dict | None) -> list:
             out += rows
     if "link" in groups:
         link = raw["link"]
-        gaps = [R.gap_case_summary(g["rate_bps"], g["arrivals_ns"], link["frame"]) for g in link["gap_captures"]]
+        gaps = [R.gap_case_summary(g["rate_bps"], g["arrivals_ns"], link["frame"], offered_bps=g.get("offered_bps"),
+                                   source=g.get("source")) for g in link["gap_captures"]]
         out += R.link_rows(link["delay_cases"], gaps)
     if "red" in groups:
         out += R.red_rows(raw["link"]["red"])

@@ -253,7 +253,13 @@ def dcqcn_rows(raw: dict, run, frame_bytes: int, model=None, reference: str = FL
 
 # -- link: delivered rate, delay, gaps (Mininet-HiFi) ------------------------------------------------------
 def link_rows(delay_cases: list[dict], gap_cases: list[dict]) -> list[Row]:
-    """One-way delay (median) vs delay + serialisation; delivered rate vs configured; gap p90 deviation."""
+    """One-way delay (median) vs delay + serialisation; delivered rate vs min(rate, offered); gap p90 deviation.
+
+    The delivered-rate reference is min(configured rate, what the source offered) when the case knows the
+    offered rate (``offered_mbps``, from :func:`gap_case_summary`), else the configured rate: the link cannot
+    send what it was not given. The gap source offers 1.2x the rate, so normally that is the rate; a source
+    that fell short is named in the note, where its gaps are the sender's too.
+    """
     rows = []
     for c in delay_cases:
         rows.append(scalar_row("ideal link", f"one-way delay, {c['delay_ms']:g} ms at 100 Mb/s (median)",
@@ -261,9 +267,14 @@ def link_rows(delay_cases: list[dict], gap_cases: list[dict]) -> list[Row]:
                                note=f"p99 error {c['p99_error_pct']}%, {c['samples']} probes, "
                                     f"{c.get('emulator_late')} late"))
     for c in gap_cases:
+        offered = c.get("offered_mbps")
+        reference = c["rate_mbps"] if offered is None else min(c["rate_mbps"], offered)
+        source = f"source {c['source']}" if c.get("source") else ""
+        offer = "" if offered is None else f"offered {offered:.4g} Mb/s" + (
+            " (below the rate: the queue ran dry)" if offered < c["rate_mbps"] else "")
         rows.append(scalar_row("ideal link", f"delivered rate at {c['rate_mbps']:g} Mb/s (backlogged)",
-                               c["delivered_mbps"], c["rate_mbps"], "Mb/s (emulated)",
-                               note=f"{c['samples']} gaps"))
+                               c["delivered_mbps"], reference, "Mb/s (emulated)",
+                               note=", ".join(filter(None, (f"{c['samples']} gaps", source, offer)))))
         # Mininet-HiFi: share of inter-dequeue gaps deviating from 1514*8/rate; pass when p90 within 10%
         p90 = c["p90_error_pct"] / 100
         rows.append(Row("ideal link (Mininet-HiFi gap CCDF)", f"gap deviation p90 at {c['rate_mbps']:g} Mb/s",
@@ -273,8 +284,10 @@ def link_rows(delay_cases: list[dict], gap_cases: list[dict]) -> list[Row]:
     return rows
 
 
-def gap_case_summary(rate_bps: float, arrivals_ns, frame: int) -> dict:
-    """Delivered rate, gap errors and their percentiles of one backlogged capture (pure)."""
+def gap_case_summary(rate_bps: float, arrivals_ns, frame: int, *, offered_bps: float | None = None,
+                     source: str | None = None) -> dict:
+    """Delivered rate, gap errors and their percentiles of one backlogged capture (pure); ``offered_bps``
+    and ``source``: what the gap source offered and which one it was (None when not recorded)."""
     from testbed.links import fidelity
 
     ts = list(arrivals_ns)[50:]
@@ -284,6 +297,7 @@ def gap_case_summary(rate_bps: float, arrivals_ns, frame: int) -> dict:
     span = (ts[-1] - ts[0]) / 1e9 if len(ts) > 1 else math.nan
     return {"rate_mbps": rate_bps / 1e6, "ideal_gap_us": ideal * 1e6,
             "delivered_mbps": (len(ts) - 1) * frame * 8 / span / 1e6 if span and span > 0 else math.nan,
+            "offered_mbps": None if offered_bps is None else offered_bps / 1e6, "source": source,
             **fidelity.error_summary(errors), "errors": errors}
 
 

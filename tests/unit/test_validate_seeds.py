@@ -94,7 +94,7 @@ def test_each_run_is_started_with_its_own_seed_and_records_it(monkeypatch, tmp_p
 def test_the_link_group_gives_the_red_case_the_runs_own_seed(monkeypatch, tmp_path):
     given = []
 
-    def link(wire, work, quick, rates, core, *, gap_seeds, red_seed):
+    def link(wire, quick, rates, core, *, gap_seeds, red_seed):
         given.append((tuple(gap_seeds), red_seed))
         return {"delay_cases": [], "gap_captures": [], "red": {"link_seed": red_seed}}
 
