@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from testbed.units import format_size
 from testbed.validate import trial_ledger as TL
 from testbed.validate.longhaul_setup import CASES, MODES
 from testbed.validate.stats import confidence_interval
@@ -118,8 +119,7 @@ def summarise(rows) -> list[dict]:
         for key in METRICS:
             values = [t[key] for t in valid if t[key] is not None]
             if values:
-                ci = confidence_interval(values)
-                doc[key] = {"mean": ci.mean, "low": ci.low, "high": ci.high, "n": ci.n}
+                doc[key] = _interval(values)
         classes = fct_classes(valid)
         if classes:
             doc["fct_by_size"] = classes
@@ -142,18 +142,15 @@ def fct_classes(trials) -> list[dict]:
         doc = {"bytes": size}
         for key, values in d.items():
             if values:
-                ci = confidence_interval(values)
-                doc[key] = {"mean": ci.mean, "low": ci.low, "high": ci.high, "n": ci.n}
+                doc[key] = _interval(values)
         out.append(doc)
     return out
 
 
-def _size_label(n: int) -> str:
-    """Bytes as --size spells them (decimal units: 64KB = 64,000 B)."""
-    for unit, div in (("MB", 1_000_000), ("KB", 1000)):
-        if n >= div and n % div == 0:
-            return f"{n // div}{unit}"
-    return f"{n}B"
+def _interval(values) -> dict:
+    """A metric over repetitions as the summary keeps it: mean and 95% interval (low/high None with one)."""
+    ci = confidence_interval(values)
+    return {"mean": ci.mean, "low": ci.low, "high": ci.high, "n": ci.n}
 
 
 def print_fct_classes(groups, to) -> None:
@@ -164,7 +161,7 @@ def print_fct_classes(groups, to) -> None:
     sizes = sorted({c["bytes"] for g in groups for c in g.get("fct_by_size", ())})
     if len(sizes) < 2:
         return
-    t = Table("case", "km", "mode", *[f"{_size_label(s)} p50 / p99" for s in sizes],
+    t = Table("case", "km", "mode", *[f"{format_size(s)} p50 / p99" for s in sizes],
               title="flow completion time per message size (real ms, mean over valid repetitions)")
     for g in groups:
         by = {c["bytes"]: c for c in g.get("fct_by_size", ())}
@@ -178,6 +175,7 @@ def print_fct_classes(groups, to) -> None:
 
 
 def _ci_cell(m) -> str:
+    """A summary metric (:func:`_interval`) in a table cell: mean [low, high], the mean alone, or "-"."""
     if m is None:
         return "-"
     return f"{m['mean']:.3g}" if m["low"] is None else f"{m['mean']:.3g} [{m['low']:.3g}, {m['high']:.3g}]"
@@ -205,7 +203,7 @@ def plot_fct_classes(groups, path: Path) -> bool:
             ax.plot([p[0] for p in pts], [p[2] for p in pts], ls=":", color=line.get_color())
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xticks(sizes, [_size_label(s) for s in sizes])
+        ax.set_xticks(sizes, [format_size(s) for s in sizes])
         ax.set_title(f"{case}: FCT p50 (solid), p99 (dotted)", fontsize=9)
         ax.set_xlabel("message size")
         ax.set_ylabel("real ms")
@@ -222,16 +220,8 @@ def print_summary(groups, to) -> None:
 
     t = Table("case", "km", "mode", "valid/trials", *METRICS, title="mean and 95% interval over valid repetitions")
     for g in groups:
-        cells = []
-        for key in METRICS:
-            m = g.get(key)
-            if m is None:
-                cells.append("-")
-            elif m["low"] is None:
-                cells.append(f"{m['mean']:.3g}")
-            else:
-                cells.append(f"{m['mean']:.3g} [{m['low']:.3g}, {m['high']:.3g}]")
-        t.add_row(g["case"], f"{g['distance_km']:g}", g["mode"], f"{g['valid']}/{g['trials']}", *cells)
+        t.add_row(g["case"], f"{g['distance_km']:g}", g["mode"], f"{g['valid']}/{g['trials']}",
+                  *[_ci_cell(g.get(key)) for key in METRICS])
     to.print(t)
 
 

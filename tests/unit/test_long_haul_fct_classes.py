@@ -40,7 +40,7 @@ def test_size_classes_are_averaged_over_the_valid_repetitions_only(tmp_path):
     out = io.StringIO()
     report.print_fct_classes([g], Console(file=out, width=200))
     text = out.getvalue()
-    assert "64KB p50 / p99" in text and "1MB p50 / p99" in text and "0.2 [" in text
+    assert "64 KB p50 / p99" in text and "1 MB p50 / p99" in text and "0.2 [" in text
     assert report.plot_fct_classes([g], tmp_path / "fct.png") and (tmp_path / "fct.png").stat().st_size > 5000
 
 
