@@ -284,6 +284,9 @@ class Replica:
                 net.addLink(u, v, port1=e.port_u, port2=e.port_v)
                 continue
             params = {"link": e.applied, "seed": e.seed}
+            pfc = self.plan.pfc.link(e.u, e.v) if self.plan.pfc is not None and self.plan.pfc.applied else None
+            if pfc is not None:
+                params["pfc"] = pfc.port(self.plan.pfc.config, self.dilation.scale)
             if self.out_dir is not None:
                 params["out_dir"] = str(self.out_dir)
             dl = net.addSwitch(e.via, cls=self.link_node_class, dpid=f"{e.via_dpid:016x}", **params)
@@ -362,6 +365,11 @@ class Replica:
                 n = self._nodes[node]
                 key = n.name if getattr(n, "inNamespace", True) else None
                 batches.setdefault(key, (n, []))[1].extend((e, list(a)) for a in argvs)
+        if self.plan.pfc is not None and self.plan.pfc.applied:
+            for r in self.plan.pfc.relays:   # PAUSE from a port's link node to its feeders (testbed/plan/pfc.py)
+                n = self._nodes[r.node]
+                key = n.name if getattr(n, "inNamespace", True) else None
+                batches.setdefault(key, (n, []))[1].extend((r, a) for a in r.argv())
         for n, cmds in batches.values():
             if all(argv[:1] == ["tc"] for _, argv in cmds):
                 self._tc_batch(n, cmds)
@@ -380,8 +388,9 @@ class Replica:
         m = re.search(r"Command failed -:(\d+)", out)
         e, argv = cmds[int(m.group(1)) - 1] if m and 0 < int(m.group(1)) <= len(cmds) else cmds[0]
         detail = out[:m.start()].strip()[-300:] if m else out.strip()[-300:]
-        raise EmulationError(f"cannot emulate link {e.u}--{e.v} ({e.backend}) on {node.name}: "
-                             f"`{' '.join(argv)}` failed: {detail}")
+        what = (f"relay PAUSE from {e.switch}'s port to {e.peer}" if hasattr(e, "targets")
+                else f"emulate link {e.u}--{e.v} ({e.backend})")
+        raise EmulationError(f"cannot {what} on {node.name}: `{' '.join(argv)}` failed: {detail}")
 
     def _program_queues(self, plan=None) -> None:
         """BMv2 egress queues: depth and drain rate per port, from the plan."""

@@ -39,11 +39,12 @@ class DelayLineNode(Switch):
         late_tolerance_s: lateness counted as ``emulator_late``.
         core: ``c`` (compiled, the default), ``python`` or ``bare``; see :mod:`testbed.links.core`.
         cpu: pin the compiled core to this CPU (None: let the scheduler place it).
+        pfc: a :class:`testbed.pfc.link.PfcPort`: both directions run PFC (the replica plan's ``pfc.links``).
     """
 
     def __init__(self, name: str, link: LinkParams | None = None, out_dir: str | os.PathLike | None = None,
                  seed: int | None = None, late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S,
-                 core: str | None = None, cpu: int | None = None, **params):
+                 core: str | None = None, cpu: int | None = None, pfc=None, **params):
         if link is None:
             raise EmulationError(f"link node {name}: no link parameters given")
         self.link = link
@@ -52,6 +53,7 @@ class DelayLineNode(Switch):
         self.late_tolerance_s = late_tolerance_s
         self.core = core
         self.cpu = cpu
+        self.pfc = pfc
         self.core_in_use: str | None = None
         self.stats_path = self.out_dir / f"{name}-delayline.json"
         self.log_path = self.out_dir / f"{name}-delayline.log"
@@ -75,7 +77,7 @@ class DelayLineNode(Switch):
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.stats_path.unlink(missing_ok=True)
         self.core_in_use, argv = line_argv(a, b, self.link, self.stats_path, core=self.core, seed=self.seed,
-                                           late_tolerance_s=self.late_tolerance_s, cpu=self.cpu)
+                                           late_tolerance_s=self.late_tolerance_s, cpu=self.cpu, pfc=self.pfc)
         run = getattr(self, "run", None)
         if run is None:
             raise EmulationError(f"link node {self.name}: no run registry (start it through Replica)")

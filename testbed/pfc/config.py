@@ -38,6 +38,11 @@ FRAME_OVERHEAD = 38
 
 DEFAULT_XOFF_BYTES = 100e3
 
+#: A host's NIC side of a link node (the incast fixture's senders, a replica's host links): host memory holds
+#: what a pause keeps back, so its queue is large and its own xoff (PAUSE into the host) never reached.
+NIC_LIMIT_BYTES = 50e6
+NIC_XOFF_BYTES = 40e6
+
 WATCHDOG_ACTIONS = ("drop", "ignore")
 
 KEYS = ("priorities", "xoff", "xon", "headroom", "quanta", "dscp", "watchdog")

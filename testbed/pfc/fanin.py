@@ -40,9 +40,10 @@ from testbed.links import core
 from testbed.links.delayline import read_stats
 from testbed.links.model import LinkParams
 from testbed.links.wire import _repo_path, spawn_core, stop_delayline, wait_ready
-from testbed.pfc.config import PfcConfig
+from testbed.pfc.config import NIC_LIMIT_BYTES, NIC_XOFF_BYTES, PfcConfig
 from testbed.pfc.headroom import headroom
 from testbed.pfc.link import PRIO_COUNTERS, PfcPort, linkcore_args
+from testbed.pfc.relay import relay_argv
 from testbed.poll import poll
 
 #: The compiled cores' wake-up: one sleep to WAKE_S before each deadline, then a spin (the default 1 ms early
@@ -50,9 +51,6 @@ from testbed.poll import poll
 #: wake often: interleaved, 3.2-28 % late with this against 14-41 % without, docs/pfc.md "Lateness").
 WAKE_S = 150e-6
 
-#: The senders' NIC side: host memory holds what a pause keeps back (never their own xoff).
-NIC_LIMIT_BYTES = 50e6
-NIC_XOFF_BYTES = 40e6
 
 
 @dataclass(frozen=True)
@@ -240,13 +238,8 @@ def switch_argv(p: str, n: int) -> list[list[str]]:
         out += [["tc", "qdisc", "add", "dev", w, "clsact"],
                 ["tc", "filter", "add", "dev", w, "ingress", "protocol", "all", "prio", "1", "u32", "match", "u32",
                  "0", "0", "action", "mirred", "egress", "redirect", "dev", ws]]
-    # copies to all but the last port, the frame itself to the last (this kernel has no gact "drop" action);
     # anything else arriving at ws (nothing: the receiver is silent) would end in ws's own stack
-    actions = [a for i in range(n) for a in ("action", "mirred", "egress", "mirror" if i < n - 1 else "redirect",
-                                             "dev", f"{p}w{i}")]
-    out += [["tc", "qdisc", "add", "dev", ws, "clsact"],
-            ["tc", "filter", "add", "dev", ws, "ingress", "protocol", "0x8808", "prio", "1", "u32", "match", "u32",
-             "0", "0", *actions]]
+    out += relay_argv(ws, [f"{p}w{i}" for i in range(n)])
     return out
 
 

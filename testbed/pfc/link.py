@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import random
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from testbed.dilation import Dilation
 from testbed.links import ecn
@@ -401,6 +401,23 @@ def run_core_trace(params: LinkParams, pfc: PfcConfig, real_rate_bps: float, hea
     return res.stdout.splitlines()
 
 
+def run_port_trace(params: LinkParams, port: "PfcPort", index: int, seed: int, lines,
+                   src: str = "02:00:00:00:00:01") -> list[str]:
+    """The compiled core's ``pfctrace`` of one direction of a link node started with ``port``'s ``--pfc``
+    (``index`` 1: the b->a direction, with its own thresholds); compare with
+    ``trace_lines(port.direction(params, rng, index), lines)``. No root."""
+    import subprocess
+
+    from testbed.links import core
+
+    argv = [str(core.build()), "pfctrace", *core.core_model_args(params), *port.linkcore_args(),
+            "--seed", str(int(seed)), *(["--trace-ba"] if index else [])]
+    argv[argv.index("--pfc") + 1] += f",src={src}"
+    res = subprocess.run(argv, input="".join(f"{line}\n" for line in lines), capture_output=True, text=True,
+                         check=True)
+    return res.stdout.splitlines()
+
+
 @dataclass(frozen=True)
 class PfcPort:
     """The PFC settings of one link node (both directions): what ``--pfc`` carries to either core.
@@ -410,28 +427,55 @@ class PfcPort:
         real_rate_bps: the link's real line rate.
         headroom_bytes: this port's headroom (``auto`` resolved).
         scale: the replica's time dilation.
+        ba: the b->a direction's own ``(xoff, xon, headroom)`` bytes, or None (the same as a->b). A replica's
+            host link needs it: its host->switch side is the NIC (host memory: a threshold never reached),
+            its switch->host side the switch's egress; a switch-switch link's two egresses have different
+            feeders, so different headrooms (:mod:`testbed.plan.pfc`).
     """
 
     config: PfcConfig
     real_rate_bps: float
     headroom_bytes: float
     scale: float = 1.0
+    ba: tuple | None = None
+
+    def __post_init__(self):
+        if self.ba is not None:
+            xoff, xon, headroom = (float(x) for x in self.ba)
+            PfcConfig(priorities=self.config.priorities, xoff_bytes=xoff, xon_bytes=xon)   # xon < xoff
+            if not headroom > 0:
+                raise ValueError(f"PfcPort.ba: headroom must be positive, got {headroom!r}")
+            object.__setattr__(self, "ba", (xoff, xon, headroom))
 
     def linkcore_args(self) -> list[str]:
-        return linkcore_args(self.config, self.real_rate_bps, self.headroom_bytes, self.scale)
+        argv = linkcore_args(self.config, self.real_rate_bps, self.headroom_bytes, self.scale)
+        if self.ba is not None:
+            xoff, xon, headroom = self.ba
+            argv[-1] += f",xoff_ba={xoff!r},xon_ba={xon!r},headroom_ba={headroom!r}"
+        return argv
 
     def to_json(self) -> str:
         return json.dumps({"config": self.config.to_dict(), "real_rate_bps": self.real_rate_bps,
-                           "headroom_bytes": self.headroom_bytes, "scale": self.scale}, sort_keys=True)
+                           "headroom_bytes": self.headroom_bytes, "scale": self.scale,
+                           "ba": list(self.ba) if self.ba is not None else None}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "PfcPort":
         doc = json.loads(text)
+        ba = doc.get("ba")
         return cls(PfcConfig.from_dict(doc["config"]), float(doc["real_rate_bps"]), float(doc["headroom_bytes"]),
-                   float(doc["scale"]))
+                   float(doc["scale"]), tuple(ba) if ba is not None else None)
 
-    def direction(self, params: LinkParams, rng: random.Random) -> PfcDirection:
-        return PfcDirection(params, self.config, self.real_rate_bps, self.headroom_bytes, Dilation(self.scale), rng)
+    def side(self, index: int) -> tuple[PfcConfig, float]:
+        """(config, headroom) of direction ``index`` (0: a->b, 1: b->a): the C core's pfcdir_thresholds."""
+        if index == 0 or self.ba is None:
+            return self.config, self.headroom_bytes
+        xoff, xon, headroom = self.ba
+        return replace(self.config, xoff_bytes=xoff, xon_bytes=xon), headroom
+
+    def direction(self, params: LinkParams, rng: random.Random, index: int = 0) -> PfcDirection:
+        config, headroom = self.side(index)
+        return PfcDirection(params, config, self.real_rate_bps, headroom, Dilation(self.scale), rng)
 
     def attach(self, line, rng: random.Random) -> None:
         """Make both directions of a :class:`testbed.links.delayline.DelayLine` PFC directions (root)."""
@@ -439,10 +483,10 @@ class PfcPort:
         from pathlib import Path
 
         models = []
-        for p, intf in zip(line.paths, line.intfs, strict=True):
+        for i, (p, intf) in enumerate(zip(line.paths, line.intfs, strict=True)):
             src = bytes.fromhex(Path(f"/sys/class/net/{intf}/address").read_text().strip().replace(":", ""))
-            models.append(LineModel(self.direction(line.params, random.Random(rng.random())), p.pending, p.rx.send,
-                                    src, time.monotonic))
+            models.append(LineModel(self.direction(line.params, random.Random(rng.random()), i), p.pending,
+                                    p.rx.send, src, time.monotonic))
             p.model = models[-1]
         models[0].peer, models[1].peer = models[1], models[0]
 

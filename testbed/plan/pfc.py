@@ -1,17 +1,36 @@
-"""The spec's ``pfc:`` block in the replica plan (pure): the config, every switch port's headroom, and where
-PFC does and does not run in a replica.
+"""The spec's ``pfc:`` block in the replica plan (pure): the config, every switch port's headroom, and how
+the replica's link nodes and switches carry PFC.
 
     Spec.pfc (PfcConfig) --+
     plan links (real rate,  +--> plan_pfc() --> PfcPlan --> plan.json "pfc", `testbed plan` table
-      delay, ports)  ------+                        +--> a plan note + the console warning (PFC_NOTE)
+      delay, ports), routes +        |            links: per link node, each direction's thresholds (--pfc)
+                                     |            relays: per switch port, where its PAUSE goes (tc)
+                                     +--> applied, or the reason it is not (note + console warning)
 
-The plan's contract is that every spec setting takes effect or is refused, and that what a backend cannot do
-is written into the plan. PFC is the second case: its figures are planned here (headroom per switch port
-from :func:`testbed.pfc.headroom.port_headrooms`, and whether ``xoff + headroom`` fit the spec's
-``buffer``), but a replica's OVS and BMv2 switches neither account ingress bytes nor send or honour PAUSE,
-and its link nodes run without ``--pfc``. PFC runs only in the link cores of the N:1 incast fixture
-(``testbed/pfc/fanin.py``: scenario ``pfc_incast``, ``testbed bench pfc``). So the plan carries the block with
-``applied: false`` and the note, and the run prints the note as a warning (docs/pfc.md, "In a replica").
+**How a replica runs PFC.** A switch port's egress queue is the link node behind it (direction u->v of the
+node on u--v is u's egress to v: serialisation at the rate, the queue, the cable). With ``--pfc`` that
+direction accounts its lossless bytes and, at ``xoff``, sends PAUSE out of its u side, into switch u. The
+switch relays it (a tc filter on that port's ingress: :func:`relay_argv`) to its *feeders*: the ports
+whose traffic the routing brain sends out of that port (healthy fabric, every destination host). Each
+feeder's link node receives it on its u side and holds that priority of its x->u direction after the
+cable's delay; that queue then fills and pauses its own feeders: the pause spreads hop by hop as in a
+lossless fabric. A host's side of its link node is the NIC (host memory: :data:`NIC_XOFF_BYTES`, a
+threshold never reached) and honours PAUSE; the switch side is the switch's egress to the host.
+
+The approximation, written where it is used: a real switch accounts bytes per *ingress* port and pauses
+the ingress ports that cross their xoff; here the egress queue's bytes are accounted and every feeder is
+paused. The routing decides who feeds a port, so a port that cannot feed it (a leaf's other uplinks, for an
+uplink) is never paused; a feeder that currently sends nothing there is (head-of-line blocking one step
+wider than on hardware, only while the pause lasts). The queue is the switch's shared buffer for that
+egress, so its headroom is the sum of its feeders' port headrooms (each from its own cable), as in the
+incast fixture (``testbed/pfc/fanin.py``), plus an emulator allowance per feeder for what the userspace
+switch holds back during its stalls (:data:`SWITCH_LAG_S`, reported apart); ``xoff``/``xon`` are the spec's. Feeders are computed once from
+the healthy fabric: after a failover reroute a new feeder is not paused until the replica is rebuilt.
+
+PFC is applied when every link is a link node (``pfc:`` chooses the userspace backend for every link; the
+kernel's netem/tc cannot pause) and no switch is BMv2 (its own egress queue drains at the rate, before
+the link node: the congestion point would have no PFC). Otherwise the plan carries the block with
+``applied: false`` and the reason, as a note and a console warning (docs/pfc.md, "In a replica").
 """
 
 from __future__ import annotations
@@ -21,13 +40,27 @@ from dataclasses import dataclass
 import networkx as nx
 
 from testbed.errors import SpecError
-from testbed.pfc.config import PfcConfig
+from testbed.pfc.config import NIC_LIMIT_BYTES, NIC_XOFF_BYTES, PfcConfig
 from testbed.pfc.headroom import port_headrooms
+from testbed.pfc.link import PfcPort
+from testbed.pfc.relay import relay_argv
+from testbed.topo.graph import HOST
 
-#: The plan note (and console warning) of a spec with ``pfc:``.
-PFC_NOTE = ("pfc: planned, NOT applied: this replica's OVS/BMv2 switches and link nodes run without PFC "
-            "(no ingress accounting, no PAUSE), so lossless priorities are lossy here; PFC runs only in "
-            "link cores (scenario pfc_incast, testbed bench pfc). Headroom per switch port: plan.json 'pfc'")
+#: The plan note (and console warning) of a spec with ``pfc:`` that a replica cannot apply; ``{why}``.
+PFC_NOTE = ("pfc: planned, NOT applied ({why}): lossless priorities are lossy in this replica. "
+            "Headroom per switch port: plan.json 'pfc'")
+
+#: The plan note of an applied ``pfc:`` block.
+PFC_APPLIED_NOTE = ("pfc: applied in the link nodes (egress accounting, PAUSE relayed by each switch to the "
+                    "ports that feed the paused one; docs/pfc.md 'In a replica')")
+
+#: What the emulated switch may hold back before the link node behind it sees the frames (wall-clock =
+#: emulated time): OVS's userspace datapath forwards in its main loop, which stalls for tens of ms on this
+#: kind of machine (pfc_fabric measured a 23 ms burst of ~75 KB reaching a paused port's queue after its
+#: PAUSE, sent by the feeders before it; docs/failures.md: 15-20 ms late under load). Frames held there are
+#: in flight from PFC's point of view, so each feeder's headroom gets this much of its emulated rate on top
+#: of the physics (reported apart: ``emulator_allowance_bytes``). A real switch has no such stall.
+SWITCH_LAG_S = 50e-3
 
 #: Switch kinds with egress buffers (an ``external`` switch, e.g. the optical circuit switch, has none).
 BUFFERED_KINDS = ("ovs", "bmv2")
@@ -47,13 +80,79 @@ class PfcPortEntry:
 
 
 @dataclass(frozen=True)
+class PfcSide:
+    """One direction of one link node: its ingress thresholds (real bytes) and who it stands for."""
+
+    role: str                         # "switch" (an egress port's queue) or "nic" (a host's NIC)
+    xoff_bytes: float
+    xon_bytes: float
+    headroom_bytes: float             # what the link node uses: physics + emulator allowance
+    feeders: tuple = ()               # the switch's neighbours whose traffic leaves by this port
+    allowance_bytes: float = 0.0      # of headroom_bytes: the feeders' emulated rate x SWITCH_LAG_S
+
+    def to_json(self) -> dict:
+        return {"role": self.role, "xoff_bytes": self.xoff_bytes, "xon_bytes": self.xon_bytes,
+                "headroom_bytes": self.headroom_bytes,
+                "physics_headroom_bytes": self.headroom_bytes - self.allowance_bytes,
+                "emulator_allowance_bytes": self.allowance_bytes, "feeders": [str(f) for f in self.feeders]}
+
+
+@dataclass(frozen=True)
+class PfcLink:
+    """The ``--pfc`` of one link node: ``ab`` is its u->v direction (the node's a side faces u)."""
+
+    u: object
+    v: object
+    via: str
+    real_rate_bps: float
+    ab: PfcSide
+    ba: PfcSide
+
+    def port(self, config: PfcConfig, scale: float) -> PfcPort:
+        """What the link node is started with (both directions' thresholds)."""
+        cfg = _thresholds(config, self.ab)
+        return PfcPort(cfg, self.real_rate_bps, self.ab.headroom_bytes, scale,
+                       (self.ba.xoff_bytes, self.ba.xon_bytes, self.ba.headroom_bytes))
+
+    def to_json(self) -> dict:
+        return {"u": str(self.u), "v": str(self.v), "via": self.via, "real_rate_bps": self.real_rate_bps,
+                "ab": self.ab.to_json(), "ba": self.ba.to_json()}
+
+
+@dataclass(frozen=True)
+class PauseRelay:
+    """Switch ``switch``'s port facing ``peer``: PAUSE arriving there from its link node goes to ``targets``."""
+
+    node: object
+    switch: str
+    peer: object
+    dev: str                          # the switch's interface towards the link node
+    targets: tuple                    # the feeders' interfaces on the same switch
+
+    def argv(self) -> list[list[str]]:
+        """The tc commands, run in the switch's namespace (:func:`testbed.pfc.relay.relay_argv`)."""
+        return relay_argv(self.dev, self.targets)
+
+    def to_json(self) -> dict:
+        return {"switch": self.switch, "peer": str(self.peer), "dev": self.dev, "targets": list(self.targets)}
+
+
+@dataclass(frozen=True)
 class PfcPlan:
-    """The spec's PFC block as planned: config, per-port headroom, and ``applied`` (False: see PFC_NOTE)."""
+    """The spec's PFC block as planned: config, per-port headroom, and whether and how a replica applies it."""
 
     config: PfcConfig
     ports: tuple                      # PfcPortEntry, by switch then port
     applied: bool = False
     note: str = PFC_NOTE
+    links: tuple = ()                 # PfcLink, when applied
+    relays: tuple = ()                # PauseRelay, when applied
+
+    def link(self, u, v) -> PfcLink | None:
+        for lk in self.links:
+            if (lk.u, lk.v) == (u, v):
+                return lk
+        return None
 
     @property
     def over_buffer(self) -> tuple:
@@ -66,12 +165,15 @@ class PfcPlan:
                 "ports_over_buffer": len(self.over_buffer),
                 "ports": [{"node": str(p.node), "switch": p.switch, "port": p.port, "peer": str(p.peer),
                            "headroom_bytes": p.headroom_bytes, "fits_buffer": p.fits_buffer, **p.detail}
-                          for p in self.ports]}
+                          for p in self.ports],
+                "links": [lk.to_json() for lk in self.links], "relays": [r.to_json() for r in self.relays]}
 
 
-def plan_pfc(pfc: PfcConfig, links, switches, mtu: int, buffer_bytes: float | None) -> PfcPlan:
+def plan_pfc(pfc: PfcConfig, links, switches, mtu: int, buffer_bytes: float | None, graph: nx.Graph | None = None,
+             why_not: str | None = None) -> PfcPlan:
     """Headroom of every buffered switch port from the plan's own links (real rate and one-way delay, the
-    layout's port numbers).
+    layout's port numbers); with ``graph`` (the plan's graph, for the routing brain) and no ``why_not``, the
+    link nodes' thresholds and the switches' PAUSE relays (applied).
 
     Raises:
         SpecError: a link into a switch without a rate (headroom needs it).
@@ -92,4 +194,58 @@ def plan_pfc(pfc: PfcConfig, links, switches, mtu: int, buffer_bytes: float | No
             doc = dict(need[s.node][p.port])
             fits = doc.pop("fits_buffer", None)
             ports.append(PfcPortEntry(s.node, s.name, p.port, p.peer, float(doc.pop("bytes")), fits, doc))
-    return PfcPlan(pfc, tuple(ports))
+    if graph is None or why_not is not None:
+        return PfcPlan(pfc, tuple(ports), note=PFC_NOTE.format(why=why_not or "no routes"))
+    feeds = feeders(graph)
+    hr = {(p.node, p.peer): p.headroom_bytes for p in ports}
+    hosts = {n for n, d in graph.nodes(data=True) if d.get("role") == HOST}
+    names = {s.node: s.name for s in switches}
+    intf, rate = {}, {}
+    for e in links:
+        intf[(e.u, e.v)], intf[(e.v, e.u)] = e.intf_u, e.intf_v
+        rate[(e.u, e.v)] = rate[(e.v, e.u)] = e.applied.rate_bps or 0.0
+
+    def side(node, peer) -> PfcSide:
+        if node in hosts:
+            return PfcSide("nic", NIC_XOFF_BYTES, NIC_XOFF_BYTES / 2, NIC_LIMIT_BYTES - NIC_XOFF_BYTES)
+        who = tuple(sorted(feeds.get(node, {}).get(peer, ()), key=str))
+        room = sum(hr[(node, f)] for f in who) or hr[(node, peer)]
+        allowance = sum(rate[(node, f)] / 8 * SWITCH_LAG_S for f in who)
+        return PfcSide("switch", pfc.xoff_bytes, pfc.xon_bytes, room + allowance, who, allowance)
+
+    plinks = tuple(PfcLink(e.u, e.v, e.via, e.real.rate_bps, side(e.u, e.v), side(e.v, e.u)) for e in links)
+    relays = []
+    for sw, outs in sorted(feeds.items(), key=lambda kv: str(kv[0])):
+        for peer, who in sorted(outs.items(), key=lambda kv: str(kv[0])):
+            if who:
+                relays.append(PauseRelay(sw, names[sw], peer, intf[(sw, peer)],
+                                         tuple(intf[(sw, f)] for f in sorted(who, key=str))))
+    return PfcPlan(pfc, tuple(ports), applied=True, note=PFC_APPLIED_NOTE, links=plinks, relays=tuple(relays))
+
+
+def feeders(G: nx.Graph) -> dict:
+    """``{switch: {out neighbour: {in neighbour, ...}}}``: who sends traffic out of each switch port, under the
+    routing brain's routes of the healthy fabric (every destination host; a host feeds its switch's ports
+    towards every other host). Pure; what the PAUSE relays follow.
+    """
+    from testbed.routing.brain import RoutingBrain
+    from testbed.routing.deadlock import next_hops
+
+    brain = RoutingBrain(G)
+    brain.compute_all()
+    hosts = {n for n, d in G.nodes(data=True) if d.get("role") == HOST}
+    out: dict = {}
+    for prefix, hops_of in next_hops(G, list(brain.routes.values())).items():
+        dest = {h for h in hosts if brain.prefix(h) == prefix}
+        for sw, outs in hops_of.items():
+            ins = {u for u, hops in hops_of.items() if sw in hops}
+            ins |= {h for h in G.neighbors(sw) if h in hosts and h not in dest}
+            for w in outs:
+                out.setdefault(sw, {}).setdefault(w, set()).update(x for x in ins if x != w)
+    return out
+
+
+def _thresholds(config: PfcConfig, side: PfcSide) -> PfcConfig:
+    from dataclasses import replace
+
+    return replace(config, xoff_bytes=side.xoff_bytes, xon_bytes=side.xon_bytes)

@@ -17,8 +17,9 @@ bytes are the same in both (dilation keeps buffers in packets).
 Every spec setting either takes effect here or is refused with a :class:`SpecError` naming the field;
 what a backend cannot do is written into the plan (``notes``), with the backend's floor, never dropped
 without a word. A note that means the replica behaves unlike the spec is also in ``warnings`` (printed as
-a warning when the replica is built and by ``testbed plan``): the spec's ``pfc:`` block is planned
-(:mod:`testbed.plan.pfc`: headroom per switch port, buffer fit) but not applied in a replica.
+a warning when the replica is built and by ``testbed plan``), e.g. a spec's ``pfc:`` block that this
+replica cannot apply (:mod:`testbed.plan.pfc`: BMv2 switches, links not emulated); where it applies, every
+link becomes a link node carrying ``--pfc``.
 
 Queues (``queue:`` on a link, ``buffer:`` per switch egress port): a link's own ``queue:`` wins, else
 the spec's ``buffer:`` at every switch egress, else 1000 packets (the kernel's txqueuelen). They become
@@ -221,7 +222,7 @@ class ReplicaPlan:
     frame_bytes: int
     notes: tuple = field(default=())
     warnings: tuple = field(default=())   # the notes that say the replica departs from the spec
-    pfc: PfcPlan | None = None            # the spec's pfc: block, planned (not applied: PfcPlan.applied)
+    pfc: PfcPlan | None = None            # the spec's pfc: block, planned; PfcPlan.applied: runs in the link nodes
 
     @property
     def scale(self) -> float:
@@ -355,12 +356,16 @@ def plan_replica(G: nx.Graph, capabilities: Capabilities = ASSUMED, overrides: O
     p4 = {n: (ov.p4_program or d.get("p4")) for n, d in G.nodes(data=True) if roles[n] != HOST}
     bmv2 = {n for n, prog in p4.items() if prog}
 
+    spec_pfc = getattr(G.graph.get("spec"), "pfc", None)
+    pfc_off = _pfc_not_applied(spec_pfc, bmv2, ov)
+    pfc_links = spec_pfc is not None and pfc_off is None
+
     # links: decide each backend first (the layout needs to know where delay lines go)
     drafts = []
     for u, v in G.edges():
         real = edge_link(G, u, v)
         emulated = real.scaled(dil)
-        drafts.append(_link_draft(G, u, v, real, emulated, bmv2, roles, buffer_bytes, frame, caps, ov))
+        drafts.append(_link_draft(G, u, v, real, emulated, bmv2, roles, buffer_bytes, frame, caps, ov, pfc_links))
     via = {(d["u"], d["v"]) for d in drafts if d["backend"] == "userspace"}
     lay = layout(G, link_nodes=via)
     links = []
@@ -453,19 +458,39 @@ def plan_replica(G: nx.Graph, capabilities: Capabilities = ASSUMED, overrides: O
     elif ov.links == "rates":
         notes.append("rates only (overrides.links=rates): delays, loss and RED are not emulated")
     warnings = []
-    spec_pfc = getattr(G.graph.get("spec"), "pfc", None)
-    pfc = plan_pfc(spec_pfc, links, switches, mtu, buffer_bytes) if spec_pfc is not None else None
+    pfc = plan_pfc(spec_pfc, links, switches, mtu, buffer_bytes, H, pfc_off) if spec_pfc is not None else None
     if pfc is not None:
         notes.append(pfc.note)
-        warnings.append(pfc.note)
+        if not pfc.applied:
+            warnings.append(pfc.note)
     return ReplicaPlan(name=str(G.graph.get("name", "fabric")), dilation=dil, capabilities=caps, overrides=ov,
                        layout=lay, graph=H, links=tuple(links), switches=tuple(switches),
                        endpoints=tuple(endpoints), mtu=mtu, frame_bytes=frame, notes=tuple(notes),
                        warnings=tuple(warnings), pfc=pfc)
 
 
-def _link_draft(G, u, v, real, emulated, bmv2, roles, buffer_bytes, frame, caps, ov) -> dict:
-    """Backend, applied parameters and notes of one link (see :func:`plan_replica`)."""
+def _pfc_not_applied(spec_pfc, bmv2, ov: Overrides) -> str | None:
+    """Why a spec's ``pfc:`` cannot run in this replica (None: it runs; testbed/plan/pfc.py).
+
+    Raises:
+        SpecError: the run asked for a kernel link backend, which cannot pause (refused, not ignored).
+    """
+    if spec_pfc is None:
+        return None
+    if ov.link_backend == "netem":
+        raise SpecError("link_backend", "pfc: runs in the userspace link nodes (netem cannot pause); "
+                                        "drop the netem backend or the pfc: block")
+    if ov.links != "spec":
+        return f"links are not emulated (overrides.links={ov.links})"
+    if bmv2:
+        return ("BMv2 switches drain their own egress queue before the link node, which has no PFC "
+                "(PFC runs on OVS fabrics)")
+    return None
+
+
+def _link_draft(G, u, v, real, emulated, bmv2, roles, buffer_bytes, frame, caps, ov, pfc: bool = False) -> dict:
+    """Backend, applied parameters and notes of one link (see :func:`plan_replica`); ``pfc``: every link is
+    a link node (the userspace backend), where PFC runs."""
     notes = []
     switch_end = roles[u] != HOST or roles[v] != HOST
     limit, unit, source = _queue(real, switch_end, buffer_bytes, frame)
@@ -489,19 +514,20 @@ def _link_draft(G, u, v, real, emulated, bmv2, roles, buffer_bytes, frame, caps,
     elif emulated.red is not None and not emulated.rate_bps:
         raise SpecError(f"{field}.red", "RED marking needs a rate (a queue only forms at a bottleneck)")
     shaped_ends = tuple(n for n in (u, v) if n not in bmv2)
-    if not applied.needs_delay_line:
+    if not applied.needs_delay_line and not pfc:
         if not applied.rate_bps or not shaped_ends:
             return {"u": u, "v": v, "real": real, "emulated": emulated, "applied": applied, "backend": "none",
                     "reason": "both ends are BMv2 (their egress queues drain at the rate)" if both_p4
                     else "no rate, delay or loss", "notes": notes, "shaped_ends": ()}
         return _htb(u, v, real, emulated, applied, field, notes, shaped_ends, bmv2)
-    backend, reason = _backend(applied, caps, ov)
+    backend, reason = (("userspace", "pfc: lossless accounting and PAUSE run in the link node") if pfc
+                       else _backend(applied, caps, ov))
     floor = DELAY_FLOOR_S[backend]
     if 0 < applied.delay_s < floor and not applied.jitter_s:
         notes.append(f"delay {applied.delay_s * 1e6:.3g} us (emulated) is below the {backend} floor of "
                      f"{floor * 1e6:g} us: not emulated")
         applied = replace(applied, delay_s=0.0)
-        if not applied.needs_delay_line:
+        if not applied.needs_delay_line and not pfc:
             if not applied.rate_bps or not shaped_ends:
                 return {"u": u, "v": v, "real": real, "emulated": emulated, "applied": applied,
                         "backend": "none", "reason": "only a delay below the floor", "notes": notes,

@@ -62,7 +62,7 @@ pfc: {priorities: [3], xoff: 100KB}
 
 
 @pytest.mark.parametrize("json_mode", [False, True])
-def test_plan_of_a_pfc_spec_shows_headroom_and_warns_it_is_not_applied(tmp_path, capsys, json_mode):
+def test_plan_of_a_pfc_spec_shows_headroom_and_that_it_is_applied(tmp_path, capsys, json_mode):
     import json
     import re
 
@@ -70,12 +70,12 @@ def test_plan_of_a_pfc_spec_shows_headroom_and_warns_it_is_not_applied(tmp_path,
     spec.write_text(PFC_SPEC)
     assert cli.main(["plan", str(spec), "--assume", *(["--json"] if json_mode else [])]) == 0
     captured = capsys.readouterr()
-    assert "warning: pfc: planned, NOT applied" in captured.err          # stderr: the warning
+    assert "warning" not in captured.err                                 # applied: nothing to warn about
     if json_mode:                                                        # stdout: exactly one document
         doc = json.loads(captured.out)
-        assert doc["pfc"]["applied"] is False and doc["pfc"]["ports_over_buffer"] == 8
-        assert len(doc["pfc"]["ports"]) == 12 and doc["warnings"] == [doc["pfc"]["note"]]
+        assert doc["pfc"]["applied"] is True and doc["pfc"]["ports_over_buffer"] == 8
+        assert len(doc["pfc"]["ports"]) == 12 and doc["warnings"] == []
     else:                                                                # stdout: the table and the note
         out = " ".join(captured.out.split())
-        assert "PFC (planned, NOT applied)" in out and "note: pfc: planned, NOT applied" in out
+        assert "PFC (planned, applied)" in out and "note: pfc: applied in the link nodes" in out
         assert re.search(r"1\.28 MB\W+8\W+no\W", out) and re.search(r"30\.16 KB\W+4\W+yes\W", out)

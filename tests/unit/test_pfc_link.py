@@ -331,3 +331,29 @@ def test_watchdog_acts_from_the_storms_declaration_not_before(action):
     d.advance(1.0)                                       # no PAUSE since 0: restored 2 ms after the declaration
     assert d.watchdog.counters[3]["restorations"] == 1
     assert d.watchdog.counters[3]["storm_s"] == pytest.approx(2e-3)
+
+
+def test_a_link_nodes_two_directions_take_their_own_thresholds_in_both_cores():
+    """A replica's host link: a->b is the switch's egress (xoff 3000 B), b->a the NIC (xoff 6000 B, headroom
+    4000 B). Eight 1000-byte priority-3 frames at 0: a->b sends PAUSE on the fourth arrival (the first is on
+    the wire: 3000 B waiting) and drops the seventh and eighth above xoff + headroom = 5000 B; b->a sends it on
+    the seventh (6000 B) and drops none (limit 10000 B). Python reference and C core alike."""
+    from testbed.pfc.link import PfcPort, run_port_trace
+
+    port = PfcPort(PfcConfig(priorities=(3,), xoff_bytes=3000, xon_bytes=1000), REAL, 2000, SCALE,
+                   ba=(6000, 2000, 4000))
+    assert "xoff_ba=6000.0,xon_ba=2000.0,headroom_ba=4000.0" in port.linkcore_args()[1]
+    params = LinkParams(rate_bps=8e6, delay_s=0.0, limit=50_000, limit_unit="bytes")
+    lines = [f"0.0 arrive {frame(ROCE_TOS).hex()}"] * 8 + ["1.0 advance"]
+    outs = {}
+    for index in (0, 1):
+        ref = trace_lines(port.direction(params, random.Random(1), index), lines)
+        core = run_port_trace(params, port, index, 1, lines)
+        assert core == ref, (index, core, ref)
+        outs[index] = ref
+    fates = {i: [line.split()[0] for line in outs[i][:8]] for i in (0, 1)}
+    assert fates[0] == ["queued"] * 6 + ["pfc_headroom"] * 2 and fates[1] == ["queued"] * 8
+    ups = {i: [n for n, line in enumerate(outs[i][:8]) if " up " in line] for i in (0, 1)}
+    assert ups == {0: [3], 1: [6]}
+    with pytest.raises(Exception, match="xon"):
+        PfcPort(port.config, REAL, 2000, SCALE, ba=(1000, 2000, 4000))     # xon above xoff: refused

@@ -242,15 +242,15 @@ def test_ocs_nodes_are_external_switches_built_by_the_run():
         Replica(plan_replica(G))
 
 
-# -- the spec's pfc: block (planned, not applied: testbed/plan/pfc.py) ---------------------------------------
-def _pfc_plan(buffer: str, pfc: dict):
+# -- the spec's pfc: block (testbed/plan/pfc.py) --------------------------------------------------------------
+def _pfc_plan(buffer: str, pfc: dict, overrides: Overrides | None = None):
     from testbed.topo.spec import parse_spec
 
     doc = {"name": "sl-pfc", "kind": "spine-leaf", "params": {"leaves": 2, "spines": 2, "hosts_per_leaf": 2,
                                                              "oversubscription": 1},
            "links": {"host": {"rate": "100G", "distance": "2m"}, "leaf-spine": {"distance": "10km"}},
            "buffer": buffer, "scale": 1000, "pfc": pfc}
-    return plan_replica(build_graph(parse_spec(doc)))
+    return plan_replica(build_graph(parse_spec(doc)), overrides=overrides)
 
 
 def _by_hand(rate_bps: float, one_way_s: float, mtu: int = 1500) -> float:
@@ -260,11 +260,14 @@ def _by_hand(rate_bps: float, one_way_s: float, mtu: int = 1500) -> float:
     return 3 * frame + 84 + 2 * one_way_s * rate_bps / 8 + 394 * 512 / 8
 
 
-def test_pfc_block_is_planned_per_switch_port_and_noted_as_not_applied():
+def test_pfc_block_is_planned_per_switch_port_and_applied_on_an_ovs_fabric():
     plan = _pfc_plan("2MB", {"priorities": [3], "xoff": "100KB"})
     pfc = plan.pfc
-    assert pfc is not None and pfc.applied is False
-    assert pfc.note in plan.notes and pfc.note in plan.warnings and "NOT applied" in pfc.note
+    assert pfc is not None and pfc.applied is True
+    assert pfc.note in plan.notes and plan.warnings == () and "applied in the link nodes" in pfc.note
+    # every link is a link node (host links too: they carry the NIC side), chosen because of pfc:
+    assert {e.backend for e in plan.links} == {"userspace"} and all(e.via for e in plan.links)
+    assert all(e.reason.startswith("pfc:") for e in plan.links)
     # every switch port and nothing else: 2 leaves x (2 hosts + 2 spines) + 2 spines x 2 leaves
     assert sorted((str(p.node), p.port) for p in pfc.ports) == sorted(
         (str(s.node), p.port) for s in plan.switches for p in s.ports)
@@ -278,10 +281,62 @@ def test_pfc_block_is_planned_per_switch_port_and_noted_as_not_applied():
     assert host_port.headroom_bytes == pytest.approx(30_164)          # 2 m: the response term dominates
     assert uplink.headroom_bytes == pytest.approx(1_279_914)          # 10 km: 1.25 MB of cable
     doc = json.loads(json.dumps(plan.to_json()))
-    assert doc["pfc"]["applied"] is False and doc["pfc"]["config"]["priorities"] == [3]
+    assert doc["pfc"]["applied"] is True and doc["pfc"]["config"]["priorities"] == [3]
     assert doc["pfc"]["config"]["xoff_bytes"] == 100e3 and len(doc["pfc"]["ports"]) == 12
     assert doc["pfc"]["max_headroom_bytes"] == pytest.approx(1_279_914) and doc["pfc"]["ports_over_buffer"] == 0
-    assert doc["warnings"] == [pfc.note] and pfc.note in doc["notes"]
+    assert doc["warnings"] == [] and pfc.note in doc["notes"]
+    assert len(doc["pfc"]["links"]) == 8 and len(doc["pfc"]["relays"]) == 12
+
+
+def test_pfc_pauses_follow_the_routes_and_each_egress_holds_its_feeders_headroom():
+    """spine-leaf 2x2, 2 hosts per leaf: a leaf's uplink is fed by its hosts only (up-down routing never
+    sends spine -> leaf -> spine), a spine's downlink by the other leaf, a host port by everything else on
+    the leaf. Each egress's headroom is the sum of its feeders' port headrooms (by hand: 30,164 B per 2 m
+    host port, 1,279,914 B per 10 km uplink) plus, per feeder, what the userspace switch may hold back
+    (100 Mbit/s emulated x SWITCH_LAG_S), reported apart; the host side of a host link is the NIC."""
+    from testbed.pfc.config import NIC_LIMIT_BYTES, NIC_XOFF_BYTES
+    from testbed.plan.pfc import SWITCH_LAG_S
+
+    plan = _pfc_plan("2MB", {"priorities": [3], "xoff": "100KB"})
+    pfc = plan.pfc
+    host_hr, up_hr, lag = _by_hand(100e9, 10e-9), _by_hand(100e9, 50e-6), 100e6 / 8 * SWITCH_LAG_S
+
+    def physics(side):
+        assert side.allowance_bytes == pytest.approx(len(side.feeders) * lag)
+        return side.headroom_bytes - side.allowance_bytes
+
+    up = pfc.link("l0", "s0")
+    assert set(up.ab.feeders) == {"h0", "h1"} and physics(up.ab) == pytest.approx(2 * host_hr)
+    assert set(up.ba.feeders) == {"l1"} and physics(up.ba) == pytest.approx(up_hr)
+    down = pfc.link("l0", "h0")
+    assert set(down.ab.feeders) == {"h1", "s0", "s1"}
+    assert physics(down.ab) == pytest.approx(host_hr + 2 * up_hr) and down.ab.role == "switch"
+    assert down.ab.to_json()["physics_headroom_bytes"] == pytest.approx(host_hr + 2 * up_hr)
+    assert (down.ba.role, down.ba.xoff_bytes, down.ba.headroom_bytes) == ("nic", NIC_XOFF_BYTES,
+                                                                           NIC_LIMIT_BYTES - NIC_XOFF_BYTES)
+    assert down.ab.xoff_bytes == 100e3 and down.ab.xon_bytes == pfc.config.xon_bytes
+    args = down.port(pfc.config, 1000).linkcore_args()[1]
+    assert "xoff=100000.0," in args and f"xoff_ba={NIC_XOFF_BYTES!r}" in args and "scale=1000.0" in args
+    # the relay of l0's port towards s0 copies PAUSE to l0's ports towards its hosts, and nowhere else
+    relay = next(r for r in pfc.relays if (r.node, r.peer) == ("l0", "s0"))
+    e = plan.link("l0", "s0")
+    assert relay.dev == (e.intf_u if e.u == "l0" else e.intf_v)
+    assert set(relay.targets) == {plan.link("l0", h).intf_u if plan.link("l0", h).u == "l0"
+                                  else plan.link("l0", h).intf_v for h in ("h0", "h1")}
+    argv = relay.argv()
+    assert argv[0] == ["tc", "qdisc", "add", "dev", relay.dev, "clsact"] and "0x8808" in argv[1]
+    assert [a for a in argv[1] if a in ("mirror", "redirect")] == ["mirror", "redirect"]
+
+
+def test_pfc_not_applied_where_the_replica_cannot_and_refused_with_netem():
+    bmv2 = _pfc_plan("2MB", {"priorities": [3]}, Overrides(p4_program="fabric"))
+    assert bmv2.pfc.applied is False and "BMv2" in bmv2.pfc.note and bmv2.pfc.note in bmv2.warnings
+    assert bmv2.pfc.links == () and bmv2.pfc.relays == ()
+    rates = _pfc_plan("2MB", {"priorities": [3]}, Overrides(links="rates"))
+    assert rates.pfc.applied is False and "overrides.links=rates" in rates.pfc.note
+    with pytest.raises(SpecError) as err:
+        _pfc_plan("2MB", {"priorities": [3]}, Overrides(link_backend="netem"))
+    assert err.value.field == "link_backend" and "netem cannot pause" in str(err.value)
 
 
 def test_pfc_ports_whose_headroom_overflows_the_buffer_are_flagged():

@@ -330,6 +330,7 @@ static int opt_size = 64, opt_tos;  /* gen: IPv4 TOS byte (DSCP << 2 | ECN) */
 /* gen: frames sent together, each group when its last frame is due (1: evenly spaced). Groups let the source
  * sleep between them instead of busy-waiting every gap, so a backlog-making source costs little CPU */
 static int opt_burst = 1;
+static int opt_trace_ba = 0;   /* pfctrace: replay the b->a direction (its own thresholds) */
 static double mono(void);
 static int open_sock(const char *ifname);
 static double opt_late_tol = 250e-6, opt_stats_interval = 1.0, opt_spin = 50e-6, opt_poll = 0.0;
@@ -372,7 +373,7 @@ static void parse_options(int argc, char **argv) {
         {"bare", 0, 0, 'B'}, {"batch", 1, 0, 'n'}, {"rcvbuf", 1, 0, 'v'}, {"sndbuf", 1, 0, 'w'},
         {"sample-interval", 1, 0, 'i'}, {"max-samples", 1, 0, 'm'}, {"pps", 1, 0, 'p'}, {"seconds", 1, 0, 'd'},
         {"size", 1, 0, 'z'}, {"pfc", 1, 0, 'F'}, {"tos", 1, 0, 'o'}, {"wake-early", 1, 0, 'K'},
-        {"burst", 1, 0, 'u'}, {0, 0, 0, 0}};
+        {"burst", 1, 0, 'u'}, {"trace-ba", 0, 0, 'y'}, {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
@@ -409,6 +410,7 @@ static void parse_options(int argc, char **argv) {
         case 'o': opt_tos = atoi(optarg) & 0xFF; break;
         case 'K': WAKE_EARLY_S = strtod(optarg, NULL); break;
         case 'u': opt_burst = atoi(optarg); break;
+        case 'y': opt_trace_ba = 1; break;
         default: die("bad option (see testbed/links/core/__init__.py for the command line)");
         }
     }

@@ -16,7 +16,10 @@
  * prints what testbed.pfc.link.trace_lines prints; the unit tests diff the two.
  * --pfc SPEC = comma-separated key=value: prios=MASK (bit p: lossless), xoff=B, xon=B, headroom=B,
  * quanta=Q, rate=REAL_BPS, scale=S, dscp=64 hex digits (priority of DSCP 0..63), src=MAC (trace only;
- * forward mode sends from each interface's own MAC). The forwarding-loop glue is pfc_forward.c.
+ * forward mode sends from each interface's own MAC); xoff_ba=B, xon_ba=B, headroom_ba=B give the b->a
+ * direction its own thresholds (forward mode: a replica's host link, whose host->switch side is the NIC
+ * and whose switch->host side is the switch's egress; without them both directions take xoff/xon/headroom).
+ * The forwarding-loop glue is pfc_forward.c.
  */
 #include <stdarg.h>
 #include <sys/ioctl.h>
@@ -28,6 +31,8 @@ typedef struct {
     int enabled;
     unsigned lossless;
     double xoff, xon, headroom, limit;
+    double ba_xoff, ba_xon, ba_headroom;  /* the b->a direction's thresholds; ba_set: given */
+    int ba_set;
     int quanta;
     double rate_real_bps, scale, pause_s, refresh_s;
     uint8_t dscp_map[64];
@@ -70,7 +75,8 @@ typedef struct pfcdir {
     uint64_t max_qp, max_qb, samples_skipped;
     pfc_sample_t *samples; size_t nsamples, scap;
     double next_sample;
-    /* ingress (testbed.pfc.state.PfcIngress) */
+    /* ingress (testbed.pfc.state.PfcIngress): this direction's thresholds (PF's, or PF.ba_* for b->a) */
+    double xoff, xon, headroom, limit;
     uint64_t in_bytes[NPRIO], in_max[NPRIO], pause_sent[NPRIO], xon_sent[NPRIO], hr_bytes[NPRIO];
     int xoff_on[NPRIO], has_refresh[NPRIO];
     double next_refresh[NPRIO];
@@ -113,6 +119,9 @@ static void parse_pfc(char *spec) {
         else if (!strcmp(k, "xoff")) PF.xoff = strtod(v, NULL);
         else if (!strcmp(k, "xon")) PF.xon = strtod(v, NULL);
         else if (!strcmp(k, "headroom")) PF.headroom = strtod(v, NULL);
+        else if (!strcmp(k, "xoff_ba")) { PF.ba_xoff = strtod(v, NULL); PF.ba_set |= 1; }
+        else if (!strcmp(k, "xon_ba")) { PF.ba_xon = strtod(v, NULL); PF.ba_set |= 2; }
+        else if (!strcmp(k, "headroom_ba")) { PF.ba_headroom = strtod(v, NULL); PF.ba_set |= 4; }
         else if (!strcmp(k, "quanta")) PF.quanta = atoi(v);
         else if (!strcmp(k, "rate")) PF.rate_real_bps = strtod(v, NULL);
         else if (!strcmp(k, "scale")) PF.scale = strtod(v, NULL);
@@ -131,13 +140,15 @@ static void parse_pfc(char *spec) {
                 if (x < 0 || x > 7) die("--pfc dscp=: priorities are 0..7");
                 PF.dscp_map[d] = (uint8_t)x;
             }
-        } else die("--pfc: unknown key (prios, xoff, xon, headroom, quanta, rate, scale, dscp, src, wd_detect, "
-                   "wd_restore, wd_action)");
+        } else die("--pfc: unknown key (prios, xoff, xon, headroom, xoff_ba, xon_ba, headroom_ba, quanta, rate, "
+                   "scale, dscp, src, wd_detect, wd_restore, wd_action)");
     }
     if (!(PF.rate_real_bps > 0)) die("--pfc rate= (the real line rate, bit/s) must be positive");
     if (PF.wd_action && !(PF.wd_detect > 0 && PF.wd_restore > 0)) die("--pfc: wd_detect and wd_restore must be > 0");
     if (!(PF.xon < PF.xoff) || PF.quanta < 1 || PF.quanta > 0xFFFF || !(PF.scale > 0))
         die("--pfc: needs xon < xoff, quanta 1..65535, scale > 0");
+    if (PF.ba_set && (PF.ba_set != 7 || !(PF.ba_xon < PF.ba_xoff) || !(PF.ba_headroom > 0)))
+        die("--pfc: xoff_ba, xon_ba and headroom_ba go together, with xon_ba < xoff_ba and headroom_ba > 0");
     PF.enabled = 1;
     pfc_finish_params();
 }
@@ -208,7 +219,7 @@ static void in_depart(pfcdir_t *d, double now, int p, uint32_t len) {
     if (!lossless(p)) return;
     uint64_t b = d->in_bytes[p] - len;
     d->in_bytes[p] = b;
-    if (d->xoff_on[p] && (double)b <= PF.xon) {
+    if (d->xoff_on[p] && (double)b <= d->xon) {
         d->xoff_on[p] = 0;
         d->has_refresh[p] = 0;
         d->xon_sent[p]++;
@@ -305,6 +316,15 @@ static int wd_due(const pfcdir_t *d, double *t) {
 }
 
 /* ---------------------------------------------------------------- the direction (PfcDirection) */
+/* The direction's ingress thresholds: PF's, or with ba (the b->a direction) PF.ba_* when given. */
+static void pfcdir_thresholds(pfcdir_t *d, int ba) {
+    int own = ba && PF.ba_set;
+    d->xoff = own ? PF.ba_xoff : PF.xoff;
+    d->xon = own ? PF.ba_xon : PF.xon;
+    d->headroom = own ? PF.ba_headroom : PF.headroom;
+    d->limit = d->xoff + d->headroom;
+}
+
 static void pfcdir_init(pfcdir_t *d, const params_t *P, unsigned long long seed, pfc_sink_t sink, const uint8_t *src) {
     memset(d, 0, sizeof *d);
     d->P = P;
@@ -313,6 +333,7 @@ static void pfcdir_init(pfcdir_t *d, const params_t *P, unsigned long long seed,
     d->src = src;
     d->wcap = 256;
     d->wire = xrealloc(NULL, d->wcap * sizeof *d->wire);
+    pfcdir_thresholds(d, 0);
 }
 
 static void drain_wire(pfcdir_t *d, double now) {
@@ -481,7 +502,7 @@ static int pfcdir_admit(pfcdir_t *d, double now, uint8_t *frame, uint32_t len) {
     int ll = lossless(p);
     if (ll) {
         uint64_t b = d->in_bytes[p];
-        if ((double)(b + len) > PF.limit) {
+        if ((double)(b + len) > d->limit) {
             c[PC_HEADROOM]++;
             d->hr_bytes[p] += len;
             return PF_HEADROOM;
@@ -489,7 +510,7 @@ static int pfcdir_admit(pfcdir_t *d, double now, uint8_t *frame, uint32_t len) {
         b += len;
         d->in_bytes[p] = b;
         if (b > d->in_max[p]) d->in_max[p] = b;
-        if ((double)b >= PF.xoff && !d->xoff_on[p]) in_pause(d, now, 1u << p);
+        if ((double)b >= d->xoff && !d->xoff_on[p]) in_pause(d, now, 1u << p);
     } else if (P->limit_bytes ? ((double)(qbytes + len) > P->limit) : ((double)(qlen + 1) > P->limit)) {
         c[PC_TAIL]++;
         return PF_TAIL;
@@ -594,6 +615,7 @@ static int run_pfctrace(void) {
     if (!(P.rate_Bps > 0)) die("pfctrace needs --rate-bps (a PFC link has a queue)");
     static pfcdir_t d;
     pfcdir_init(&d, &P, opt_seed, (pfc_sink_t){NULL, tr_release, tr_upstream, tr_dropped}, PF.src);
+    pfcdir_thresholds(&d, opt_trace_ba);   /* --trace-ba: the b->a direction's thresholds (xoff_ba, ...) */
     static char line[2 * 65536 + 64];
     static uint8_t frame[65536];
     double now = 0;

@@ -76,6 +76,7 @@ static void pfc_forward_init(void) {
         if_mac(intf_names[d], g_pfc_src[d]);
         pfcdir_init(&dirs[d], &PD[d], d ? opt_seed_ba : opt_seed_ab,
                     (pfc_sink_t){&paths[d], fw_release, fw_upstream, fw_dropped}, g_pfc_src[d]);
+        pfcdir_thresholds(&dirs[d], d);
         paths[d].pfc = &dirs[d];
     }
 }
@@ -138,7 +139,7 @@ static void pfc_stats_json(FILE *f, path_t *p, int with_series) {
             "\"tx_lag\": {\"count\": %llu, \"mean_s\": %.9g, \"max_s\": %.9g}, "
             "\"rx_lag\": {\"count\": %llu, \"mean_s\": %.9g, \"max_s\": %.9g}, \"ingress\": {",
             (unsigned long long)d->pfc_rx_frames, (unsigned long long)d->pfc_tx_frames,
-            (unsigned long long)g_pfc_tx_errors[idx], PF.rate_real_bps, PF.scale, PF.xoff, PF.xon, PF.headroom,
+            (unsigned long long)g_pfc_tx_errors[idx], PF.rate_real_bps, PF.scale, d->xoff, d->xon, d->headroom,
             PF.quanta, PF.pause_s, paused_mask(d, now), (unsigned long long)g_tx_lag[idx].n,
             g_tx_lag[idx].n ? g_tx_lag[idx].sum / g_tx_lag[idx].n : 0.0, g_tx_lag[idx].max,
             (unsigned long long)g_rx_lag[idx].n, g_rx_lag[idx].n ? g_rx_lag[idx].sum / g_rx_lag[idx].n : 0.0,

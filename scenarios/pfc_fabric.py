@@ -1,0 +1,296 @@
+"""PFC inside a fabric replica: 4:1 incast on a spine-leaf of OVS switches, lossy and lossless (issue 16).
+
+::
+
+    h0 h1 h2 --- l0 === s0 === l1 --- h3 h4 h5          senders h0 h1 h2 h3 -> receiver h4
+      (NICs)        100 m        (h4: the incast port)
+
+Every link is a link node (the replica plan chooses them because the spec has ``pfc:``; testbed/plan/pfc.py):
+a direction u->v is switch u's egress to v, a host's side is its NIC. The same replica runs two trials of the
+same offered load (each sender 40 % of the line rate, 1.6 x the receiver's port, 1.2 x l0's uplink):
+
+* **lossy** (DSCP 8, priority 1: nothing else in the replica uses it): tail drops where the queues
+  overflow, l1->h4 and l0->s0;
+* **lossless** (DSCP 26, RoCE, priority 3): l1->h4 crosses xoff and sends PAUSE into l1; l1 relays it to the
+  ports that feed h4's port (h3's and h5's NICs, s0's link); s0->l1 fills and pauses s0's feeders (l0's
+  uplink), which pauses l0's hosts: the pause spreads back to every sender's NIC, and nothing is lost.
+
+Per trial: each sender's datagrams sent, received and lost (by sequence number); every link node direction's
+drops by reason, PAUSE/XON sent, PAUSE received and the time its priority 3 was held (emulated and real);
+the frame ledger (lost at the receiver = dropped by a modelled queue, else ``unaccounted``); emulator health.
+``pfc_fabric.png``: per direction, the time held by PAUSE and the drops, both trials side by side.
+
+Real fabric -> replica: 100G links at scale 10000 -> 10 Mbit/s; pause quanta at the real 100G, dilated.
+
+    sudo testbed run pfc_fabric --quick      # both trials, 2 s of traffic each (~1 min)
+    sudo testbed run pfc_fabric              # 4 s each
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+if __name__ == "__main__" and __package__ is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from testbed.console import console, require_root  # noqa: E402
+from testbed.scenario import Results, run_main, scenario_parser  # noqa: E402
+
+NAME = "pfc_fabric"
+NO_FAILURES = "its subject is the pause itself; a failure schedule would mix two causes of loss in one trial"
+SCALE = 10000
+RATE_REAL = 100e9
+SENDERS = ("h0", "h1", "h2", "h3")
+RECEIVER = "h4"
+PAYLOAD = 1000
+FRAME = PAYLOAD + 42           # UDP + IPv4 + Ethernet headers: the bytes a link node queues
+LOAD = 0.4                     # of the line rate, per sender
+TRIALS = (("lossy", 8 << 2, 1), ("lossless", 26 << 2, 3))   # (label, TOS, priority): DSCP 8 and 26
+SPEC = {"name": "pfc-spine-leaf", "kind": "spine-leaf", "params": {"leaves": 2, "spines": 1, "hosts_per_leaf": 3},
+        "links": {"host": {"rate": "100G", "distance": "2m"}, "leaf-spine": {"rate": "100G", "distance": "100m"}},
+        "buffer": "100KB", "scale": SCALE, "pfc": {"priorities": [3], "xoff": "40KB"}}
+
+
+def _args(argv):
+    p = scenario_parser(__doc__, prog=f"testbed run {NAME}", refuse_failures=NO_FAILURES)
+    p.add_argument("--seconds", type=float, default=None, help="how long the senders send (quick 2, else 4)")
+    return p.parse_args(argv)
+
+
+def direction_counters(stats: dict, priority: int) -> dict:
+    """``{"u>v": {...}}`` of one link node's stats document: what a trial reads of each direction (pure)."""
+    out = {}
+    for d, doc in (stats.get("directions") or {}).items():
+        prio = (doc.get("priorities") or {}).get(str(priority), {})
+        pfc = doc.get("pfc") or {}
+        ing = (pfc.get("ingress") or {}).get("3", {})
+        eg = (pfc.get("egress") or {}).get("3", {})
+        out[d] = {"rx": prio.get("rx_packets", 0), "forwarded": prio.get("forwarded_packets", 0),
+                  "drop_tail": prio.get("drop_tail", 0), "drop_red": prio.get("drop_red", 0),
+                  "drop_loss": prio.get("drop_loss", 0), "drop_pfc_headroom": prio.get("drop_pfc_headroom", 0),
+                  "drop_pfc_watchdog": prio.get("drop_pfc_watchdog", 0), "pause_sent": ing.get("pause_sent", 0),
+                  "xon_sent": ing.get("xon_sent", 0), "pause_received": eg.get("pause_received", 0),
+                  "paused_s": eg.get("paused_s", 0.0), "paused_real_s": eg.get("paused_real_s", 0.0),
+                  "max_bytes": ing.get("max_bytes", 0)}
+    return out
+
+
+DROPS = ("drop_tail", "drop_red", "drop_loss", "drop_pfc_headroom", "drop_pfc_watchdog")
+
+
+def delta(before: dict, after: dict) -> dict:
+    """``after - before`` per direction and counter; ``max_bytes`` is the trial's own (pure)."""
+    out = {}
+    for d, a in after.items():
+        b = before.get(d, {})
+        out[d] = {k: (v if k == "max_bytes" else v - b.get(k, 0)) for k, v in a.items()}
+    return out
+
+
+def ledger(senders: dict, hops: dict) -> dict:
+    """Sent = received + dropped by a modelled queue + unaccounted, for one trial's priority (pure).
+
+    ``senders``: {host: {"sent", "received"}}; ``hops``: {link node: {"u>v": counters}} (deltas)."""
+    sent = sum(s["sent"] for s in senders.values())
+    received = sum(s["received"] for s in senders.values())
+    drops = {}
+    for node, dirs in hops.items():
+        for d, c in dirs.items():
+            for k in DROPS:
+                if c.get(k):
+                    drops[f"{node} {d} {k}"] = c[k]
+    dropped = sum(drops.values())
+    return {"sent": sent, "received": received, "dropped": dropped, "drops": drops,
+            "unaccounted": sent - received - dropped}
+
+
+def _names(rep) -> dict:
+    """link node name -> {"a>b": "u>v", "b>a": "v>u"} (the plan's ends)."""
+    return {e.via: {"a>b": f"{e.u}>{e.v}", "b>a": f"{e.v}>{e.u}"} for e in rep.plan.links if e.via}
+
+
+def _snapshot(rep, priority: int) -> dict:
+    names = _names(rep)
+    out = {}
+    for _key, dl in rep.link_nodes().items():
+        counters = direction_counters(dl.fresh_stats() or {}, priority)
+        out[dl.name] = {names[dl.name][d]: c for d, c in counters.items()}
+    return out
+
+
+def run_trial(rep, label: str, tos: int, priority: int, seconds: float, workdir: Path) -> dict:
+    """One incast of ``seconds`` on priority ``priority``; the receivers stop after the queues drained."""
+    from testbed.emu.health import CpuWatch, emulator_processes
+    from testbed.links.probe import wait_bound
+
+    probe = [sys.executable, "-m", "testbed.links.probe"]
+    pps = LOAD * rep.plan.link(SENDERS[0], "l0").applied.rate_bps / (FRAME * 8)
+    kw = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+    recv, ready, files = {}, {}, {}
+    for i, h in enumerate(SENDERS):
+        files[h] = (workdir / f"{label}-{h}-send.json", workdir / f"{label}-{h}-recv.json")
+        flag = workdir / f"{label}-{h}.ready"
+        flag.unlink(missing_ok=True)
+        # idle: a paused queue holds frames for a while; the receivers must outlast every pause
+        recv[h] = rep.popen(RECEIVER, probe + ["recv", "--port", str(5301 + i), "--idle", "4", "--timeout",
+                                              str(seconds * 4 + 30), "--ready", str(flag), "--out",
+                                              str(files[h][1])], **kw)
+        ready[flag] = (recv[h], f"udp probe receiver for {h}")
+    wait_bound(ready)
+    before = _snapshot(rep, priority)
+    send = {}
+    with CpuWatch(emulator_processes(rep)) as cpu:
+        for i, h in enumerate(SENDERS):
+            send[h] = rep.popen(h, probe + ["send", "--dst", rep.ip(RECEIVER), "--port", str(5301 + i),
+                                            "--duration", repr(seconds), "--pps", repr(pps), "--size",
+                                            str(PAYLOAD), "--tos", str(tos), "--out", str(files[h][0])], **kw)
+        for h, p in send.items():
+            if p.wait(timeout=seconds + 60) != 0:
+                raise RuntimeError(f"sender {h} failed: {p.stderr.read().decode()[-300:]}")
+    for h, p in recv.items():
+        if p.wait(timeout=seconds * 4 + 60) != 0:
+            raise RuntimeError(f"receiver for {h} failed: {p.stderr.read().decode()[-300:]}")
+    hops = delta_all(before, _snapshot(rep, priority))
+    senders = {}
+    for h in SENDERS:
+        sent = json.loads(files[h][0].read_text())["sent"]
+        got = json.loads(files[h][1].read_text())
+        senders[h] = {"sent": sent, "received": len(set(got["seq"]))}
+        senders[h]["lost"] = sent - senders[h]["received"]
+    stats = {dl.name: dl.stats() for dl in rep.link_nodes().values()}
+    return {"label": label, "tos": tos, "priority": priority, "seconds": seconds, "pps_per_sender": pps,
+            "senders": senders, "hops": hops, "ledger": ledger(senders, hops), "cpu": cpu.summary(),
+            "stats": stats}
+
+
+def delta_all(before: dict, after: dict) -> dict:
+    return {node: delta(before.get(node, {}), dirs) for node, dirs in after.items()}
+
+
+def sides(pfc_links: list) -> dict:
+    """``{"u>v": side}`` of plan.json's ``pfc.links`` (pure)."""
+    out = {}
+    for lk in pfc_links:
+        out[f"{lk['u']}>{lk['v']}"], out[f"{lk['v']}>{lk['u']}"] = lk["ab"], lk["ba"]
+    return out
+
+
+def allowance_used(flat: dict, by_dir: dict) -> dict:
+    """Per switch egress, the bytes its lossless queue held beyond xoff + the physics headroom: what only
+    the emulator allowance kept from being dropped (a real switch would not need it). Pure."""
+    out = {}
+    for d, c in flat.items():
+        side = by_dir.get(d)
+        if side and side["role"] == "switch":
+            over = c.get("max_bytes", 0) - side["xoff_bytes"] - side["physics_headroom_bytes"]
+            if over > 0:
+                out[d] = over
+    return out
+
+
+def row(trial: dict, receiver_port: str, by_dir: dict) -> dict:
+    """The trial's line in the table and summary (pure)."""
+    hops = trial["hops"]
+    flat = {d: c for dirs in hops.values() for d, c in dirs.items()}
+    used = allowance_used(flat, by_dir)
+    nics = [flat.get(f"{h}>l0") or flat.get(f"{h}>l1") or {} for h in SENDERS]
+    led = trial["ledger"]
+    return {"trial": trial["label"], "priority": trial["priority"], "sent": led["sent"], "received": led["received"],
+            "lost": led["sent"] - led["received"], "dropped": led["dropped"], "unaccounted": led["unaccounted"],
+            "pause_sent_at_receiver_port": flat.get(receiver_port, {}).get("pause_sent", 0),
+            "pause_sent_total": sum(c["pause_sent"] for c in flat.values()),
+            "directions_paused": sorted(d for d, c in flat.items() if c["pause_received"] > 0),
+            "senders_paused": sum(1 for c in nics if c.get("pause_received", 0) > 0),
+            "sender_paused_s_mean": sum(c.get("paused_s", 0.0) for c in nics) / len(nics),
+            "emulator_allowance_used_bytes": used, "valid": trial.get("valid")}
+
+
+def _plot(trials: list, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dirs = sorted({d for t in trials for dirs in t["hops"].values() for d in dirs})
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    width = 0.8 / len(trials)
+    for i, t in enumerate(trials):
+        flat = {d: c for dirs in t["hops"].values() for d, c in dirs.items()}
+        xs = [j + i * width for j in range(len(dirs))]
+        axes[0].bar(xs, [flat.get(d, {}).get("paused_s", 0.0) for d in dirs], width, label=t["label"])
+        axes[1].bar(xs, [sum(flat.get(d, {}).get(k, 0) for k in DROPS) for d in dirs], width, label=t["label"])
+    for ax, title in zip(axes, ("time held by PAUSE (emulated s)", "frames dropped"), strict=True):
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(dirs))], dirs, rotation=60, fontsize=7)
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"4:1 incast to {RECEIVER}, spine-leaf, 100G at scale {SCALE} (per link direction u>v)",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    args = _args(argv)
+    require_root(f"testbed run {NAME}")
+    from testbed.doctor import plan_capabilities
+    from testbed.emu import Replica, RunRegistry
+    from testbed.emu.runhealth import assess
+    from testbed.links.node import DelayLineNode
+    from testbed.plan import Overrides, plan_replica
+    from testbed.topo.spec import build_graph, parse_spec
+
+    seconds = args.seconds or (2.0 if args.quick else 4.0)
+    plan = plan_replica(build_graph(parse_spec(SPEC, source=NAME)), plan_capabilities(), Overrides(seed=1))
+    if plan.pfc is None or not plan.pfc.applied:
+        raise RuntimeError(f"the plan did not apply PFC: {plan.pfc.note if plan.pfc else 'no pfc block'}")
+    receiver_port = f"l1>{RECEIVER}"
+    with Results(NAME, args, config={"spec": SPEC, "seconds": seconds, "load_per_sender": LOAD,
+                                      "senders": SENDERS, "receiver": RECEIVER}) as res:
+        trials, rows, health = [], [], {}
+        with RunRegistry(NAME) as run, Replica(plan, run=run, out_dir=res.dir, name=NAME,
+                                               link_node_class=DelayLineNode) as rep:
+            for h in SENDERS:   # the switches learn h4's MAC (it only receives): no flooding during the trial
+                rep.host(RECEIVER).cmd(f"ping -c1 -W2 {rep.ip(h)}")
+            for label, tos, prio in TRIALS:
+                console.print(f"4:1 incast, {label} (priority {prio}), {seconds:g} s")
+                t = run_trial(rep, label, tos, prio, seconds, res.dir)
+                stats = t.pop("stats")
+                reasons = [f"{t['ledger']['unaccounted']} datagrams lost without a counted drop"] \
+                    if t["ledger"]["unaccounted"] else []
+                verdict = assess(cpu=t["cpu"], link_stats=stats, unaccounted=t["ledger"]["unaccounted"],
+                                 reasons=reasons)
+                health[label] = verdict
+                t["valid"] = verdict["emulator_ok"]
+                trials.append(t)
+                rows.append(row(t, receiver_port, sides(plan.pfc.to_json()["links"])))
+        _print(rows, res.out)
+        block = res.health(health)
+        res.write_json("metrics.json", {"rows": rows, "trials": trials, **block})
+        _plot(trials, res.path("pfc_fabric.png"))
+        res.finish({"rows": rows, "all_valid": all(r["valid"] for r in rows), "emulator_ok": block["emulator_ok"],
+                    "pfc": {"applied": plan.pfc.applied, "relays": len(plan.pfc.relays)}})
+    return 0
+
+
+def _print(rows: list, to) -> None:
+    from rich.table import Table
+
+    t = Table("trial", "sent", "received", "dropped", "unaccounted", "PAUSE sent (h4 port)", "directions paused",
+              "senders paused", "beyond physics headroom", "valid",
+              title=f"PFC in a spine-leaf replica: 4:1 incast to {RECEIVER}")
+    for r in rows:
+        used = r["emulator_allowance_used_bytes"]
+        t.add_row(f"{r['trial']} (prio {r['priority']})", str(r["sent"]), str(r["received"]), str(r["dropped"]),
+                  str(r["unaccounted"]), f"{r['pause_sent_total']} ({r['pause_sent_at_receiver_port']})",
+                  str(len(r["directions_paused"])), f"{r['senders_paused']}/{len(SENDERS)}",
+                  ", ".join(f"{d} {b / 1e3:.1f} KB" for d, b in sorted(used.items())) or "-",
+                  "valid" if r["valid"] else "INVALID")
+    to.print(t)
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,38 @@
+"""The pfc_fabric scenario's pure bookkeeping: counters per direction, trial deltas, the frame ledger and the
+emulator allowance a lossless queue used (scenarios/pfc_fabric.py)."""
+
+from __future__ import annotations
+
+from scenarios.pfc_fabric import allowance_used, delta, direction_counters, ledger, sides
+
+STATS = {"directions": {
+    "a>b": {"priorities": {"3": {"rx_packets": 10, "forwarded_packets": 8, "drop_pfc_headroom": 2}},
+            "pfc": {"ingress": {"3": {"pause_sent": 3, "xon_sent": 3, "max_bytes": 150_000}},
+                    "egress": {"3": {"pause_received": 0, "paused_s": 0.0}}}},
+    "b>a": {"priorities": {}, "pfc": {"ingress": {}, "egress": {"3": {"pause_received": 4, "paused_s": 1.5}}}}}}
+
+
+def test_counters_deltas_and_the_ledger_add_up():
+    now = direction_counters(STATS, 3)
+    assert now["a>b"]["drop_pfc_headroom"] == 2 and now["a>b"]["pause_sent"] == 3
+    assert now["b>a"] == {**now["b>a"], "rx": 0, "pause_received": 4, "paused_s": 1.5}
+    before = {"a>b": {**now["a>b"], "rx": 4, "drop_pfc_headroom": 1, "max_bytes": 999_999}}
+    d = delta(before, now)
+    assert d["a>b"]["rx"] == 6 and d["a>b"]["drop_pfc_headroom"] == 1
+    assert d["a>b"]["max_bytes"] == 150_000          # the trial's own maximum, not a difference
+    assert d["b>a"]["pause_received"] == 4           # a direction absent before counts from zero
+    led = ledger({"h0": {"sent": 10, "received": 7}, "h1": {"sent": 5, "received": 5}}, {"dl0": {"u>v": d["a>b"]}})
+    assert led["drops"] == {"dl0 u>v drop_pfc_headroom": 1}
+    assert (led["sent"], led["received"], led["dropped"], led["unaccounted"]) == (15, 12, 1, 2)
+
+
+def test_allowance_used_is_what_a_switch_queue_held_beyond_xoff_plus_physics():
+    plan_links = [{"u": "l0", "v": "s0",
+                   "ab": {"role": "switch", "xoff_bytes": 40e3, "physics_headroom_bytes": 90e3},
+                   "ba": {"role": "switch", "xoff_bytes": 40e3, "physics_headroom_bytes": 42e3}},
+                  {"u": "l0", "v": "h0", "ab": {"role": "switch", "xoff_bytes": 40e3, "physics_headroom_bytes": 1e5},
+                   "ba": {"role": "nic", "xoff_bytes": 4e7, "physics_headroom_bytes": 1e7}}]
+    by_dir = sides(plan_links)
+    assert by_dir["s0>l0"]["physics_headroom_bytes"] == 42e3 and by_dir["h0>l0"]["role"] == "nic"
+    flat = {"l0>s0": {"max_bytes": 150e3}, "s0>l0": {"max_bytes": 50e3}, "h0>l0": {"max_bytes": 5e8}}
+    assert allowance_used(flat, by_dir) == {"l0>s0": 20e3}     # NICs are host memory, not a switch buffer
