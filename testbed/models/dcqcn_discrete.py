@@ -29,9 +29,15 @@ propagation delays, the data frame's and the CNP's serialisation) is used as the
 ``queue_delay=True``: a mark taken at enqueue reaches the sender its queueing delay plus tau* later. Only
 that sum matters: the NP's spacing rule sees the same gaps at the receiver as at the sender.
 ``starts_s``, ``buffer_bytes``, ``min_rate_bps`` and ``initial_alpha`` are honoured; ``marking`` (open
-loop), ``flow_bytes`` and ``messages`` are not (flows send for ever). The FIFO is exact (departures are
-computed, not sampled), so the event count is the packets sent plus the timers: a 12 s emulated run of
-the validation experiment (2 flows) takes ~0.15 s of CPU.
+loop) is not. The FIFO is exact (departures are computed, not sampled), so the event count is the packets
+sent plus the timers: a 12 s emulated run of the validation experiment (2 flows) takes ~0.15 s of CPU.
+
+**Finite flows** (``flow_bytes`` with ``messages``, or a mix ``message_sizes``): as in the fluid model, each
+flow sends its messages one at a time (``write-lat``); after a message's last packet it pauses until that
+packet has left the FIFO plus ``ack_delay_s``, its timers still running, and a CNP still cuts it. A message
+is whole packets (its bytes rounded up). Why here too: a short flow's goodput is set by the depth of its
+first cuts, and one CNP cuts R_C by alpha / 2 (half, while alpha is still near its initial 1), which the
+mean field spreads out (docs/validation.md, "The 100 km mix, read from the timelines").
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ import numpy as np
 
 from testbed.models.dcqcn_fluid import FluidParams, Trajectory
 
-_SEND, _CNP, _ALPHA, _TIMER = 0, 1, 2, 3
+_SEND, _CNP, _ALPHA, _TIMER, _RESUME = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -113,6 +119,13 @@ def simulate(params: FluidParams, duration_s: float, seed: int = 0, sample_every
     last_cnp = [-math.inf] * n             # the NP's last CNP per flow (on the sender's clock)
     cnps: list[list[float]] = [[] for _ in range(n)]
     active = [False] * n
+    plan = _plan(p_)                       # per flow its messages in packets (None: sends for ever)
+    left = [0] * n                         # packets of the current message still to send
+    sending = [True] * n                   # False while a message waits for its acknowledgement, or done
+    finished = [False] * n
+    msg_start = [0.0] * n
+    fcts: list[list[float]] = [[] for _ in range(n)]
+    finish = [math.nan] * n
     fifo: deque = deque()                  # (departure time, flow) of the packets in the system
     done = [0] * n
     last_dep = 0.0
@@ -141,7 +154,12 @@ def simulate(params: FluidParams, duration_s: float, seed: int = 0, sample_every
     def reschedule(i, now):
         """The next send of flow i at its current rate, counted from its last send (never in the past)."""
         send_gen[i] += 1
-        push(max(now, last_send[i] + bits / rc[i]), _SEND, i, send_gen[i])
+        if sending[i]:
+            push(max(now, last_send[i] + bits / rc[i]), _SEND, i, send_gen[i])
+
+    def next_message(i, now):
+        msg_start[i] = now
+        left[i] = plan[i][len(fcts[i])]
 
     def increase(i, now, by_bytes):
         if by_bytes:
@@ -168,9 +186,12 @@ def simulate(params: FluidParams, duration_s: float, seed: int = 0, sample_every
             while fifo and fifo[0][0] <= tk:
                 done[fifo.popleft()[1]] += 1
                 departed += 1
-            out_r[k], out_rt[k], out_a[k], out_del[k] = rc, rt, alpha, done
+            out_r[k] = [r if s else 0.0 for r, s in zip(rc, sending, strict=True)]   # 0 while paused or done
+            out_rt[k], out_a[k], out_del[k] = rt, alpha, done
             out_q[k], out_p[k], out_dep[k] = len(fifo), mark_p(len(fifo)), departed
             k += 1
+        if finished[i] and kind != _SEND:  # a finished flow's timers stop
+            continue
         if kind == _SEND:
             if gen == -1:                  # start: line rate, both timers running
                 active[i] = True
@@ -178,6 +199,8 @@ def simulate(params: FluidParams, duration_s: float, seed: int = 0, sample_every
                 last_send[i] = now - bits / line
                 push(now + tau_a, _ALPHA, i)
                 push(now + T, _TIMER, i, timer_gen[i])
+                if plan is not None:
+                    next_message(i, now)
             elif gen != send_gen[i]:
                 continue
             while fifo and fifo[0][0] <= now:
@@ -202,8 +225,26 @@ def simulate(params: FluidParams, duration_s: float, seed: int = 0, sample_every
             if sent_bytes[i] >= B:
                 sent_bytes[i] -= B
                 increase(i, now, True)
+            if plan is not None:
+                left[i] -= 1
+                if not left[i]:            # the last packet: acknowledged when it has left plus the ack delay
+                    acked = (fifo[-1][0] if q < limit else now) + p_.ack_delay_s
+                    fcts[i].append(acked - msg_start[i])
+                    sending[i] = False
+                    send_gen[i] += 1       # no send until the acknowledgement
+                    if len(fcts[i]) < len(plan[i]):
+                        push(acked, _RESUME, i)
+                    else:
+                        finished[i], finish[i] = True, acked
+                        rc[i] = rt[i] = 0.0
+                    continue
             send_gen[i] += 1
             push(now + bits / rc[i], _SEND, i, send_gen[i])
+        elif kind == _RESUME:
+            sending[i] = True
+            next_message(i, now)
+            last_send[i] = now - bits / rc[i]
+            reschedule(i, now)
         elif kind == _CNP:
             cnps[i].append(now)
             rt[i] = rc[i]
@@ -226,12 +267,26 @@ def simulate(params: FluidParams, duration_s: float, seed: int = 0, sample_every
         while fifo and fifo[0][0] <= tk:
             done[fifo.popleft()[1]] += 1
             departed += 1
-        out_r[k], out_rt[k], out_a[k], out_del[k] = rc, rt, alpha, done
+        out_r[k] = [r if s else 0.0 for r, s in zip(rc, sending, strict=True)]
+        out_rt[k], out_a[k], out_del[k] = rt, alpha, done
         out_q[k], out_p[k], out_dep[k] = len(fifo), mark_p(len(fifo)), departed
         k += 1
     return DiscreteTrajectory(out_t, out_r, out_rt, out_a, out_q * p_.packet_bytes, out_p,
-                              dropped * p_.packet_bytes, p_, cnp_times=tuple(tuple(c) for c in cnps),
+                              dropped * p_.packet_bytes, p_, finish_s=tuple(finish) if plan is not None else (),
+                              message_fct_s=tuple(tuple(f) for f in fcts) if plan is not None else (),
+                              cnp_times=tuple(tuple(c) for c in cnps),
                               departed=out_dep, delivered=out_del, marks=marks, seed=seed)
+
+
+def _plan(params: FluidParams) -> list[list[int]] | None:
+    """Per flow, its messages in whole packets, in the order it sends them (None: flows send for ever)."""
+    if params.flow_bytes is None:
+        return None
+    if params.message_sizes is not None:
+        sizes = params.message_sizes
+    else:
+        sizes = [[b / params.messages] * params.messages for b in params.flow_bytes]
+    return [[max(1, math.ceil(b / params.packet_bytes - 1e-9)) for b in flow] for flow in sizes]
 
 
 def mean_trajectory(runs: list[DiscreteTrajectory]) -> DiscreteTrajectory:

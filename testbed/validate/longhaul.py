@@ -27,6 +27,7 @@ from testbed.models.dcqcn_fluid import FluidParams
 from testbed.validate.rows import SCALAR_TOLERANCE, Row, scalar_row, skipped_row
 from testbed.validate.stats import confidence_interval
 from testbed.validate.trials import (
+    discrete_flow_gain,
     feedback_bound_s,
     feedback_check,
     feedback_paths_m,
@@ -34,6 +35,7 @@ from testbed.validate.trials import (
     predicted_gain,
     propagation_s,
     trial_validity,
+    wire_bytes,
 )
 from testbed.validate.trials import feedback_serialisation_s as _ser
 
@@ -103,11 +105,13 @@ def _serialisation(config: dict, row: dict, mode: str = "ecn") -> float:
     return _ser(_rate(config, row), _frame(config), mode)
 
 
-def long_haul_rows(doc: dict, model_duration_s: float | None = None) -> list[Row]:
+def long_haul_rows(doc: dict, model_duration_s: float | None = None, discrete_seeds: int = 20) -> list[Row]:
     """Physics and gain rows from the long-haul trials (see the module docstring for the fields).
 
     Args:
         model_duration_s: simulated time of each fluid run (default: :func:`predicted_gain`'s).
+        discrete_seeds: runs per mode of the discrete simulation of the same flows, whose ratio median and
+            5-95 % range the gain rows' notes give (0: none).
     """
     config, rows = doc["config"], doc["rows"]
     _check(rows)
@@ -146,7 +150,7 @@ def long_haul_rows(doc: dict, model_duration_s: float | None = None) -> list[Row
                               saved * 1e3, "ms (real)", backends=backends,
                               note=f"ECN {len(ecn)}, fast CNP {len(fast)} valid trials"))
     out += _excess_rows(config, _groups(_valid(rows, config, physics=False)[0]), backends)
-    out += _gain_rows(config, groups, backends, model_duration_s)
+    out += _gain_rows(config, groups, backends, model_duration_s, discrete_seeds)
     return out
 
 
@@ -184,9 +188,11 @@ def _paired_gain(ecn: list, fast: list) -> list[float]:
     return [t["throughput_mbps"] / mean - 1 for t in fast] if mean > 0 else []
 
 
-def _gain_rows(config: dict, groups: dict, backends, duration_s: float | None) -> list[Row]:
+def _gain_rows(config: dict, groups: dict, backends, duration_s: float | None, seeds: int = 0) -> list[Row]:
     """Fast CNP's measured goodput gain against the fluid model run on the same flows (finite messages, the
-    flows that cross the congestion point); the paper's steady-state gain (long flows) is given beside it."""
+    flows that cross the congestion point); the paper's steady-state gain (long flows) is given beside it,
+    and with ``seeds`` the discrete simulation's ratios for the same flows (median, 5-95 %): the spread one
+    realisation, such as a replica trial, can take (docs/validation.md, "The 100 km mix, read from the timelines")."""
     out = []
     local = float(config.get("local_fibre_m", 0.0))
     cases = sorted({c for c, _, _ in groups})
@@ -218,15 +224,26 @@ def _gain_rows(config: dict, groups: dict, backends, duration_s: float | None) -
             from testbed.validate.longhaul_setup import message_sizes  # lazy: it imports the planner
             sizes = [int(x) for x in config.get("message_sizes") or [config["message_bytes"]]]
             mix = tuple(tuple(message_sizes(sizes, messages, i)) for i in range(flows))   # as the senders sent
-            pred = predicted_flow_gain(replace(base, message_sizes=mix), km, case, local, ack_delay_s=rtt)
+            payload = float(sum(map(sum, mix)))
+            mtu = config.get("ib_mtu")   # the frames the senders sent (results without it: the payload alone)
+            if mtu:
+                mix = tuple(tuple(wire_bytes(x, int(mtu), _frame(config)) for x in flow) for flow in mix)
+            pred = predicted_flow_gain(replace(base, message_sizes=mix), km, case, local, ack_delay_s=rtt,
+                                       payload_bytes=payload)
             steady = predicted_gain(replace(base, queue_delay=False, min_rate_bps=None), [km], case,
                                     duration_s=duration_s)[0]["gain"]
             ci = confidence_interval(gains)
             note = f"{len(gains)} paired repetitions; gain {ci.mean * 100:+.1f}%"
             if ci.half_width is not None:
                 note += f" +- {ci.half_width * 100:.1f}% (95%)"
-            note += (f"; model of these flows ({flows} x {messages} x {'/'.join(f'{x / 1e6:g}' for x in sizes)} MB) "
+            note += (f"; model of these flows ({flows} x {messages} x {'/'.join(f'{x / 1e6:g}' for x in sizes)} MB"
+                     f"{f', in {mtu}-byte frames' if mtu else ''}) "
                      f"{pred['gain'] * 100:+.1f}%; steady state (long flows) {steady * 100:+.1f}%")
+            if seeds:
+                sim = discrete_flow_gain(replace(base, message_sizes=mix), km, case, local, ack_delay_s=rtt,
+                                         seeds=seeds, payload_bytes=payload)
+                note += (f"; discrete simulation of these flows ({seeds} seeds): ratio {sim['median']:.3f} "
+                         f"[{sim['p5']:.3f}, {sim['p95']:.3f}]")
             row = scalar_row(REF_GAIN, metric, 1 + ci.mean, 1 + pred["gain"], "", backends=backends, note=note)
             row.plot = {"distance_km": km, "mean": ci.mean, "low": ci.low, "high": ci.high,
                         "predicted": pred["gain"], "steady_state": steady, "case": case}

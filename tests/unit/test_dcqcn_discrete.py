@@ -83,3 +83,41 @@ def test_the_seed_mean_is_the_average_of_the_runs():
     m = mean_trajectory(runs)
     assert np.allclose(m.queue, (runs[0].queue + runs[1].queue) / 2)
     assert m.utilisation(0.5, 1.5) == pytest.approx(np.mean([r.utilisation(0.5, 1.5) for r in runs]))
+
+
+# -- finite flows (the long-haul gain rows' messages) -------------------------------------------------------
+def test_an_uncongested_finite_flow_sends_its_messages_one_at_a_time_at_line_rate():
+    """40 Mb/s into 100 Mb/s: a packet every 200 us, 80 us of service; each message ends when its last packet
+    has left plus the acknowledgement's 1 ms, and the flow sends nothing meanwhile."""
+    p = FluidParams(capacity_bps=100e6, line_rate_bps=40e6, packet_bytes=1000, starts_s=(0.0,),
+                    message_sizes=((10e3, 30e3),), ack_delay_s=1e-3)
+    tr = simulate(p, 0.05, seed=1, sample_every_s=50e-6)
+    first, second = (m * 200e-6 - 200e-6 + 80e-6 + 1e-3 for m in (10, 30))
+    assert tr.message_fct_s[0] == pytest.approx((first, second), abs=1e-9)
+    assert tr.finish_s[0] == pytest.approx(first + second, abs=1e-9)
+    assert tr.marks == 0 and tr.delivered[-1, 0] == 40
+    pause = tr.window(first - 1e-3 + 1e-4, first - 1e-4)    # the first message's last packet has left
+    assert np.all(tr.rates[pause, 0] == 0) and np.ptp(tr.delivered[pause, 0]) == 0
+    assert np.all(tr.rates[tr.t > first + second, 0] == 0)  # done
+
+
+def test_finite_flows_through_a_bottleneck_deliver_exactly_their_messages():
+    """Two senders at line rate into one 10G port (the long-haul DCI, fast CNP): they are cut, and every
+    packet of every message arrives once; the messages complete in order, within the capacity."""
+    mix = ((64e3, 1e6, 4e6), (1e6, 4e6, 64e3))
+    p = FluidParams(capacity_bps=10e9, line_rate_bps=10e9, packet_bytes=1082, kmin_bytes=40e3, kmax_bytes=160e3,
+                    pmax=0.2, feedback_delay_s=5.5e-6, queue_delay=True, rate_ai_bps=4e6, min_rate_bps=10e6,
+                    message_sizes=mix, ack_delay_s=1e-3)
+    tr = simulate(p, 0.2, seed=7, sample_every_s=50e-6)
+    packets = [sum(-(-int(b) // 1082) for b in flow) for flow in mix]
+    assert list(tr.delivered[-1]) == packets
+    assert all(len(f) == 3 for f in tr.message_fct_s) and all(c for c in tr.cnp_times)
+    assert max(tr.finish_s) < 0.2
+    assert sum(sum(flow) for flow in mix) * 8 / max(tr.finish_s) < 10e9
+    for i, flow in enumerate(tr.message_fct_s):
+        assert tr.finish_s[i] == pytest.approx(sum(flow), rel=1e-9)   # one after another, from t = 0
+
+
+def test_flows_without_an_end_report_no_completions():
+    tr = simulate(FluidParams(**RAMP, starts_s=(0.0,)), 0.1, seed=1)
+    assert tr.finish_s == () and tr.message_fct_s == ()

@@ -124,7 +124,24 @@ def test_long_haul_rows_from_trials_that_agree_with_physics_and_the_model():
     assert saved.passed and saved.expected == pytest.approx(0.3)
     gain = by["sender-dci 30 km: goodput ratio fast/ECN"]
     assert gain.passed and gain.plot["low"] <= gain.plot["mean"] <= gain.plot["high"]
+    assert "discrete simulation of these flows (20 seeds): ratio" in gain.note
     assert gain_points(rows)["sender-dci"][0]["distance_km"] == 30
+
+
+def test_the_gain_row_models_the_frames_the_senders_sent_when_the_run_names_its_mtu():
+    """With ``ib_mtu`` the model sends each 1 MB message as its 977 frames of 1082 bytes (5.7 % more than the
+    payload) and counts goodput on the payload, as the replica does; without it, the payload alone."""
+    doc = _doc()
+    doc["config"] = {**doc["config"], "ib_mtu": 1024}
+    gain = {r.metric: r for r in long_haul_rows(doc, MODEL_S, discrete_seeds=0)}[
+        "sender-dci 30 km: goodput ratio fast/ECN"]
+    base = FluidParams(capacity_bps=10e9, line_rate_bps=10e9, packet_bytes=1082, kmin_bytes=40e3, kmax_bytes=160e3,
+                       pmax=0.2, feedback_delay_s=5e-6, rate_ai_bps=4e6, min_rate_bps=10e6, queue_delay=True,
+                       flow_bytes=(2 * 1_056_666, 2 * 1_056_666), messages=2)
+    by_hand = predicted_flow_gain(base, 30, "sender-dci", 0.0, ack_delay_s=2 * 30e3 * 5e-9, payload_bytes=4e6)
+    assert gain.expected == pytest.approx(1 + by_hand["gain"], rel=1e-9)
+    assert gain.expected != pytest.approx(1 + _model_gain_30km(), rel=1e-4)
+    assert "in 1024-byte frames" in gain.note and "discrete simulation" not in gain.note
 
 
 def test_long_haul_rows_catch_impossible_feedback_and_leave_invalid_trials_out():

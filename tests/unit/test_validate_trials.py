@@ -10,12 +10,14 @@ from testbed.models.dcqcn_fluid import FluidParams
 from testbed.plan.marking import marking_profile
 from testbed.validate.stats import confidence_interval, normalised_rms, relative_error, t_cdf, t_quantile
 from testbed.validate.trials import (
+    discrete_flow_gain,
     feedback_bound_s,
     feedback_check,
     feedback_paths_m,
     predicted_flow_gain,
     predicted_gain,
     trial_validity,
+    wire_bytes,
 )
 
 GOOD = {"mode": "fast-cnp", "switch_cnps": 12, "cnps_rx": 11, "marks": 0, "unaccounted_losses": 0,
@@ -171,3 +173,33 @@ def test_short_flows_gain_more_from_fast_cnp_than_the_steady_state_and_only_at_t
     assert abs(tor["gain"]) < 0.02
     with pytest.raises(SpecError, match="flow_bytes"):
         predicted_flow_gain(replace(base, flow_bytes=None), 30)
+
+
+def test_the_discrete_simulation_of_the_same_flows_gives_one_paired_ratio_per_seed():
+    """2 flows of 2 x 1 MB at 30 km: each seed runs both modes; the ratios are fast / ECN goodput of the same
+    seed, their quantiles ordered, and fast CNP gains in every seed (ECN's first cut comes 0.3 ms late)."""
+    base = FluidParams(capacity_bps=10e9, line_rate_bps=10e9, packet_bytes=1082, kmin_bytes=40e3,
+                       kmax_bytes=160e3, pmax=0.2, feedback_delay_s=5e-6, rate_ai_bps=4e6, min_rate_bps=10e6,
+                       queue_delay=True, starts_s=(0.0, 0.0), flow_bytes=(2e6, 2e6), messages=2)
+    rtt = 2 * 30e3 * 5e-9
+    sim = discrete_flow_gain(base, 30, "sender-dci", ack_delay_s=rtt, seeds=4)
+    good = sim["goodput_bps"]
+    assert sim["ratios"] == [f / e for f, e in zip(good["fast-cnp"], good["ecn"], strict=True)]
+    assert len(sim["ratios"]) == 4 and sim["p5"] <= sim["median"] <= sim["p95"]
+    assert min(sim["ratios"]) > 1 and max(good["fast-cnp"]) <= 10e9
+    assert all(len(f) == 2 for f in sim["finish_s"]["ecn"])
+    assert discrete_flow_gain(base, 30, "sender-dci", ack_delay_s=rtt, seeds=2)["ratios"] == sim["ratios"][:2]
+    with pytest.raises(SpecError, match="flow_bytes"):
+        discrete_flow_gain(replace(base, flow_bytes=None), 30)
+    with pytest.raises(SpecError, match="seeds"):
+        discrete_flow_gain(base, 30, seeds=0)
+
+
+def test_a_message_on_the_wire_carries_every_frames_headers():
+    """1024-byte MTU in 1082-byte frames (the long-haul trials): 1 MB is 977 frames (the senders' tx_packets
+    per message), 64 KB 63 (the last one half full); a frame no larger than its MTU is refused."""
+    assert wire_bytes(1e6, 1024, 1082) == 1e6 + 977 * 58
+    assert wire_bytes(64e3, 1024, 1082) == 64e3 + 63 * 58
+    assert wire_bytes(1024, 1024, 1082) == 1082
+    with pytest.raises(SpecError, match="frame_bytes"):
+        wire_bytes(1e6, 1024, 1024)
