@@ -22,8 +22,9 @@ the frame ledger (lost at the receiver = dropped by a modelled queue, else ``una
 
 Real fabric -> replica: 100G links at scale 10000 -> 10 Mbit/s; pause quanta at the real 100G, dilated.
 
-    sudo testbed run pfc_fabric --quick      # both trials, 2 s of traffic each (~1 min)
-    sudo testbed run pfc_fabric              # 4 s each
+    sudo testbed run pfc_fabric --quick      # both trials, 2 s of traffic each (~20 s)
+    sudo testbed run pfc_fabric              # 4 s each, and the lossless incast with 100 m, 1 km and 10 km
+                                             # uplinks, headroom from physics and a fixed 50 KB (~3 min)
 """
 
 from __future__ import annotations
@@ -233,9 +234,76 @@ def _plot(trials: list, path: Path) -> None:
     plt.close(fig)
 
 
+def _plot_sweep(rows: list, path: Path) -> None:
+    """Lossless incast vs uplink length: lost datagrams and the h4 port's deepest queue, per headroom."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lossless = [r for r in rows if r["priority"] == 3]
+    dists = list(dict.fromkeys(r["distance"] for r in lossless))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for h, marker in (("auto", "o"), ("50KB", "x")):
+        pts = [(dists.index(r["distance"]), r["lost"]) for r in lossless if r["headroom"] == h]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=f"headroom {h}")
+    ax.set_xticks(range(len(dists)), dists)
+    ax.set_xlabel("leaf-spine cable")
+    ax.set_ylabel("datagrams lost on the lossless priority")
+    ax.set_title("4:1 incast with PFC: headroom from physics vs a fixed 50 KB per port", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def configs(quick: bool) -> list:
+    """(tag, uplink distance, pfc headroom, trials) of a run: the base replica with both trials; the full
+    run adds the lossless incast with longer uplinks, with the headroom from physics and an undersized one
+    (a fixed 50 KB per port: what happens when the cable outgrows the buffer: loss despite PFC)."""
+    out = [("", "100m", "auto", TRIALS)]
+    if not quick:
+        out += [(f"{d}-{h}", d, h, TRIALS[1:]) for d in ("100m", "1km", "10km") for h in ("auto", "50KB")
+                if (d, h) != ("100m", "auto")]
+    return out
+
+
+def spec_for(distance: str, headroom: str) -> dict:
+    spec = json.loads(json.dumps(SPEC))
+    spec["links"]["leaf-spine"]["distance"] = distance
+    spec["pfc"]["headroom"] = headroom
+    return spec
+
+
 def main(argv=None) -> int:
     args = _args(argv)
     require_root(f"testbed run {NAME}")
+    seconds = args.seconds or (2.0 if args.quick else 4.0)
+    runs = configs(args.quick)
+    with Results(NAME, args, config={"spec": SPEC, "seconds": seconds, "load_per_sender": LOAD,
+                                      "senders": SENDERS, "receiver": RECEIVER,
+                                      "configs": [(d, h) for _, d, h, _ in runs]}) as res:
+        trials, rows, health = [], [], {}
+        for tag, distance, headroom, which in runs:
+            out_dir = res.dir / tag if tag else res.dir
+            out_dir.mkdir(parents=True, exist_ok=True)
+            plan = _replica_trials(spec_for(distance, headroom), which, seconds, out_dir, tag, trials, rows, health)
+            for r in rows[len(rows) - len(which):]:
+                r.update(distance=distance, headroom=headroom)
+        _print(rows, res.out)
+        block = res.health(health)
+        res.write_json("metrics.json", {"rows": rows, "trials": trials, **block})
+        _plot([t for t in trials if not t["config"]], res.path("pfc_fabric.png"))
+        if len(runs) > 1:
+            _plot_sweep(rows, res.path("pfc_headroom.png"))
+        res.finish({"rows": rows, "all_valid": all(r["valid"] for r in rows), "emulator_ok": block["emulator_ok"],
+                    "pfc": {"applied": plan.pfc.applied, "relays": len(plan.pfc.relays)}})
+    return 0
+
+
+def _replica_trials(spec: dict, which, seconds: float, out_dir: Path, tag: str, trials: list, rows: list,
+                    health: dict):
+    """Build the replica of ``spec``, run ``which`` trials on it (appended to trials/rows/health); its plan."""
     from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
     from testbed.emu.runhealth import assess
@@ -243,48 +311,43 @@ def main(argv=None) -> int:
     from testbed.plan import Overrides, plan_replica
     from testbed.topo.spec import build_graph, parse_spec
 
-    seconds = args.seconds or (2.0 if args.quick else 4.0)
-    plan = plan_replica(build_graph(parse_spec(SPEC, source=NAME)), plan_capabilities(), Overrides(seed=1))
+    plan = plan_replica(build_graph(parse_spec(spec, source=NAME)), plan_capabilities(), Overrides(seed=1))
     if plan.pfc is None or not plan.pfc.applied:
         raise RuntimeError(f"the plan did not apply PFC: {plan.pfc.note if plan.pfc else 'no pfc block'}")
-    receiver_port = f"l1>{RECEIVER}"
-    with Results(NAME, args, config={"spec": SPEC, "seconds": seconds, "load_per_sender": LOAD,
-                                      "senders": SENDERS, "receiver": RECEIVER}) as res:
-        trials, rows, health = [], [], {}
-        with RunRegistry(NAME) as run, Replica(plan, run=run, out_dir=res.dir, name=NAME,
-                                               link_node_class=DelayLineNode) as rep:
-            for h in SENDERS:   # the switches learn h4's MAC (it only receives): no flooding during the trial
-                rep.host(RECEIVER).cmd(f"ping -c1 -W2 {rep.ip(h)}")
-            for label, tos, prio in TRIALS:
-                console.print(f"4:1 incast, {label} (priority {prio}), {seconds:g} s")
-                t = run_trial(rep, label, tos, prio, seconds, res.dir)
-                stats = t.pop("stats")
-                reasons = [f"{t['ledger']['unaccounted']} datagrams lost without a counted drop"] \
-                    if t["ledger"]["unaccounted"] else []
-                verdict = assess(cpu=t["cpu"], link_stats=stats, unaccounted=t["ledger"]["unaccounted"],
-                                 reasons=reasons)
-                health[label] = verdict
-                t["valid"] = verdict["emulator_ok"]
-                trials.append(t)
-                rows.append(row(t, receiver_port, sides(plan.pfc.to_json()["links"])))
-        _print(rows, res.out)
-        block = res.health(health)
-        res.write_json("metrics.json", {"rows": rows, "trials": trials, **block})
-        _plot(trials, res.path("pfc_fabric.png"))
-        res.finish({"rows": rows, "all_valid": all(r["valid"] for r in rows), "emulator_ok": block["emulator_ok"],
-                    "pfc": {"applied": plan.pfc.applied, "relays": len(plan.pfc.relays)}})
-    return 0
+    by_dir = sides(plan.pfc.to_json()["links"])
+    with RunRegistry(NAME) as run, Replica(plan, run=run, out_dir=out_dir, name=NAME,
+                                           link_node_class=DelayLineNode) as rep:
+        for h in SENDERS:   # the switches learn h4's MAC (it only receives): no flooding during the trial
+            rep.host(RECEIVER).cmd(f"ping -c1 -W2 {rep.ip(h)}")
+        for label, tos, prio in which:
+            label = f"{label} {tag}" if tag else label
+            console.print(f"4:1 incast, {label} (priority {prio}), {seconds:g} s")
+            t = run_trial(rep, label.replace(" ", "-"), tos, prio, seconds, out_dir)
+            t["label"], t["config"] = label, tag
+            stats = t.pop("stats")
+            reasons = [f"{t['ledger']['unaccounted']} datagrams lost without a counted drop"] \
+                if t["ledger"]["unaccounted"] else []
+            verdict = assess(cpu=t["cpu"], link_stats=stats, unaccounted=t["ledger"]["unaccounted"],
+                             reasons=reasons)
+            health[label] = verdict
+            t["valid"] = verdict["emulator_ok"]
+            trials.append(t)
+            r = row(t, f"l1>{RECEIVER}", by_dir)
+            r["physics_headroom_bytes"] = {d: by_dir[d]["physics_headroom_bytes"] for d in (f"l1>{RECEIVER}", "s0>l1")}
+            rows.append(r)
+    return plan
 
 
 def _print(rows: list, to) -> None:
     from rich.table import Table
 
-    t = Table("trial", "sent", "received", "dropped", "unaccounted", "PAUSE sent (h4 port)", "directions paused",
+    t = Table("trial", "uplinks", "headroom", "sent", "received", "dropped", "unaccounted", "PAUSE sent (h4 port)",
+              "directions paused",
               "senders paused", "beyond physics headroom", "valid",
               title=f"PFC in a spine-leaf replica: 4:1 incast to {RECEIVER}")
     for r in rows:
         used = r["emulator_allowance_used_bytes"]
-        t.add_row(f"{r['trial']} (prio {r['priority']})", str(r["sent"]), str(r["received"]), str(r["dropped"]),
+        t.add_row(f"{r['trial']} (prio {r['priority']})", r.get("distance", ""), r.get("headroom", ""), str(r["sent"]), str(r["received"]), str(r["dropped"]),
                   str(r["unaccounted"]), f"{r['pause_sent_total']} ({r['pause_sent_at_receiver_port']})",
                   str(len(r["directions_paused"])), f"{r['senders_paused']}/{len(SENDERS)}",
                   ", ".join(f"{d} {b / 1e3:.1f} KB" for d, b in sorted(used.items())) or "-",
