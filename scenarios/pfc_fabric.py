@@ -30,7 +30,6 @@ Real fabric -> replica: 100G links at scale 10000 -> 10 Mbit/s; pause quanta at 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -38,6 +37,8 @@ if __name__ == "__main__" and __package__ is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.console import console, require_root  # noqa: E402
+from testbed.pfc.counters import DROPS, allowance_used, sides  # noqa: E402
+from testbed.pfc.streams import FRAME, run_streams  # noqa: E402
 from testbed.scenario import Results, run_main, scenario_parser  # noqa: E402
 
 NAME = "pfc_fabric"
@@ -46,8 +47,6 @@ SCALE = 10000
 RATE_REAL = 100e9
 SENDERS = ("h0", "h1", "h2", "h3")
 RECEIVER = "h4"
-PAYLOAD = 1000
-FRAME = PAYLOAD + 42           # UDP + IPv4 + Ethernet headers: the bytes a link node queues
 LOAD = 0.4                     # of the line rate, per sender
 TRIALS = (("lossy", 8 << 2, 1), ("lossless", 26 << 2, 3))   # (label, TOS, priority): DSCP 8 and 26
 SPEC = {"name": "pfc-spine-leaf", "kind": "spine-leaf", "params": {"leaves": 2, "spines": 1, "hosts_per_leaf": 3},
@@ -59,137 +58,6 @@ def _args(argv):
     p = scenario_parser(__doc__, prog=f"testbed run {NAME}", refuse_failures=NO_FAILURES)
     p.add_argument("--seconds", type=float, default=None, help="how long the senders send (quick 2, else 4)")
     return p.parse_args(argv)
-
-
-def direction_counters(stats: dict, priority: int) -> dict:
-    """``{"u>v": {...}}`` of one link node's stats document: what a trial reads of each direction (pure)."""
-    out = {}
-    for d, doc in (stats.get("directions") or {}).items():
-        prio = (doc.get("priorities") or {}).get(str(priority), {})
-        pfc = doc.get("pfc") or {}
-        ing = (pfc.get("ingress") or {}).get("3", {})
-        eg = (pfc.get("egress") or {}).get("3", {})
-        out[d] = {"rx": prio.get("rx_packets", 0), "forwarded": prio.get("forwarded_packets", 0),
-                  "drop_tail": prio.get("drop_tail", 0), "drop_red": prio.get("drop_red", 0),
-                  "drop_loss": prio.get("drop_loss", 0), "drop_pfc_headroom": prio.get("drop_pfc_headroom", 0),
-                  "drop_pfc_watchdog": prio.get("drop_pfc_watchdog", 0), "pause_sent": ing.get("pause_sent", 0),
-                  "xon_sent": ing.get("xon_sent", 0), "pause_received": eg.get("pause_received", 0),
-                  "paused_s": eg.get("paused_s", 0.0), "paused_real_s": eg.get("paused_real_s", 0.0),
-                  "max_bytes": ing.get("max_bytes", 0)}
-    return out
-
-
-DROPS = ("drop_tail", "drop_red", "drop_loss", "drop_pfc_headroom", "drop_pfc_watchdog")
-
-
-def delta(before: dict, after: dict) -> dict:
-    """``after - before`` per direction and counter; ``max_bytes`` is the trial's own (pure)."""
-    out = {}
-    for d, a in after.items():
-        b = before.get(d, {})
-        out[d] = {k: (v if k == "max_bytes" else v - b.get(k, 0)) for k, v in a.items()}
-    return out
-
-
-def ledger(senders: dict, hops: dict) -> dict:
-    """Sent = received + dropped by a modelled queue + unaccounted, for one trial's priority (pure).
-
-    ``senders``: {host: {"sent", "received"}}; ``hops``: {link node: {"u>v": counters}} (deltas)."""
-    sent = sum(s["sent"] for s in senders.values())
-    received = sum(s["received"] for s in senders.values())
-    drops = {}
-    for node, dirs in hops.items():
-        for d, c in dirs.items():
-            for k in DROPS:
-                if c.get(k):
-                    drops[f"{node} {d} {k}"] = c[k]
-    dropped = sum(drops.values())
-    return {"sent": sent, "received": received, "dropped": dropped, "drops": drops,
-            "unaccounted": sent - received - dropped}
-
-
-def _names(rep) -> dict:
-    """link node name -> {"a>b": "u>v", "b>a": "v>u"} (the plan's ends)."""
-    return {e.via: {"a>b": f"{e.u}>{e.v}", "b>a": f"{e.v}>{e.u}"} for e in rep.plan.links if e.via}
-
-
-def _snapshot(rep, priority: int) -> dict:
-    names = _names(rep)
-    out = {}
-    for _key, dl in rep.link_nodes().items():
-        counters = direction_counters(dl.fresh_stats() or {}, priority)
-        out[dl.name] = {names[dl.name][d]: c for d, c in counters.items()}
-    return out
-
-
-def run_trial(rep, label: str, tos: int, priority: int, seconds: float, workdir: Path) -> dict:
-    """One incast of ``seconds`` on priority ``priority``; the receivers stop after the queues drained."""
-    from testbed.emu.health import CpuWatch, emulator_processes
-    from testbed.links.probe import wait_bound
-
-    probe = [sys.executable, "-m", "testbed.links.probe"]
-    pps = LOAD * rep.plan.link(SENDERS[0], "l0").applied.rate_bps / (FRAME * 8)
-    kw = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
-    recv, ready, files = {}, {}, {}
-    for i, h in enumerate(SENDERS):
-        files[h] = (workdir / f"{label}-{h}-send.json", workdir / f"{label}-{h}-recv.json")
-        flag = workdir / f"{label}-{h}.ready"
-        flag.unlink(missing_ok=True)
-        # idle: a paused queue holds frames for a while; the receivers must outlast every pause
-        recv[h] = rep.popen(RECEIVER, probe + ["recv", "--port", str(5301 + i), "--idle", "4", "--timeout",
-                                              str(seconds * 4 + 30), "--ready", str(flag), "--out",
-                                              str(files[h][1])], **kw)
-        ready[flag] = (recv[h], f"udp probe receiver for {h}")
-    wait_bound(ready)
-    before = _snapshot(rep, priority)
-    send = {}
-    with CpuWatch(emulator_processes(rep)) as cpu:
-        for i, h in enumerate(SENDERS):
-            send[h] = rep.popen(h, probe + ["send", "--dst", rep.ip(RECEIVER), "--port", str(5301 + i),
-                                            "--duration", repr(seconds), "--pps", repr(pps), "--size",
-                                            str(PAYLOAD), "--tos", str(tos), "--out", str(files[h][0])], **kw)
-        for h, p in send.items():
-            if p.wait(timeout=seconds + 60) != 0:
-                raise RuntimeError(f"sender {h} failed: {p.stderr.read().decode()[-300:]}")
-    for h, p in recv.items():
-        if p.wait(timeout=seconds * 4 + 60) != 0:
-            raise RuntimeError(f"receiver for {h} failed: {p.stderr.read().decode()[-300:]}")
-    hops = delta_all(before, _snapshot(rep, priority))
-    senders = {}
-    for h in SENDERS:
-        sent = json.loads(files[h][0].read_text())["sent"]
-        got = json.loads(files[h][1].read_text())
-        senders[h] = {"sent": sent, "received": len(set(got["seq"]))}
-        senders[h]["lost"] = sent - senders[h]["received"]
-    stats = {dl.name: dl.stats() for dl in rep.link_nodes().values()}
-    return {"label": label, "tos": tos, "priority": priority, "seconds": seconds, "pps_per_sender": pps,
-            "senders": senders, "hops": hops, "ledger": ledger(senders, hops), "cpu": cpu.summary(),
-            "stats": stats}
-
-
-def delta_all(before: dict, after: dict) -> dict:
-    return {node: delta(before.get(node, {}), dirs) for node, dirs in after.items()}
-
-
-def sides(pfc_links: list) -> dict:
-    """``{"u>v": side}`` of plan.json's ``pfc.links`` (pure)."""
-    out = {}
-    for lk in pfc_links:
-        out[f"{lk['u']}>{lk['v']}"], out[f"{lk['v']}>{lk['u']}"] = lk["ab"], lk["ba"]
-    return out
-
-
-def allowance_used(flat: dict, by_dir: dict) -> dict:
-    """Per switch egress, the bytes its lossless queue held beyond xoff + the physics headroom: what only
-    the emulator allowance kept from being dropped (a real switch would not need it). Pure."""
-    out = {}
-    for d, c in flat.items():
-        side = by_dir.get(d)
-        if side and side["role"] == "switch":
-            over = c.get("max_bytes", 0) - side["xoff_bytes"] - side["physics_headroom_bytes"]
-            if over > 0:
-                out[d] = over
-    return out
 
 
 def row(trial: dict, receiver_port: str, by_dir: dict) -> dict:
@@ -322,7 +190,9 @@ def _replica_trials(spec: dict, which, seconds: float, out_dir: Path, tag: str, 
         for label, tos, prio in which:
             label = f"{label} {tag}" if tag else label
             console.print(f"4:1 incast, {label} (priority {prio}), {seconds:g} s")
-            t = run_trial(rep, label.replace(" ", "-"), tos, prio, seconds, out_dir)
+            pps = LOAD * rep.plan.link(SENDERS[0], "l0").applied.rate_bps / (FRAME * 8)
+            t = run_streams(rep, [(h, RECEIVER) for h in SENDERS], tos, prio, seconds, pps, out_dir,
+                            label.replace(" ", "-"))
             t["label"], t["config"] = label, tag
             stats = t.pop("stats")
             reasons = [f"{t['ledger']['unaccounted']} datagrams lost without a counted drop"] \

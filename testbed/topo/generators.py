@@ -180,10 +180,11 @@ def _switch_grid(b: Builder, dims: tuple[int, ...], hosts_per_switch: int) -> tu
 
 
 def torus(dims: tuple[int, ...], hosts_per_switch: int = 1, b: Builder | None = None) -> nx.Graph:
-    """2D/3D torus of switches with wrap-around links; every dimension >= 3 so no two links are parallel."""
+    """1D (a ring), 2D or 3D torus of switches with wrap-around links; every dimension >= 3 so no two links
+    are parallel. The ring is the smallest fabric whose shortest-path routing closes a PFC buffer cycle."""
     dims = tuple(dims)
-    if len(dims) not in (2, 3):
-        raise ValueError(f"dims must have 2 or 3 entries, got {list(dims)}")
+    if len(dims) not in (1, 2, 3):
+        raise ValueError(f"dims must have 1, 2 or 3 entries, got {list(dims)}")
     for d in dims:
         _positive("dims", d, 3)
     _positive("hosts_per_switch", hosts_per_switch)

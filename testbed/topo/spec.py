@@ -121,7 +121,7 @@ PARAMS = {
                        "spines": (_int(1), 1)},
     "rail-only": {"servers": (_int(1), _REQUIRED), "gpus_per_server": (_int(1), _REQUIRED)},
     "dragonfly": {"a": (_int(1), _REQUIRED), "p": (_int(1), _REQUIRED), "h": (_int(1), _REQUIRED)},
-    "torus": {"dims": (_dims(2, 3, 3), _REQUIRED), "hosts_per_switch": (_int(1), 1)},
+    "torus": {"dims": (_dims(1, 3, 3), _REQUIRED), "hosts_per_switch": (_int(1), 1)},
     "big-switch": {"hosts": (_int(1), _REQUIRED)},
     "slim-fly": {"q": (_prime_power, _REQUIRED), "hosts_per_router": (_int(1), None)},
     "full-mesh": {"dims": (_dims(1, 4, 2), _REQUIRED), "hosts_per_switch": (_int(1), 1)},

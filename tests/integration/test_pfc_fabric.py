@@ -42,7 +42,8 @@ def test_pfc_fabric_quick(tmp_path, capsys):
     trials = {t["label"]: t for t in metrics["trials"]}
     # lossless: every datagram of every sender arrives, no queue dropped one, and the pause spread
     assert lossless["sent"] > 3000 and lossless["received"] == lossless["sent"] and lossless["dropped"] == 0
-    assert all(s["lost"] == 0 for s in trials["lossless"]["senders"].values())
+    assert all(s["lost"] == 0 for s in trials["lossless"]["streams"].values())
+    assert len(trials["lossless"]["streams"]) == 4 and trials["lossless"]["ledger"]["held"] == 0
     assert lossless["pause_sent_at_receiver_port"] > 0
     paused = set(lossless["directions_paused"])
     # one hop (the receiver leaf's feeders), two hops (the spine's feeder), three (the far leaf's hosts)

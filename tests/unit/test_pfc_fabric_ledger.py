@@ -1,13 +1,14 @@
-"""The pfc_fabric scenario's pure bookkeeping: counters per direction, trial deltas, the frame ledger and the
-emulator allowance a lossless queue used (scenarios/pfc_fabric.py)."""
+"""A PFC replica trial's pure bookkeeping: counters per direction, trial deltas, the frame ledger and the
+emulator allowance a lossless queue used (testbed/pfc/counters.py; scenarios pfc_fabric, pfc_deadlock)."""
 
 from __future__ import annotations
 
-from scenarios.pfc_fabric import allowance_used, delta, direction_counters, ledger, sides
+from testbed.pfc.counters import allowance_used, delta, direction_counters, ledger, sides
 
 STATS = {"directions": {
     "a>b": {"priorities": {"3": {"rx_packets": 10, "forwarded_packets": 8, "drop_pfc_headroom": 2}},
-            "pfc": {"ingress": {"3": {"pause_sent": 3, "xon_sent": 3, "max_bytes": 150_000}},
+            "pfc": {"paused_now": 8, "watchdog": {"3": {"storms": 1}},
+                    "ingress": {"3": {"pause_sent": 3, "xon_sent": 3, "max_bytes": 150_000}},
                     "egress": {"3": {"pause_received": 0, "paused_s": 0.0}}}},
     "b>a": {"priorities": {}, "pfc": {"ingress": {}, "egress": {"3": {"pause_received": 4, "paused_s": 1.5}}}}}}
 
@@ -15,7 +16,8 @@ STATS = {"directions": {
 def test_counters_deltas_and_the_ledger_add_up():
     now = direction_counters(STATS, 3)
     assert now["a>b"]["drop_pfc_headroom"] == 2 and now["a>b"]["pause_sent"] == 3
-    assert now["b>a"] == {**now["b>a"], "rx": 0, "pause_received": 4, "paused_s": 1.5}
+    assert now["a>b"]["paused_now"] is True and now["a>b"]["storms"] == 1 and now["b>a"]["paused_now"] is False
+    assert now["b>a"] == {**now["b>a"], "rx": 0, "pause_received": 4, "paused_s": 1.5, "queued": 0}
     before = {"a>b": {**now["a>b"], "rx": 4, "drop_pfc_headroom": 1, "max_bytes": 999_999}}
     d = delta(before, now)
     assert d["a>b"]["rx"] == 6 and d["a>b"]["drop_pfc_headroom"] == 1
@@ -23,7 +25,10 @@ def test_counters_deltas_and_the_ledger_add_up():
     assert d["b>a"]["pause_received"] == 4           # a direction absent before counts from zero
     led = ledger({"h0": {"sent": 10, "received": 7}, "h1": {"sent": 5, "received": 5}}, {"dl0": {"u>v": d["a>b"]}})
     assert led["drops"] == {"dl0 u>v drop_pfc_headroom": 1}
-    assert (led["sent"], led["received"], led["dropped"], led["unaccounted"]) == (15, 12, 1, 2)
+    assert (led["sent"], led["received"], led["dropped"], led["held"], led["unaccounted"]) == (15, 12, 1, 0, 2)
+    d["a>b"]["queued"] = 2                           # a frozen queue still holds two: accounted as held
+    led = ledger({"h0": {"sent": 10, "received": 7}, "h1": {"sent": 5, "received": 5}}, {"dl0": {"u>v": d["a>b"]}})
+    assert (led["held"], led["unaccounted"]) == (2, 0)
 
 
 def test_allowance_used_is_what_a_switch_queue_held_beyond_xoff_plus_physics():

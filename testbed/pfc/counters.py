@@ -1,0 +1,93 @@
+"""What a replica's PFC link nodes counted, per link direction, and the frame ledger of a trial (pure).
+
+A link node's stats document has ``directions`` ``a>b`` / ``b>a``; a replica names them by the plan's ends,
+``u>v`` (switch u's egress to v, or a host's NIC when u is a host). A trial reads every node before and after
+(:func:`delta`), and accounts every datagram its streams sent: received, dropped by a modelled queue (by
+direction and reason), or unaccounted. Used by the scenarios ``pfc_fabric`` and ``pfc_deadlock``.
+"""
+
+from __future__ import annotations
+
+
+def direction_counters(stats: dict, priority: int) -> dict:
+    """``{"a>b": {...}, "b>a": {...}}`` of one link node's stats document: what a trial reads of each
+    direction (the priority's frames; PFC counters of priority ``priority``)."""
+    out = {}
+    for d, doc in (stats.get("directions") or {}).items():
+        prio = (doc.get("priorities") or {}).get(str(priority), {})
+        pfc = doc.get("pfc") or {}
+        ing = (pfc.get("ingress") or {}).get(str(priority), {})
+        eg = (pfc.get("egress") or {}).get(str(priority), {})
+        out[d] = {"rx": prio.get("rx_packets", 0), "forwarded": prio.get("forwarded_packets", 0),
+                  "drop_tail": prio.get("drop_tail", 0), "drop_red": prio.get("drop_red", 0),
+                  "drop_loss": prio.get("drop_loss", 0), "drop_pfc_headroom": prio.get("drop_pfc_headroom", 0),
+                  "drop_pfc_watchdog": prio.get("drop_pfc_watchdog", 0), "pause_sent": ing.get("pause_sent", 0),
+                  "xon_sent": ing.get("xon_sent", 0), "pause_received": eg.get("pause_received", 0),
+                  "paused_s": eg.get("paused_s", 0.0), "paused_real_s": eg.get("paused_real_s", 0.0),
+                  "max_bytes": ing.get("max_bytes", 0),
+                  "storms": ((pfc.get("watchdog") or {}).get(str(priority)) or {}).get("storms", 0),
+                  # states at the end, not counters: what is still held there and whether it is paused
+                  "queued": prio.get("queued_packets", 0), "paused_now": bool(pfc.get("paused_now", 0) >> priority & 1)}
+    return out
+
+
+DROPS = ("drop_tail", "drop_red", "drop_loss", "drop_pfc_headroom", "drop_pfc_watchdog")
+
+
+def delta(before: dict, after: dict) -> dict:
+    """``after - before`` per direction and counter; ``max_bytes`` and the end states are the trial's own."""
+    out = {}
+    for d, a in after.items():
+        b = before.get(d, {})
+        out[d] = {k: (v if k in STATES else v - b.get(k, 0)) for k, v in a.items()}
+    return out
+
+
+#: Values that are states of the moment, not counters (kept as read at the end of a trial).
+STATES = ("max_bytes", "queued", "paused_now")
+
+
+def ledger(senders: dict, hops: dict) -> dict:
+    """Sent = received + dropped by a modelled queue + still held in a queue + unaccounted, for one trial's
+    priority (held: frames a deadlock keeps in its queues at the end; 0 once the queues drained).
+
+    ``senders``: {host: {"sent", "received"}}; ``hops``: {link node: {"u>v": counters}} (deltas)."""
+    sent = sum(s["sent"] for s in senders.values())
+    received = sum(s["received"] for s in senders.values())
+    drops = {}
+    for node, dirs in hops.items():
+        for d, c in dirs.items():
+            for k in DROPS:
+                if c.get(k):
+                    drops[f"{node} {d} {k}"] = c[k]
+    dropped = sum(drops.values())
+    held = sum(c.get("queued", 0) for dirs in hops.values() for c in dirs.values())
+    return {"sent": sent, "received": received, "dropped": dropped, "drops": drops, "held": held,
+            "unaccounted": sent - received - dropped - held}
+
+
+def delta_all(before: dict, after: dict) -> dict:
+    return {node: delta(before.get(node, {}), dirs) for node, dirs in after.items()}
+
+
+def sides(pfc_links: list) -> dict:
+    """``{"u>v": side}`` of plan.json's ``pfc.links`` (pure)."""
+    out = {}
+    for lk in pfc_links:
+        out[f"{lk['u']}>{lk['v']}"], out[f"{lk['v']}>{lk['u']}"] = lk["ab"], lk["ba"]
+    return out
+
+
+def allowance_used(flat: dict, by_dir: dict) -> dict:
+    """Per switch egress, the bytes its lossless queue held beyond xoff + the physics headroom: what only
+    the emulator allowance kept from being dropped (a real switch would not need it). Pure."""
+    out = {}
+    for d, c in flat.items():
+        side = by_dir.get(d)
+        if side and side["role"] == "switch":
+            over = c.get("max_bytes", 0) - side["xoff_bytes"] - side["physics_headroom_bytes"]
+            if over > 0:
+                out[d] = over
+    return out
+
+

@@ -1,0 +1,97 @@
+"""Paced UDP streams of one priority across a running replica, and what its link nodes counted (root glue).
+
+Each stream is the project's one probe (:mod:`testbed.links.probe`): a receiver in the destination's
+namespace (bound before its sender starts), a paced, numbered sender in the source's. Every link node is
+read before and after (:mod:`testbed.pfc.counters`), so a trial reports, per stream, what was sent, received
+and lost, per link direction what was dropped and why, PAUSE sent and received, time held, and what is still
+queued at the end. Used by the scenarios ``pfc_fabric`` and ``pfc_deadlock``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed.errors import EmulationError
+from testbed.pfc.counters import delta, direction_counters, ledger
+
+#: UDP payload of every stream; the frame a link node queues is 42 bytes more.
+PAYLOAD = 1000
+FRAME = PAYLOAD + 42
+BASE_PORT = 5301
+
+
+def _names(rep) -> dict:
+    """link node name -> {"a>b": "u>v", "b>a": "v>u"} (the plan's ends)."""
+    return {e.via: {"a>b": f"{e.u}>{e.v}", "b>a": f"{e.v}>{e.u}"} for e in rep.plan.links if e.via}
+
+
+def snapshot(rep, priority: int) -> dict:
+    """``{link node: {"u>v": counters}}`` as of now (each node rewrites its stats on request)."""
+    names = _names(rep)
+    out = {}
+    for dl in rep.link_nodes().values():
+        counters = direction_counters(dl.fresh_stats() or {}, priority)
+        out[dl.name] = {names[dl.name][d]: c for d, c in counters.items()}
+    return out
+
+
+def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float, workdir: Path, label: str,
+                idle: float = 4.0, bin_s: float = 0.25) -> dict:
+    """Run ``flows`` = [(src, dst), ...] together for ``seconds`` at ``pps`` each, TOS ``tos``.
+
+    The receivers stop after ``idle`` seconds without a datagram (queues drained, or frozen). Returns the
+    streams (``"src>dst"``: sent, received, lost, ``delivered_per_bin``: datagrams per ``bin_s`` from the
+    start), the link directions' counters over the trial (``hops``), the ledger, CPU and the nodes' stats.
+    """
+    from testbed.emu.health import CpuWatch, emulator_processes
+    from testbed.links.probe import wait_bound
+
+    probe = [sys.executable, "-m", "testbed.links.probe"]
+    kw = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+    recv, ready, files = {}, {}, {}
+    for i, (src, dst) in enumerate(flows):
+        key = f"{src}>{dst}"
+        files[key] = (workdir / f"{label}-{src}-{dst}-send.json", workdir / f"{label}-{src}-{dst}-recv.json")
+        flag = workdir / f"{label}-{src}-{dst}.ready"
+        flag.unlink(missing_ok=True)
+        recv[key] = rep.popen(dst, probe + ["recv", "--port", str(BASE_PORT + i), "--idle", repr(idle),
+                                            "--timeout", repr(seconds * 4 + 30), "--ready", str(flag), "--out",
+                                            str(files[key][1])], **kw)
+        ready[flag] = (recv[key], f"udp probe receiver {key}")
+    wait_bound(ready)
+    before = snapshot(rep, priority)
+    send = {}
+    start = time.time()
+    with CpuWatch(emulator_processes(rep)) as cpu:
+        for i, (src, dst) in enumerate(flows):
+            key = f"{src}>{dst}"
+            send[key] = rep.popen(src, probe + ["send", "--dst", rep.ip(dst), "--port", str(BASE_PORT + i),
+                                                "--duration", repr(seconds), "--pps", repr(pps), "--size",
+                                                str(PAYLOAD), "--tos", str(tos), "--out", str(files[key][0])], **kw)
+        for key, p in send.items():
+            if p.wait(timeout=seconds + 60) != 0:
+                raise EmulationError(f"sender {key} failed: {p.stderr.read().decode()[-300:]}")
+    for key, p in recv.items():
+        if p.wait(timeout=seconds * 4 + 60) != 0:
+            raise EmulationError(f"receiver {key} failed: {p.stderr.read().decode()[-300:]}")
+    after = snapshot(rep, priority)
+    hops = {node: delta(before.get(node, {}), dirs) for node, dirs in after.items()}
+    streams = {}
+    for key in files:
+        sent = json.loads(files[key][0].read_text())["sent"]
+        got = json.loads(files[key][1].read_text())
+        bins: list = []
+        for rx in got["rx_ns"]:
+            k = max(0, int((rx / 1e9 - start) // bin_s))
+            bins.extend([0] * (k + 1 - len(bins)))
+            bins[k] += 1
+        received = len(set(got["seq"]))
+        streams[key] = {"sent": sent, "received": received, "lost": sent - received, "delivered_per_bin": bins}
+    stats = {dl.name: dl.stats() for dl in rep.link_nodes().values()}
+    return {"label": label, "tos": tos, "priority": priority, "seconds": seconds, "pps_per_stream": pps,
+            "bin_s": bin_s, "streams": streams, "hops": hops, "ledger": ledger(streams, hops),
+            "cpu": cpu.summary(), "stats": stats}
