@@ -5,11 +5,11 @@ Why: nothing is injected before the first cut, so a probe lost then is not the m
 unless it was still inside the fabric when the cut came. The window used to end one sending interval
 before the cut (a round's datagrams leave within one interval), taking transit through the fabric as
 nothing. It is not: ovs-vswitchd shares the machine's two cores with 32 probe processes, and a datagram's
-wall-clock transit across the fat-tree (five OVS hops) measured p50 11-44 ms, p99 75-206 ms and at most
-113-331 ms before the cut, idle and beside a one-core burner (docs/failures.md). A datagram sent 60 ms
-before a cut with 150 ms still to go is lost by the cut, and was counted as lost "before the cut" with no
-cause (CI, under load: 1, 15 and 1 such losses in three attempts; here: 4 in one run, each on a flow across
-the cut link, each sent 50-65 ms before it).
+wall-clock transit across the fat-tree (five OVS hops) measured p50 11-165 ms, p99 75-428 ms and at most
+106-594 ms before the cut, in 16 quick runs beside one or two busy loops (docs/failures.md). A datagram
+sent 60 ms before a cut with 150 ms still to go is lost by the cut, and the old window counted it "before the
+cut" with no cause: 2-27 of them in 5 of those runs, every one on a flow that lost datagrams in the
+cut's own window too (CI, under load: 1, 15 and 1 in three attempts, the test failing unhealthy).
 
 The rule, per flow (its path set is fixed before the cut, and one path is FIFO: veths, OVS ports, HTB)::
 
