@@ -36,8 +36,11 @@ and the rest (data plane, emulated: / scale for real-world time). The real-world
 plane + ``--control-latency-ms`` (a real controller's distance, added, not emulated) + data plane / scale.
 The senders are small Python processes on a shared machine: when the CPU is busy they fall behind and
 catch up in bursts, which shows as dips and spikes in every flow; loss is counted by sequence number,
-so it is exact all the same. ``--mode fast-failover`` uses OpenFlow fast-failover groups so OVS repairs
-locally before the controller recomputes.
+so it is exact all the same. Nothing is injected before the first cut: ``pre_cut`` sorts the probes lost
+before it into those the cut took while still in the fabric (transit here is tens to hundreds of
+wall-clock ms) and those lost before it, each by the counter that saw it (:mod:`testbed.routing.precut`;
+the emulator's make the run unhealthy, as does a loss no counter saw). ``--mode fast-failover`` uses
+OpenFlow fast-failover groups so OVS repairs locally before the controller recomputes.
 
     sudo testbed run fabric_failover --quick      # 9 s of traffic, 50 ms per-flow interval (< 2 min);
                                                   # outage resolution 50 ms (emulated)
@@ -62,6 +65,7 @@ from testbed.emu.health import CpuWatch, emulator_processes  # noqa: E402
 from testbed.errors import EmulationError, SpecError  # noqa: E402
 from testbed.links.probe import wait_bound, wait_finished  # noqa: E402
 from testbed.poll import poll  # noqa: E402
+from testbed.routing import precut as P  # noqa: E402
 from testbed.routing.failover import (  # noqa: E402
     BIN_S,
     brain_paths,
@@ -70,7 +74,6 @@ from testbed.routing.failover import (  # noqa: E402
     flow_outages,
     flow_table,
     loadavg,
-    lost_before,
     path_changes,
     pick_link,
     plot_throughput,
@@ -108,8 +111,9 @@ def events_of(G, args) -> tuple[str, list]:
 
 def run(G, res: Results, args, schedule: str, events: list) -> dict:
     from controllers.launch import start_controller
+    from testbed.collective.report import switch_ports
     from testbed.doctor import plan_capabilities
-    from testbed.emu import Replica, RunRegistry
+    from testbed.emu import Replica, RunRegistry, probewatch
     from testbed.emu.failctl import FabricControl, FailureDriver
     from testbed.plan import Overrides, plan_replica
     from testbed.topo.graph import hosts
@@ -134,6 +138,8 @@ def run(G, res: Results, args, schedule: str, events: list) -> dict:
             wait_bound({probe_dir / f"{h}-recv.ready": (recvs[h], f"udp probe receiver on {h}") for h in hs},
                        timeout=60)
             control = FabricControl(rep, G, ctl, method="ifdown")   # a cable cut, as it looks to OVS
+            ports = switch_ports(plan)[0]
+            counters = [probewatch.snapshot(rep, hs, ports)]   # before the first datagram
             with CpuWatch(emulator_processes(rep, ctl)) as cpu:   # the traffic's span
                 t_start = time.time()
                 sends = {h: rep.popen(h, PROBE + ["send", "--dst", ",".join(ip_of[d] for d in hs if d != h),
@@ -143,6 +149,9 @@ def run(G, res: Results, args, schedule: str, events: list) -> dict:
                                       **kw) for i, h in enumerate(hs)}
                 driver = FailureDriver(control, events, lambda: t_start, timeout=30, what="the traffic to start")
                 try:
+                    if events:
+                        t_cut = t_start + min(e.at for e in events)
+                        counters.append(read_before_cut(rep, hs, ports, t_cut - args.interval, counters[0]))
                     for procs, what in ((sends, "sender"), (recvs, "receiver")):
                         for h, p in procs.items():
                             wait_finished(p, f"{what} on {h}", args.duration + 30)
@@ -163,9 +172,55 @@ def run(G, res: Results, args, schedule: str, events: list) -> dict:
     if still_down:
         raise EmulationError(f"interfaces still down after the schedule was restored: {', '.join(still_down)}")
     return analyse(G, res, args, hs, ip_of, probe_dir, t_start, schedule, record, cuts, failovers, (before, after),
-                   plan.scale, {"ping_all_loss_pct": ping_loss, "load": load, "cpu": cpu.summary(),
+                   plan.scale, counters, {"ping_all_loss_pct": ping_loss, "load": load, "cpu": cpu.summary(),
                     "controller_handler_errors": health["handler_errors"], "interfaces_checked_up": len(checked),
                     "link_rate_emulated_bps": max(e.applied.rate_bps or 0 for e in plan.links)})
+
+
+def read_before_cut(rep, hs, ports, t_end: float, first: dict) -> dict:
+    """The second counter read (:func:`testbed.emu.probewatch.snapshot`), timed to end before the first cut:
+    it starts three times the first read's duration before the pre-cut window ends (``t_end``; a read
+    under traffic took up to 2.5 times the one before it, 250 ms beside two busy loops). Whether it did end in time is checked with the
+    schedule's log (:func:`pre_cut`)."""
+    from testbed.emu import probewatch
+    from testbed.poll import sleep_until
+
+    sleep_until(t_end - 3 * (first["t"][1] - first["t"][0]))
+    return probewatch.snapshot(rep, hs, ports)
+
+
+def pre_cut(G, flows: dict, recv_docs: dict, before: dict, record: dict, counters: list, t_start: float,
+            args) -> dict:
+    """Probes lost before the first cut, split from those the cut took and set against the counters read
+    before it (:mod:`testbed.routing.precut`). The counters count only when their second read ended
+    before the cut started (else the cut's own drops may be in them: nothing is attributed)."""
+    if record["log"]:
+        x = record["log"][0]
+        t_cut, links = t_start + x["at_s"], F.links_of(G, x["kind"].split("_")[0], x["target"])
+    else:
+        t_cut, links = t_start + args.duration, []
+    t_end = t_cut - args.interval   # where the cut's own window starts (cut_report: one round)
+    split = P.split_losses(flows, t_end, t_cut, P.crossing(before, links))
+    causes = read = None
+    if len(counters) == 2 and counters[1]["t"][1] < t_cut:
+        causes, read = P.counter_causes(*counters), counters[1]["t"]
+    doc = P.attribute(split, causes, read[0] if read else None)
+    return {"lost": split["lost"], "in_flight_at_cut": split["in_flight_at_cut"], **doc,
+            "window_end_s": round(t_end - t_start, 3), "cut_s": round(t_cut - t_start, 3),
+            "counters": causes, "counters_read_s": [round(t - t_start, 3) for t in counters[-1]["t"]],
+            "counters_before_cut": read is not None, "transit_ms_wall": P.transit_ms(recv_docs, t_start, t_end),
+            "flows": split["flows"]}
+
+
+def pre_cut_line(pre: dict) -> str:
+    """The pre-cut losses in a line: how many, their causes, and what the cut took in flight."""
+    causes = ", ".join(f"{n} {c.replace('_', ' ')}" for c, n in pre["by_cause"].items())
+    if pre["unattributed"]:
+        causes = ", ".join(x for x in (causes, f"{pre['unattributed']} without a counted cause") if x)
+    t = pre["transit_ms_wall"]
+    return (f"before the first cut: {pre['lost']} probes lost{f' ({causes})' if causes else ''}; "
+            f"{pre['in_flight_at_cut']} more were in flight when it came (the cut's; transit p99 {t['p99']} ms, "
+            f"max {t['max']} ms wall)")
 
 
 def reactions(ctl, G, cuts: list[dict], t_start: float, t_end: float) -> dict:
@@ -191,7 +246,7 @@ def reactions(ctl, G, cuts: list[dict], t_start: float, t_end: float) -> dict:
 
 
 def analyse(G, res: Results, args, hs, ip_of, probe_dir: Path, t_start: float, schedule: str, record: dict,
-            cuts: list[dict], failovers: dict, paths: tuple, scale: float, measured: dict) -> dict:
+            cuts: list[dict], failovers: dict, paths: tuple, scale: float, counters: list, measured: dict) -> dict:
     """Every cut's report (affected flows, outage, control plane, path changes) from the probes' records."""
     from controllers.launch import addressed
 
@@ -213,7 +268,6 @@ def analyse(G, res: Results, args, hs, ip_of, probe_dir: Path, t_start: float, s
     worst = {k: max((fc[k] for fc in per_cut), key=lambda o: o["outage_ms"]) for k in flows} if per_cut else {}
     plot_throughput(res.path("throughput.png"), edges, series, worst,
                     [(c["down_s"], c["up_s"], c["event"]) for c in cuts], args.mode)
-    first = record["log"][0]["at_s"] if record["log"] else args.duration
     changes = path_changes(before, before, after)
     per_flow = [{"src": s, "dst": d, "sent": o["sent"], "received": o["received"], "lost": o["lost"],
                  "cuts": [fc[(s, d)] for fc in per_cut], "paths_before": len(before[(s, d)]),
@@ -223,6 +277,7 @@ def analyse(G, res: Results, args, hs, ip_of, probe_dir: Path, t_start: float, s
     res.write_json("series.json", {"bin_s": bin_s, "t": edges,
                                    "mbps": {f"{s}->{d}": v for (s, d), v in series.items()}})
     head = reports[0] if reports else {}
+    pre = pre_cut(G, flows, recv_docs, before, record, counters, t_start, args)
     return {
         "mode": args.mode, "schedule": schedule, "flows": len(flows), "scale": scale,
         "interval_ms": args.interval * 1e3, "resolution_ms_emulated": args.interval * 1e3,
@@ -234,7 +289,7 @@ def analyse(G, res: Results, args, hs, ip_of, probe_dir: Path, t_start: float, s
         "cuts": reports,
         "failures": {k: record[k] for k in ("log", "skipped", "restored", "error")},
         "flows_back_to_original_paths": len(changes["same_as_before_after_restore"]),
-        "lost_before_cut": lost_before(flows, t_start + first - args.interval),   # a round's datagrams: 1 interval
+        "lost_before_cut": pre["lost"], "pre_cut": pre,
         **measured,
         "plot": str(res.path("throughput.png")),
     }
@@ -285,7 +340,9 @@ def main(argv=None) -> int:
     with Results(NAME, args, config) as res:
         require_root(f"testbed run {NAME}")
         summary = run(G, res, args, schedule, events)
-        summary.update(res.health(cpu=summary.pop("cpu"), unaccounted=summary["lost_before_cut"]))
+        pre = summary["pre_cut"]
+        summary.update(res.health(cpu=summary.pop("cpu"), unaccounted=pre["unattributed"], lost_inside=pre["emulator"]))
+        res.out.print(pre_cut_line(pre), markup=False, highlight=False, soft_wrap=True)
         for cut in summary["cuts"]:
             res.out.print(cut_line(cut, summary), markup=False, highlight=False, soft_wrap=True)
         res.out.print(f"restored at the end: {', '.join(summary['failures']['restored']) or 'nothing'}; "

@@ -46,20 +46,6 @@ def flow_outages(flows: dict, window: tuple[float, float]) -> dict:
     return out
 
 
-def lost_before(flows: dict, t: float) -> int:
-    """Packets lost before time ``t`` (the cut), counted from each flow's first delivered packet on (the ones
-    before it met a receiver still starting): no fault was injected yet, so the emulator lost them."""
-    from testbed.links.probe import outage
-
-    lost = 0
-    for f in flows.values():
-        got = [s for s, _ in f["arrivals"]]
-        if got:
-            first = f["send_times"][min(got)]
-            lost += outage(f["send_times"], got, f["interval"], window=(first, t)).lost_in_window
-    return lost
-
-
 def throughput_series(flows: dict, t0: float, t1: float, size: int, bin_s: float = BIN_S) -> tuple[list, dict]:
     """Bins (seconds from ``t0``) and per-flow received Mbit/s in each bin."""
     n = max(1, int((t1 - t0) / bin_s))

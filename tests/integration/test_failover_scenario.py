@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from testbed.routing.precut import CAUSES
 from testbed.scenario import REPO_ROOT
 from tests.integration.runhealth import check_health, until_healthy
 
@@ -33,8 +34,14 @@ def test_fabric_failover_quick(tmp_path, quiet_cpu):
 
     metrics, (res, out), seen = until_healthy(run, quiet_cpu)
     summary = json.loads(res.stdout)
-    # nothing lost before the cut; the index metrics.json carries the run's health
+    # nothing lost before the cut (a loss the emulator caused, or one without a counted cause, makes the run
+    # unhealthy and until_healthy runs it again; the cut's own datagrams still in flight are the cut's); the
+    # counters were read before the cut, so a loss would have had its cause named
     assert summary["lost_before_cut"] == 0
+    pre = summary["pre_cut"]
+    assert pre["counters_before_cut"] and set(pre["counters"]) == set(CAUSES), pre
+    assert pre["transit_ms_wall"]["n"] > 0 and pre["cut_s"] - pre["window_end_s"] == pytest.approx(0.05, abs=1e-3)
+    # the index metrics.json carries the run's health
     ev = check_health(metrics, res.stderr, seen=seen)
     assert {"ovs-vswitchd", "controller"} <= set(ev["cpu"]) and summary["emulator_ok"] is True
     assert summary["flows"] == 240 and summary["ping_all_loss_pct"] == 0.0
