@@ -38,7 +38,7 @@ if __name__ == "__main__" and __package__ is None:
 
 from testbed.console import console, require_root  # noqa: E402
 from testbed.pfc.counters import DROPS, allowance_used, sides  # noqa: E402
-from testbed.pfc.streams import FRAME, run_streams  # noqa: E402
+from testbed.pfc.streams import FRAME, loss_reasons, run_streams  # noqa: E402
 from testbed.scenario import Results, run_main, scenario_parser  # noqa: E402
 
 NAME = "pfc_fabric"
@@ -195,10 +195,9 @@ def _replica_trials(spec: dict, which, seconds: float, out_dir: Path, tag: str, 
                             label.replace(" ", "-"))
             t["label"], t["config"] = label, tag
             stats = t.pop("stats")
-            reasons = [f"{t['ledger']['unaccounted']} datagrams lost without a counted drop"] \
-                if t["ledger"]["unaccounted"] else []
-            verdict = assess(cpu=t["cpu"], link_stats=stats, unaccounted=t["ledger"]["unaccounted"],
-                             reasons=reasons)
+            led = t["ledger"]
+            verdict = assess(cpu=t["cpu"], link_stats=stats, unaccounted=led["unaccounted"],
+                             lost_inside=led["lost_inside_emulator"], reasons=loss_reasons(led))
             health[label] = verdict
             t["valid"] = verdict["emulator_ok"]
             trials.append(t)

@@ -91,3 +91,18 @@ def allowance_used(flat: dict, by_dir: dict) -> dict:
     return out
 
 
+
+
+def attribute(led: dict, emulator: dict) -> dict:
+    """Split a ledger's unaccounted datagrams into lost inside the emulator and still unexplained (pure).
+
+    ``emulator``: frames lost inside OVS's userspace datapath over the trial
+    (:func:`testbed.emu.ovsloss.losses`: its send socket, inferred by conservation over the switch ports, and
+    its port sockets) plus the kernel backlog's drops. Those count every frame, the hosts' own background
+    ones too, so they explain the trial's missing datagrams only up to their total; a remainder stays
+    unaccounted. Returns ``{"lost_inside_emulator", "unaccounted", "emulator_losses"}``.
+    """
+    missing = max(0, led["unaccounted"])
+    inside = min(missing, max(0, sum(int(v or 0) for v in emulator.values())))
+    return {"lost_inside_emulator": inside, "unaccounted": led["unaccounted"] - inside,
+            "emulator_losses": dict(emulator)}

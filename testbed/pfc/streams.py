@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from testbed.errors import EmulationError
-from testbed.pfc.counters import delta, direction_counters, ledger
+from testbed.pfc.counters import attribute, delta, direction_counters, ledger
 
 #: UDP payload of every stream; the frame a link node queues is 42 bytes more.
 PAYLOAD = 1000
@@ -64,6 +64,7 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
         ready[flag] = (recv[key], f"udp probe receiver {key}")
     wait_bound(ready)
     before = snapshot(rep, priority)
+    ovs_before, ovs_args = _ovs_snapshot(rep)
     send = {}
     start = time.time()
     with CpuWatch(emulator_processes(rep)) as cpu:
@@ -79,6 +80,7 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
         if p.wait(timeout=seconds * 4 + 60) != 0:
             raise EmulationError(f"receiver {key} failed: {p.stderr.read().decode()[-300:]}")
     after = snapshot(rep, priority)
+    emulator = _ovs_losses(ovs_before, ovs_args)
     hops = {node: delta(before.get(node, {}), dirs) for node, dirs in after.items()}
     streams = {}
     for key in files:
@@ -92,6 +94,39 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
         received = len(set(got["seq"]))
         streams[key] = {"sent": sent, "received": received, "lost": sent - received, "delivered_per_bin": bins}
     stats = {dl.name: dl.stats() for dl in rep.link_nodes().values()}
+    led = ledger(streams, hops)
+    led.update(attribute(led, emulator))
     return {"label": label, "tos": tos, "priority": priority, "seconds": seconds, "pps_per_stream": pps,
-            "bin_s": bin_s, "streams": streams, "hops": hops, "ledger": ledger(streams, hops),
-            "cpu": cpu.summary(), "stats": stats}
+            "bin_s": bin_s, "streams": streams, "hops": hops, "ledger": led, "cpu": cpu.summary(), "stats": stats}
+
+
+def loss_reasons(led: dict) -> list[str]:
+    """Why a trial's frames do not add up, for its health verdict: lost inside the emulator, or unexplained."""
+    out = []
+    if led.get("lost_inside_emulator"):
+        out.append(f"{led['lost_inside_emulator']} datagrams lost inside OVS's userspace datapath or the kernel "
+                   f"backlog (inferred: {led['emulator_losses']})")
+    if led["unaccounted"]:
+        out.append(f"{led['unaccounted']} datagrams neither received, dropped by a modelled queue nor held")
+    return out
+
+
+def _ovs_snapshot(rep):
+    """OVS's own loss counters before a trial (testbed.emu.ovsloss), and how to read them again."""
+    from testbed.collective.report import switch_ports
+    from testbed.emu import ovsloss
+    from testbed.emu.health import ovs_pid
+
+    ports, edge = switch_ports(rep.plan)
+    pid = ovs_pid()
+    return ovsloss.snapshot(ports, edge, pid), (ports, edge, pid)
+
+
+def _ovs_losses(before: dict, args) -> dict:
+    """Frames lost inside ovs-vswitchd and the kernel's backlog since ``before``."""
+    from testbed.emu import ovsloss
+
+    after = ovsloss.snapshot(*args)
+    out = ovsloss.losses(before, after)
+    out["softnet_backlog"] = after["softnet_dropped"] - before["softnet_dropped"]
+    return out

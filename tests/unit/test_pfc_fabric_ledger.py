@@ -41,3 +41,18 @@ def test_allowance_used_is_what_a_switch_queue_held_beyond_xoff_plus_physics():
     assert by_dir["s0>l0"]["physics_headroom_bytes"] == 42e3 and by_dir["h0>l0"]["role"] == "nic"
     flat = {"l0>s0": {"max_bytes": 150e3}, "s0>l0": {"max_bytes": 50e3}, "h0>l0": {"max_bytes": 5e8}}
     assert allowance_used(flat, by_dir) == {"l0>s0": 20e3}     # NICs are host memory, not a switch buffer
+
+
+def test_the_deadlock_verdict_reads_the_ring_and_the_second_half():
+    from scenarios.pfc_deadlock import CYCLE, verdict
+
+    ring = {d: {"paused_now": True, "queued": 3, "storms": 0, "drop_pfc_watchdog": 0} for d in CYCLE}
+    trial = {"seconds": 2.0, "bin_s": 0.25, "hops": {"dl": ring},
+             "streams": {"h0>h2": {"delivered_per_bin": [5, 9, 0, 0, 0, 0, 0, 0]}}}
+    v = verdict(trial)
+    assert v["deadlocked"] and v["frozen"] and v["ring_paused_at_end"] == 5 and v["ring_held_frames"] == 15
+    ring[CYCLE[2]] = {"paused_now": True, "queued": 0, "storms": 2, "drop_pfc_watchdog": 7}   # one drained
+    trial["streams"]["h0>h2"]["delivered_per_bin"] = [5, 9, 0, 0, 0, 0, 0, 1]           # one in the 2nd half
+    v = verdict(trial)
+    assert not v["deadlocked"] and not v["frozen"] and v["delivered_second_half"] == 1
+    assert (v["storms"], v["watchdog_drops"]) == (2, 7)
