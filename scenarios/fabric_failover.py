@@ -111,10 +111,10 @@ def events_of(G, args) -> tuple[str, list]:
 
 def run(G, res: Results, args, schedule: str, events: list) -> dict:
     from controllers.launch import start_controller
-    from testbed.collective.report import switch_ports
     from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry, probewatch
     from testbed.emu.failctl import FabricControl, FailureDriver
+    from testbed.emu.ovsloss import switch_ports
     from testbed.plan import Overrides, plan_replica
     from testbed.topo.graph import hosts
 

@@ -88,22 +88,6 @@ def directed_links(plan) -> list[tuple]:
     return out
 
 
-def switch_ports(plan) -> tuple[list, list]:
-    """(every switch port of the replica, those facing a host): both ends of a switch-switch link, the
-    switch end of a host link. Every frame enters and leaves the fabric through the host-facing ones."""
-    def host(n):
-        return plan.graph.nodes[n].get("role") == "host"
-
-    ports, edge = set(), set()
-    for e in plan.links:
-        for n, intf, other in ((e.u, e.intf_u, e.v), (e.v, e.intf_v, e.u)):
-            if not host(n):
-                ports.add(intf)
-                if host(other):
-                    edge.add(intf)
-    return sorted(ports), sorted(edge)
-
-
 def link_usage(links: list[tuple], before: dict, after: dict, seconds: float, top: int = 0) -> list[dict]:
     """Utilisation of every directed link from interface byte counters ``{(intf, 'tx'|'rx'): bytes}``,
     busiest first: by utilisation (a slow NIC's full link above a fast one carrying more bytes), then bytes."""

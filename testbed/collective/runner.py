@@ -291,7 +291,7 @@ class CollectiveFabric:
             # every counter is read before the ranks start: a frame lost before the first read would be
             # counted by the ranks and by no drop counter
             intfs = sorted({x[2] for x in R.directed_links(self.plan)})
-            ports, edge = R.switch_ports(self.plan)
+            ports, edge = ovsloss.switch_ports(self.plan)
             pid = ovs_pid()
             losses = LossWatch(self.rep, all_hosts, [pid] if pid else []).start()
             before, drops_before = read_counters(intfs), self.drops(ports)

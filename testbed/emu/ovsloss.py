@@ -145,3 +145,19 @@ def snapshot(ports, edge, pid: int | None) -> dict:
             "port_sockets": port_socket_drops(ss, pid, ports) if pid else {},
             "send_socket": send_socket(ss, pid) if pid else None,
             "softnet_dropped": softnet_dropped(softnet)}
+
+
+def switch_ports(plan) -> tuple[list, list]:
+    """(every switch port of the replica, those facing a host): both ends of a switch-switch link, the
+    switch end of a host link. Every frame enters and leaves the fabric through the host-facing ones."""
+    def host(n):
+        return plan.graph.nodes[n].get("role") == "host"
+
+    ports, edge = set(), set()
+    for e in plan.links:
+        for n, intf, other in ((e.u, e.intf_u, e.v), (e.v, e.intf_v, e.u)):
+            if not host(n):
+                ports.add(intf)
+                if host(other):
+                    edge.add(intf)
+    return sorted(ports), sorted(edge)

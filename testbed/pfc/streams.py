@@ -113,11 +113,10 @@ def loss_reasons(led: dict) -> list[str]:
 
 def _ovs_snapshot(rep):
     """OVS's own loss counters before a trial (testbed.emu.ovsloss), and how to read them again."""
-    from testbed.collective.report import switch_ports
     from testbed.emu import ovsloss
     from testbed.emu.health import ovs_pid
 
-    ports, edge = switch_ports(rep.plan)
+    ports, edge = ovsloss.switch_ports(rep.plan)
     pid = ovs_pid()
     return ovsloss.snapshot(ports, edge, pid), (ports, edge, pid)
 

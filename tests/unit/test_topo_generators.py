@@ -79,10 +79,18 @@ def test_torus_matches_formula(dims, n):
     assert all(G.degree(s) == 2 * len(dims) + n for s in switches(G))
 
 
-@pytest.mark.parametrize("dims", [(2, 4), (4,), (3, 3, 3, 3)])
+@pytest.mark.parametrize("dims", [(2, 4), (2,), (3, 3, 3, 3), ()])
 def test_torus_rejects_small_or_wrong_dims(dims):
     with pytest.raises(ValueError):
         gen.torus(dims)
+
+
+def test_a_one_dimensional_torus_is_a_ring():
+    G = gen.torus((5,), 1)
+    ring = sorted(switches(G))
+    assert len(ring) == 5 and all(G.degree(s) == 3 for s in ring)          # two ring neighbours + a host
+    sub = G.subgraph(ring)
+    assert sub.number_of_edges() == 5 and all(d == 2 for _, d in sub.degree())
 
 
 @pytest.mark.parametrize("dims,n", [((4,), 1), ((4, 4), 2), ((2, 3, 4), 1)])
