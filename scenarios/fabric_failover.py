@@ -179,13 +179,14 @@ def run(G, res: Results, args, schedule: str, events: list) -> dict:
 
 def read_before_cut(rep, hs, ports, t_end: float, first: dict) -> dict:
     """The second counter read (:func:`testbed.emu.probewatch.snapshot`), timed to end before the first cut:
-    it starts three times the first read's duration before the pre-cut window ends (``t_end``; a read
-    under traffic took up to 2.5 times the one before it, 250 ms beside two busy loops). Whether it did end in time is checked with the
-    schedule's log (:func:`pre_cut`)."""
+    it starts four times the first read's duration, and at least 0.4 s, before the pre-cut window ends
+    (``t_end``; a read under traffic took up to 2.5 times the one before it, 250 ms beside two busy loops,
+    and 290 ms in a run whose first read had taken less than a third of that: that one ended after the
+    cut). Whether it did end in time is checked with the schedule's log (:func:`pre_cut`)."""
     from testbed.emu import probewatch
     from testbed.poll import sleep_until
 
-    sleep_until(t_end - 3 * (first["t"][1] - first["t"][0]))
+    sleep_until(t_end - max(4 * (first["t"][1] - first["t"][0]), 0.4))
     return probewatch.snapshot(rep, hs, ports)
 
 
