@@ -15,7 +15,8 @@ same offered load (each sender 40 % of the line rate, 1.6 x the receiver's port,
   ports that feed h4's port (h3's and h5's NICs, s0's link); s0->l1 fills and pauses s0's feeders (l0's
   uplink), which pauses l0's hosts: the pause spreads back to every sender's NIC, and nothing is lost.
 
-Per trial: each sender's datagrams sent, received and lost (by sequence number); every link node direction's
+The lossless trial records the PFC frames h4's port sends into l1 (``pfc-lossless.pcap``; tshark decodes
+them as Class Based Flow Control). Per trial: each sender's datagrams sent, received and lost (by sequence number); every link node direction's
 drops by reason, PAUSE/XON sent, PAUSE received and the time its priority 3 was held (emulated and real);
 the frame ledger (lost at the receiver = dropped by a modelled queue, else ``unaccounted``); emulator health.
 ``pfc_fabric.png``: per direction, the time held by PAUSE and the drops, both trials side by side.
@@ -191,8 +192,12 @@ def _replica_trials(spec: dict, which, seconds: float, out_dir: Path, tag: str, 
             label = f"{label} {tag}" if tag else label
             console.print(f"4:1 incast, {label} (priority {prio}), {seconds:g} s")
             pps = LOAD * rep.plan.link(SENDERS[0], "l0").applied.rate_bps / (FRAME * 8)
+            port = rep.intf_name("l1", RECEIVER)      # the PFC frames h4's port sends into l1, on the wire
+            pcap = out_dir / f"pfc-{label.replace(' ', '-')}.pcap" if prio == 3 and not tag else None
             t = run_streams(rep, [(h, RECEIVER) for h in SENDERS], tos, prio, seconds, pps, out_dir,
-                            label.replace(" ", "-"))
+                            label.replace(" ", "-"), capture=(port, pcap) if pcap else None)
+            if pcap:
+                t["pcap"] = {"file": pcap.name, "port": port}
             t["label"], t["config"] = label, tag
             stats = t.pop("stats")
             led = t["ledger"]

@@ -13,8 +13,10 @@ import json
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
+from testbed.emu.capture import tcpdump, tcpdump_argv
 from testbed.errors import EmulationError
 from testbed.pfc.counters import attribute, delta, direction_counters, ledger
 
@@ -40,12 +42,13 @@ def snapshot(rep, priority: int) -> dict:
 
 
 def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float, workdir: Path, label: str,
-                idle: float = 4.0, bin_s: float = 0.25) -> dict:
+                idle: float = 4.0, bin_s: float = 0.25, capture: tuple | None = None) -> dict:
     """Run ``flows`` = [(src, dst), ...] together for ``seconds`` at ``pps`` each, TOS ``tos``.
 
     The receivers stop after ``idle`` seconds without a datagram (queues drained, or frozen). Returns the
     streams (``"src>dst"``: sent, received, lost, ``delivered_per_bin``: datagrams per ``bin_s`` from the
     start), the link directions' counters over the trial (``hops``), the ledger, CPU and the nodes' stats.
+    ``capture`` = (interface in the machine's namespace, pcap): the PFC frames seen there, for the whole trial.
     """
     from testbed.emu.health import CpuWatch, emulator_processes
     from testbed.links.probe import wait_bound
@@ -67,7 +70,12 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
     ovs_before, ovs_args = _ovs_snapshot(rep)
     send = {}
     start = time.time()
-    with CpuWatch(emulator_processes(rep)) as cpu:
+    with ExitStack() as stack, CpuWatch(emulator_processes(rep)) as cpu:
+        if capture is not None:
+            intf, pcap = capture
+            argv = tcpdump_argv(intf, Path(pcap), ["ether", "proto", "0x8808"], buffer_kib=8192)
+            stack.enter_context(tcpdump(lambda a, log: rep.run.spawn(a, log=log), argv, Path(pcap).with_suffix(".log"),
+                                        f"switch port {intf}"))
         for i, (src, dst) in enumerate(flows):
             key = f"{src}>{dst}"
             send[key] = rep.popen(src, probe + ["send", "--dst", rep.ip(dst), "--port", str(BASE_PORT + i),
@@ -76,9 +84,9 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
         for key, p in send.items():
             if p.wait(timeout=seconds + 60) != 0:
                 raise EmulationError(f"sender {key} failed: {p.stderr.read().decode()[-300:]}")
-    for key, p in recv.items():
-        if p.wait(timeout=seconds * 4 + 60) != 0:
-            raise EmulationError(f"receiver {key} failed: {p.stderr.read().decode()[-300:]}")
+        for key, p in recv.items():   # the capture runs until the queues drained (the receivers' idle end)
+            if p.wait(timeout=seconds * 4 + 60) != 0:
+                raise EmulationError(f"receiver {key} failed: {p.stderr.read().decode()[-300:]}")
     after = snapshot(rep, priority)
     emulator = _ovs_losses(ovs_before, ovs_args)
     hops = {node: delta(before.get(node, {}), dirs) for node, dirs in after.items()}

@@ -9,6 +9,8 @@ and the far leaf's uplink: the relays follow the routes).
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 
 import pytest
 
@@ -60,6 +62,21 @@ def test_pfc_fabric_quick(tmp_path, capsys):
     if lossy["valid"]:
         assert lossy["unaccounted"] == 0 and lossy["received"] + lossy["dropped"] == lossy["sent"]
     check_health(metrics, printed.out + printed.err, healthy=False, links=True)
+    # the PFC frames h4's port sent, on the wire at l1's port, decoded by an independent dissector
+    assert shutil.which("tshark"), "tshark is missing: make setup installs it (a setup failure, not a skip)"
+    pcap = tmp_path / f"run{attempt}" / trials["lossless"]["pcap"]["file"]
+    fields = ["eth.dst", "macc.opcode", "macc.cbfc.enbv", "macc.cbfc.pause_time.c3"]
+    done = subprocess.run(["tshark", "-r", str(pcap), "-T", "json", *[a for f in fields for a in ("-e", f)]],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    layers = [p["_source"]["layers"] for p in json.loads(done.stdout or "[]")]
+    port = hops["l1>h4"]
+    assert len(layers) == port["pause_sent"] + port["xon_sent"] > 0
+    assert {x["eth.dst"][0] for x in layers} == {"01:80:c2:00:00:01"}
+    assert {int(x["macc.opcode"][0], 0) for x in layers} == {0x0101}
+    assert {int(x["macc.cbfc.enbv"][0], 0) for x in layers} == {0x08}                # priority 3 only
+    times = [int(x["macc.cbfc.pause_time.c3"][0]) for x in layers]
+    assert times.count(0xFFFF) == port["pause_sent"] and times.count(0) == port["xon_sent"]
 
 
 def metrics_headroom(tmp_path, attempt: int, u: str, v: str) -> float:
