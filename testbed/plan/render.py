@@ -119,3 +119,14 @@ def _print_pfc(pfc, console) -> None:
         t.add_row(format_size(nbytes), str(len(ports)), {True: "yes", False: "[red]no[/red]"}.get(fits, "- (no buffer:)"),
                   f"{ports[0].switch} port {ports[0].port}")
     console.print(t)
+    if pfc.applied:   # where it runs: each link direction's queue, and who its PAUSE reaches
+        t = Table("link direction", "role", "xoff", "headroom (physics + emulator)", "PAUSE reaches",
+                  title=f"PFC in the link nodes: {len(pfc.links)} links, {len(pfc.relays)} switch ports relay PAUSE")
+        for lk in pfc.links:
+            for (a, b), side in (((lk.u, lk.v), lk.ab), ((lk.v, lk.u), lk.ba)):
+                if side.role != "switch":
+                    continue
+                t.add_row(f"{a} > {b}", side.role, format_size(side.xoff_bytes),
+                          f"{format_size(side.headroom_bytes - side.allowance_bytes)} + "
+                          f"{format_size(side.allowance_bytes)}", ", ".join(map(str, side.feeders)))
+        console.print(t)

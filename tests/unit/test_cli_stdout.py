@@ -78,4 +78,6 @@ def test_plan_of_a_pfc_spec_shows_headroom_and_that_it_is_applied(tmp_path, caps
     else:                                                                # stdout: the table and the note
         out = " ".join(captured.out.split())
         assert "PFC (planned, applied)" in out and "note: pfc: applied in the link nodes" in out
+        assert "PFC in the link nodes: 8 links, 12 switch ports relay PAUSE" in out   # where it runs
+        assert re.search(r"l0 > s0\W+switch\W+100 KB\W+60\.33 KB \+ [\d.]+ [KM]B\W+h0, h1", out), out
         assert re.search(r"1\.28 MB\W+8\W+no\W", out) and re.search(r"30\.16 KB\W+4\W+yes\W", out)
