@@ -16,7 +16,12 @@ same offered load (each sender 40 % of the line rate, 1.6 x the receiver's port,
   uplink), which pauses l0's hosts: the pause spreads back to every sender's NIC, and nothing is lost.
 
 The lossless trial records the PFC frames h4's port sends into l1 (``pfc-lossless.pcap``; tshark decodes
-them as Class Based Flow Control). Per trial: each sender's datagrams sent, received and lost (by sequence number); every link node direction's
+them as Class Based Flow Control). The full run adds a **victim**: h2 -> h3 (priority 3, 10 % of the line
+rate), alone and beside a 3:1 lossless incast from h0, h1 and h3 (h2 sends nothing else: a NIC is one FIFO
+here, where a real NIC would interleave its QPs). The victim's path (l0->s0, s0->l1, l1->h3) shares the
+paused spine queue with the incast but not the congested port: head-of-line blocking, as on hardware (PFC
+pauses a priority, not a destination). Per trial: each stream's datagrams sent, received and lost (by sequence
+number) and its one-way delay; every link node direction's
 drops by reason, PAUSE/XON sent, PAUSE received and the time its priority 3 was held (emulated and real);
 the frame ledger (lost at the receiver = dropped by a modelled queue, else ``unaccounted``); emulator health.
 ``pfc_fabric.png``: per direction, the time held by PAUSE and the drops, both trials side by side.
@@ -24,7 +29,8 @@ the frame ledger (lost at the receiver = dropped by a modelled queue, else ``una
 Real fabric -> replica: 100G links at scale 10000 -> 10 Mbit/s; pause quanta at the real 100G, dilated.
 
     sudo testbed run pfc_fabric --quick      # both trials, 2 s of traffic each (~20 s)
-    sudo testbed run pfc_fabric              # 4 s each, and the lossless incast with 100 m, 1 km and 10 km
+    sudo testbed run pfc_fabric              # 4 s each, a victim stream (head-of-line blocking), and the
+                                             # lossless incast with 100 m, 1 km and 10 km
                                              # uplinks, headroom from physics and a fixed 50 KB (~3 min)
 """
 
@@ -50,6 +56,11 @@ SENDERS = ("h0", "h1", "h2", "h3")
 RECEIVER = "h4"
 LOAD = 0.4                     # of the line rate, per sender
 TRIALS = (("lossy", 8 << 2, 1), ("lossless", 26 << 2, 3))   # (label, TOS, priority): DSCP 8 and 26
+#: The full run's head-of-line trials on the base replica: the victim stream alone, then beside the incast.
+VICTIM = ("h2", "h3")
+VICTIM_LOAD = 0.1
+VICTIM_INCAST = ("h0", "h1", "h3")          # the incast beside the victim: its source sends nothing else
+VICTIM_TRIALS = (("victim alone", 26 << 2, 3), ("lossless + victim", 26 << 2, 3))
 SPEC = {"name": "pfc-spine-leaf", "kind": "spine-leaf", "params": {"leaves": 2, "spines": 1, "hosts_per_leaf": 3},
         "links": {"host": {"rate": "100G", "distance": "2m"}, "leaf-spine": {"rate": "100G", "distance": "100m"}},
         "buffer": "100KB", "scale": SCALE, "pfc": {"priorities": [3], "xoff": "40KB"}}
@@ -75,7 +86,17 @@ def row(trial: dict, receiver_port: str, by_dir: dict) -> dict:
             "directions_paused": sorted(d for d, c in flat.items() if c["pause_received"] > 0),
             "senders_paused": sum(1 for c in nics if c.get("pause_received", 0) > 0),
             "sender_paused_s_mean": sum(c.get("paused_s", 0.0) for c in nics) / len(nics),
-            "emulator_allowance_used_bytes": used, "valid": trial.get("valid")}
+            "emulator_allowance_used_bytes": used, "victim": victim(trial), "valid": trial.get("valid")}
+
+
+def victim(trial: dict) -> dict | None:
+    """The victim stream's figures in a trial (pure): delivered fraction, rate over the sending time, delay."""
+    s = trial["streams"].get(">".join(VICTIM))
+    if s is None:
+        return None
+    rate = s["received"] * FRAME * 8 / trial["seconds"]
+    return {"sent": s["sent"], "received": s["received"], "delivered_mbps": round(rate / 1e6, 3),
+            "delay_ms": s["delay_ms"]}
 
 
 def _plot(trials: list, path: Path) -> None:
@@ -110,7 +131,7 @@ def _plot_sweep(rows: list, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lossless = [r for r in rows if r["priority"] == 3]
+    lossless = [r for r in rows if r["priority"] == 3 and "victim" not in r["trial"]]
     dists = list(dict.fromkeys(r["distance"] for r in lossless))
     fig, ax = plt.subplots(figsize=(6, 4))
     for h, marker in (("auto", "o"), ("50KB", "x")):
@@ -130,7 +151,7 @@ def configs(quick: bool) -> list:
     """(tag, uplink distance, pfc headroom, trials) of a run: the base replica with both trials; the full
     run adds the lossless incast with longer uplinks, with the headroom from physics and an undersized one
     (a fixed 50 KB per port: what happens when the cable outgrows the buffer: loss despite PFC)."""
-    out = [("", "100m", "auto", TRIALS)]
+    out = [("", "100m", "auto", TRIALS if quick else TRIALS + VICTIM_TRIALS)]
     if not quick:
         out += [(f"{d}-{h}", d, h, TRIALS[1:]) for d in ("100m", "1km", "10km") for h in ("auto", "50KB")
                 if (d, h) != ("100m", "auto")]
@@ -162,7 +183,7 @@ def main(argv=None) -> int:
         _print(rows, res.out)
         block = res.health(health)
         res.write_json("metrics.json", {"rows": rows, "trials": trials, **block})
-        _plot([t for t in trials if not t["config"]], res.path("pfc_fabric.png"))
+        _plot([t for t in trials if not t["config"] and "victim" not in t["label"]], res.path("pfc_fabric.png"))
         if len(runs) > 1:
             _plot_sweep(rows, res.path("pfc_headroom.png"))
         res.finish({"rows": rows, "all_valid": all(r["valid"] for r in rows), "emulator_ok": block["emulator_ok"],
@@ -194,7 +215,11 @@ def _replica_trials(spec: dict, which, seconds: float, out_dir: Path, tag: str, 
             pps = LOAD * rep.plan.link(SENDERS[0], "l0").applied.rate_bps / (FRAME * 8)
             port = rep.intf_name("l1", RECEIVER)      # the PFC frames h4's port sends into l1, on the wire
             pcap = out_dir / f"pfc-{label.replace(' ', '-')}.pcap" if prio == 3 and not tag else None
-            t = run_streams(rep, [(h, RECEIVER) for h in SENDERS], tos, prio, seconds, pps, out_dir,
+            flows = [] if label == "victim alone" else [(h, RECEIVER) for h in
+                                                        (VICTIM_INCAST if "victim" in label else SENDERS)]
+            if "victim" in label:
+                flows.append((*VICTIM, VICTIM_LOAD / LOAD * pps))
+            t = run_streams(rep, flows, tos, prio, seconds, pps, out_dir,
                             label.replace(" ", "-"), capture=(port, pcap) if pcap else None)
             if pcap:
                 t["pcap"] = {"file": pcap.name, "port": port}
@@ -221,12 +246,23 @@ def _print(rows: list, to) -> None:
               title=f"PFC in a spine-leaf replica: 4:1 incast to {RECEIVER}")
     for r in rows:
         used = r["emulator_allowance_used_bytes"]
-        t.add_row(f"{r['trial']} (prio {r['priority']})", r.get("distance", ""), r.get("headroom", ""), str(r["sent"]), str(r["received"]), str(r["dropped"]),
+        t.add_row(f"{r['trial']} (prio {r['priority']})", r.get("distance", ""), r.get("headroom", ""), str(r["sent"]),
+                  str(r["received"]), str(r["dropped"]),
                   str(r["unaccounted"]), f"{r['pause_sent_total']} ({r['pause_sent_at_receiver_port']})",
                   str(len(r["directions_paused"])), f"{r['senders_paused']}/{len(SENDERS)}",
                   ", ".join(f"{d} {b / 1e3:.1f} KB" for d, b in sorted(used.items())) or "-",
                   "valid" if r["valid"] else "INVALID")
     to.print(t)
+    victims = [r for r in rows if r.get("victim")]
+    if victims:
+        t = Table("trial", "victim sent", "received", "delivered Mbit/s", "delay p50 ms", "delay p99 ms",
+                  title=f"head-of-line blocking: victim {' -> '.join(VICTIM)} at {VICTIM_LOAD:.0%} of the line rate, "
+                        "priority 3 (emulated ms)")
+        for r in victims:
+            v = r["victim"]
+            t.add_row(r["trial"], str(v["sent"]), str(v["received"]), f"{v['delivered_mbps']:.2f}",
+                      str(v["delay_ms"]["p50"]), str(v["delay_ms"]["p99"]))
+        to.print(t)
 
 
 if __name__ == "__main__":

@@ -106,3 +106,14 @@ def attribute(led: dict, emulator: dict) -> dict:
     inside = min(missing, max(0, sum(int(v or 0) for v in emulator.values())))
     return {"lost_inside_emulator": inside, "unaccounted": led["unaccounted"] - inside,
             "emulator_losses": dict(emulator)}
+
+
+def delays_ms(tx_ns, rx_ns) -> dict:
+    """One-way delays of a stream's received datagrams (sender and receiver stamp the same clock: one
+    machine), ms: p50, p99 (nearest rank) and max; Nones without datagrams."""
+    from testbed.rdma.endpoint import nearest_rank
+
+    d = [(r - t) / 1e6 for t, r in zip(tx_ns, rx_ns, strict=True)]
+    if not d:
+        return {"p50": None, "p99": None, "max": None}
+    return {"p50": round(nearest_rank(d, 0.5), 3), "p99": round(nearest_rank(d, 0.99), 3), "max": round(max(d), 3)}

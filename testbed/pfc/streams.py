@@ -18,7 +18,7 @@ from pathlib import Path
 
 from testbed.emu.capture import tcpdump, tcpdump_argv
 from testbed.errors import EmulationError
-from testbed.pfc.counters import attribute, delta, direction_counters, ledger
+from testbed.pfc.counters import attribute, delays_ms, delta, direction_counters, ledger
 
 #: UDP payload of every stream; the frame a link node queues is 42 bytes more.
 PAYLOAD = 1000
@@ -43,11 +43,13 @@ def snapshot(rep, priority: int) -> dict:
 
 def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float, workdir: Path, label: str,
                 idle: float = 4.0, bin_s: float = 0.25, capture: tuple | None = None) -> dict:
-    """Run ``flows`` = [(src, dst), ...] together for ``seconds`` at ``pps`` each, TOS ``tos``.
+    """Run ``flows`` = [(src, dst) or (src, dst, own pps), ...] together for ``seconds`` at ``pps`` each
+    (unless a flow gives its own), TOS ``tos``.
 
     The receivers stop after ``idle`` seconds without a datagram (queues drained, or frozen). Returns the
     streams (``"src>dst"``: sent, received, lost, ``delivered_per_bin``: datagrams per ``bin_s`` from the
-    start), the link directions' counters over the trial (``hops``), the ledger, CPU and the nodes' stats.
+    start, ``delay_ms``: one-way delay percentiles), the link directions' counters over the trial (``hops``),
+    the ledger, CPU and the nodes' stats.
     ``capture`` = (interface in the machine's namespace, pcap): the PFC frames seen there, for the whole trial.
     """
     from testbed.emu.health import CpuWatch, emulator_processes
@@ -55,8 +57,9 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
 
     probe = [sys.executable, "-m", "testbed.links.probe"]
     kw = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+    flows = [(f[0], f[1], float(f[2]) if len(f) > 2 else pps) for f in flows]
     recv, ready, files = {}, {}, {}
-    for i, (src, dst) in enumerate(flows):
+    for i, (src, dst, _) in enumerate(flows):
         key = f"{src}>{dst}"
         files[key] = (workdir / f"{label}-{src}-{dst}-send.json", workdir / f"{label}-{src}-{dst}-recv.json")
         flag = workdir / f"{label}-{src}-{dst}.ready"
@@ -76,10 +79,10 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
             argv = tcpdump_argv(intf, Path(pcap), ["ether", "proto", "0x8808"], buffer_kib=8192)
             stack.enter_context(tcpdump(lambda a, log: rep.run.spawn(a, log=log), argv, Path(pcap).with_suffix(".log"),
                                         f"switch port {intf}"))
-        for i, (src, dst) in enumerate(flows):
+        for i, (src, dst, rate) in enumerate(flows):
             key = f"{src}>{dst}"
             send[key] = rep.popen(src, probe + ["send", "--dst", rep.ip(dst), "--port", str(BASE_PORT + i),
-                                                "--duration", repr(seconds), "--pps", repr(pps), "--size",
+                                                "--duration", repr(seconds), "--pps", repr(rate), "--size",
                                                 str(PAYLOAD), "--tos", str(tos), "--out", str(files[key][0])], **kw)
         for key, p in send.items():
             if p.wait(timeout=seconds + 60) != 0:
@@ -100,7 +103,8 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
             bins.extend([0] * (k + 1 - len(bins)))
             bins[k] += 1
         received = len(set(got["seq"]))
-        streams[key] = {"sent": sent, "received": received, "lost": sent - received, "delivered_per_bin": bins}
+        streams[key] = {"sent": sent, "received": received, "lost": sent - received, "delivered_per_bin": bins,
+                        "delay_ms": delays_ms(got["tx_ns"], got["rx_ns"])}
     stats = {dl.name: dl.stats() for dl in rep.link_nodes().values()}
     led = ledger(streams, hops)
     led.update(attribute(led, emulator))

@@ -56,3 +56,16 @@ def test_the_deadlock_verdict_reads_the_ring_and_the_second_half():
     v = verdict(trial)
     assert not v["deadlocked"] and not v["frozen"] and v["delivered_second_half"] == 1
     assert (v["storms"], v["watchdog_drops"]) == (2, 7)
+
+
+def test_delays_and_the_victims_figures():
+    from scenarios.pfc_fabric import FRAME, VICTIM, victim
+    from testbed.pfc.counters import delays_ms
+
+    d = delays_ms([0, 0, 0, 0], [1_000_000, 2_000_000, 3_000_000, 40_000_000])     # 1, 2, 3, 40 ms
+    assert d == {"p50": 2.0, "p99": 40.0, "max": 40.0}
+    assert delays_ms([], []) == {"p50": None, "p99": None, "max": None}
+    trial = {"seconds": 2.0, "streams": {">".join(VICTIM): {"sent": 100, "received": 50, "delay_ms": d}}}
+    v = victim(trial)
+    assert v["delivered_mbps"] == round(50 * FRAME * 8 / 2.0 / 1e6, 3) and v["delay_ms"]["p99"] == 40.0
+    assert victim({"seconds": 1.0, "streams": {}}) is None
