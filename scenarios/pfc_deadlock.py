@@ -35,7 +35,7 @@ if __name__ == "__main__" and __package__ is None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.console import console, require_root  # noqa: E402
-from testbed.pfc.streams import FRAME, loss_reasons, run_streams  # noqa: E402
+from testbed.pfc.streams import FRAME, judge, run_streams  # noqa: E402
 from testbed.scenario import Results, run_main, scenario_parser  # noqa: E402
 
 NAME = "pfc_deadlock"
@@ -80,7 +80,6 @@ def _trial(spec: dict, label: str, seconds: float, out_dir: Path) -> dict:
     from controllers.launch import start_controller
     from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
-    from testbed.emu.runhealth import assess
     from testbed.links.node import DelayLineNode
     from testbed.plan import Overrides, plan_replica
     from testbed.topo.spec import build_graph, parse_spec
@@ -100,14 +99,10 @@ def _trial(spec: dict, label: str, seconds: float, out_dir: Path) -> dict:
             pps = LOAD * rep.plan.link("h0", "x0").applied.rate_bps / (FRAME * 8)
             console.print(f"{label}: {len(FLOWS)} flows h_i -> h_i+2 at {LOAD:.0%} of the line rate, {seconds:g} s")
             t = run_streams(rep, FLOWS, ROCE_TOS, PRIORITY, seconds, pps, out_dir, label.replace(" ", "-"), idle=3.0)
-    stats = t.pop("stats")
     t["label"] = label
     t["verdict"] = verdict(t)
     # frames a deadlock holds are accounted (ledger "held"); what is neither received, dropped nor held is not
-    led = t["ledger"]
-    t["health"] = assess(cpu=t["cpu"], link_stats=stats, unaccounted=led["unaccounted"],
-                         lost_inside=led["lost_inside_emulator"], reasons=loss_reasons(led))
-    t["valid"] = t["health"]["emulator_ok"]
+    t["health"] = judge(t)
     return t
 
 

@@ -45,7 +45,7 @@ if __name__ == "__main__" and __package__ is None:
 
 from testbed.console import console, require_root  # noqa: E402
 from testbed.pfc.counters import DROPS, allowance_used, sides  # noqa: E402
-from testbed.pfc.streams import FRAME, loss_reasons, run_streams  # noqa: E402
+from testbed.pfc.streams import FRAME, judge, run_streams  # noqa: E402
 from testbed.scenario import Results, run_main, scenario_parser  # noqa: E402
 
 NAME = "pfc_fabric"
@@ -196,7 +196,6 @@ def _replica_trials(spec: dict, which, seconds: float, out_dir: Path, tag: str, 
     """Build the replica of ``spec``, run ``which`` trials on it (appended to trials/rows/health); its plan."""
     from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
-    from testbed.emu.runhealth import assess
     from testbed.links.node import DelayLineNode
     from testbed.plan import Overrides, plan_replica
     from testbed.topo.spec import build_graph, parse_spec
@@ -224,12 +223,7 @@ def _replica_trials(spec: dict, which, seconds: float, out_dir: Path, tag: str, 
             if pcap:
                 t["pcap"] = {"file": pcap.name, "port": port}
             t["label"], t["config"] = label, tag
-            stats = t.pop("stats")
-            led = t["ledger"]
-            verdict = assess(cpu=t["cpu"], link_stats=stats, unaccounted=led["unaccounted"],
-                             lost_inside=led["lost_inside_emulator"], reasons=loss_reasons(led))
-            health[label] = verdict
-            t["valid"] = verdict["emulator_ok"]
+            health[label] = judge(t)
             trials.append(t)
             r = row(t, f"l1>{RECEIVER}", by_dir)
             r["physics_headroom_bytes"] = {d: by_dir[d]["physics_headroom_bytes"] for d in (f"l1>{RECEIVER}", "s0>l1")}

@@ -42,6 +42,8 @@ DEFAULT_XOFF_BYTES = 100e3
 #: what a pause keeps back, so its queue is large and its own xoff (PAUSE into the host) never reached.
 NIC_LIMIT_BYTES = 50e6
 NIC_XOFF_BYTES = 40e6
+NIC_XON_BYTES = NIC_XOFF_BYTES / 2
+NIC_HEADROOM_BYTES = NIC_LIMIT_BYTES - NIC_XOFF_BYTES
 
 WATCHDOG_ACTIONS = ("drop", "ignore")
 

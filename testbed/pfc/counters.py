@@ -67,6 +67,7 @@ def ledger(senders: dict, hops: dict) -> dict:
 
 
 def delta_all(before: dict, after: dict) -> dict:
+    """:func:`delta` of every link node: ``{node: {"u>v": counters}}``."""
     return {node: delta(before.get(node, {}), dirs) for node, dirs in after.items()}
 
 
@@ -89,8 +90,6 @@ def allowance_used(flat: dict, by_dir: dict) -> dict:
             if over > 0:
                 out[d] = over
     return out
-
-
 
 
 def attribute(led: dict, emulator: dict) -> dict:

@@ -40,7 +40,7 @@ from testbed.links import core
 from testbed.links.delayline import read_stats
 from testbed.links.model import LinkParams
 from testbed.links.wire import _repo_path, spawn_core, stop_delayline, wait_ready
-from testbed.pfc.config import NIC_LIMIT_BYTES, NIC_XOFF_BYTES, PfcConfig
+from testbed.pfc.config import NIC_HEADROOM_BYTES, NIC_LIMIT_BYTES, NIC_XOFF_BYTES, NIC_XON_BYTES, PfcConfig
 from testbed.pfc.headroom import headroom
 from testbed.pfc.link import PRIO_COUNTERS, PfcPort, linkcore_args
 from testbed.pfc.relay import relay_argv
@@ -146,9 +146,9 @@ class FanIn:
                 port = PfcPort(params.pfc, params.real_rate_bps, params.port_headroom(), params.scale)
             else:
                 nic_pfc = PfcConfig(priorities=params.pfc.priorities, xoff_bytes=NIC_XOFF_BYTES,
-                                    xon_bytes=NIC_XOFF_BYTES / 2, quanta=params.pfc.quanta,
+                                    xon_bytes=NIC_XON_BYTES, quanta=params.pfc.quanta,
                                     dscp_map=params.pfc.dscp_map)
-                port = PfcPort(nic_pfc, params.real_rate_bps, NIC_LIMIT_BYTES - NIC_XOFF_BYTES, params.scale)
+                port = PfcPort(nic_pfc, params.real_rate_bps, NIC_HEADROOM_BYTES, params.scale)
             if params.pfc_on:
                 which, argv = core.line_argv(a, b, link, stats, core=core_name, seed=seed + i, stats_interval_s=0.25,
                                              spin_s=WAKE_S if core_name == "c" else None, pfc=port)

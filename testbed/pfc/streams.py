@@ -18,7 +18,7 @@ from pathlib import Path
 
 from testbed.emu.capture import tcpdump, tcpdump_argv
 from testbed.errors import EmulationError
-from testbed.pfc.counters import attribute, delays_ms, delta, direction_counters, ledger
+from testbed.pfc.counters import attribute, delays_ms, delta_all, direction_counters, ledger
 
 #: UDP payload of every stream; the frame a link node queues is 42 bytes more.
 PAYLOAD = 1000
@@ -92,7 +92,7 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
                 raise EmulationError(f"receiver {key} failed: {p.stderr.read().decode()[-300:]}")
     after = snapshot(rep, priority)
     emulator = _ovs_losses(ovs_before, ovs_args)
-    hops = {node: delta(before.get(node, {}), dirs) for node, dirs in after.items()}
+    hops = delta_all(before, after)
     streams = {}
     for key in files:
         sent = json.loads(files[key][0].read_text())["sent"]
@@ -112,7 +112,19 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
             "bin_s": bin_s, "streams": streams, "hops": hops, "ledger": led, "cpu": cpu.summary(), "stats": stats}
 
 
-def loss_reasons(led: dict) -> list[str]:
+def judge(trial: dict) -> dict:
+    """The trial's emulator health (:func:`testbed.emu.runhealth.assess`) from its CPU, its link nodes' stats
+    (taken out of the trial: they are evidence, not results) and its ledger's losses; sets ``valid``."""
+    from testbed.emu.runhealth import assess
+
+    led = trial["ledger"]
+    verdict = assess(cpu=trial["cpu"], link_stats=trial.pop("stats"), unaccounted=led["unaccounted"],
+                     lost_inside=led["lost_inside_emulator"], reasons=_loss_reasons(led))
+    trial["valid"] = verdict["emulator_ok"]
+    return verdict
+
+
+def _loss_reasons(led: dict) -> list[str]:
     """Why a trial's frames do not add up, for its health verdict: lost inside the emulator, or unexplained."""
     out = []
     if led.get("lost_inside_emulator"):

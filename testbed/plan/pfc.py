@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from testbed.errors import SpecError
-from testbed.pfc.config import NIC_LIMIT_BYTES, NIC_XOFF_BYTES, PfcConfig
+from testbed.pfc.config import NIC_HEADROOM_BYTES, NIC_XOFF_BYTES, NIC_XON_BYTES, PfcConfig
 from testbed.pfc.headroom import port_headrooms
 from testbed.pfc.link import PfcPort
 from testbed.pfc.relay import relay_argv
@@ -207,7 +207,7 @@ def plan_pfc(pfc: PfcConfig, links, switches, mtu: int, buffer_bytes: float | No
 
     def side(node, peer) -> PfcSide:
         if node in hosts:
-            return PfcSide("nic", NIC_XOFF_BYTES, NIC_XOFF_BYTES / 2, NIC_LIMIT_BYTES - NIC_XOFF_BYTES)
+            return PfcSide("nic", NIC_XOFF_BYTES, NIC_XON_BYTES, NIC_HEADROOM_BYTES)
         who = tuple(sorted(feeds.get(node, {}).get(peer, ()), key=str))
         room = sum(hr[(node, f)] for f in who) or hr[(node, peer)]
         allowance = sum(rate[(node, f)] / 8 * SWITCH_LAG_S for f in who)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 
 import pytest
 
+from tests.integration.pfcwire import decode_pfc
 from tests.integration.runhealth import check_health
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs, pytest.mark.slow]
@@ -64,12 +64,7 @@ def test_pfc_fabric_quick(tmp_path, capsys):
     check_health(metrics, printed.out + printed.err, healthy=False, links=True)
     # the PFC frames h4's port sent, on the wire at l1's port, decoded by an independent dissector
     assert shutil.which("tshark"), "tshark is missing: make setup installs it (a setup failure, not a skip)"
-    pcap = tmp_path / f"run{attempt}" / trials["lossless"]["pcap"]["file"]
-    fields = ["eth.dst", "macc.opcode", "macc.cbfc.enbv", "macc.cbfc.pause_time.c3"]
-    done = subprocess.run(["tshark", "-r", str(pcap), "-T", "json", *[a for f in fields for a in ("-e", f)]],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    layers = [p["_source"]["layers"] for p in json.loads(done.stdout or "[]")]
+    layers = decode_pfc(tmp_path / f"run{attempt}" / trials["lossless"]["pcap"]["file"])
     port = hops["l1>h4"]
     assert len(layers) == port["pause_sent"] + port["xon_sent"] > 0
     assert {x["eth.dst"][0] for x in layers} == {"01:80:c2:00:00:01"}

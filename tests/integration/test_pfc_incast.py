@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import warnings
 from contextlib import ExitStack
 
@@ -31,6 +30,7 @@ from testbed.links.pcap import read_pcap
 from testbed.links.wire import name_prefix
 from testbed.pfc.config import PfcConfig, WatchdogParams
 from testbed.pfc.fanin import FanIn, IncastParams, run_trial, started_while_paused
+from tests.integration.pfcwire import decode_pfc
 
 pytestmark = [pytest.mark.root]
 
@@ -144,12 +144,7 @@ def test_pfc_off_same_incast_drops_on_both_priorities(trials):
 
 def test_tshark_decodes_the_captured_pauses_as_pfc(trials):
     on = trials["on"]
-    pcap = on["pcap"]
-    fields = ["eth.dst", "macc.opcode", "macc.cbfc.enbv", "macc.cbfc.pause_time.c3"]
-    done = subprocess.run(["tshark", "-r", str(pcap), "-T", "json", *[a for f in fields for a in ("-e", f)]],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    layers = [p["_source"]["layers"] for p in json.loads(done.stdout or "[]")]
+    layers = decode_pfc(on["pcap"])
     sent = on["pfc"]["LR"]["a>b"]["pfc_tx_frames"]
     assert len(layers) == sent                                       # every PAUSE/XON sent was on the wire
     assert {x["eth.dst"][0] for x in layers} == {"01:80:c2:00:00:01"}
