@@ -8,8 +8,11 @@ devices in one namespace, as in the unit tests) the kernel picks one, and ``qp.p
 
 The kernel adds IP and UDP; the datagram is BTH .. ICRC. Sockets are unconnected with path-MTU
 discovery on, so IPv4 packets leave with DF set and IP ID 0, which the ICRC covers (see
-:mod:`testbed.rdma.wire`). Every datagram carries ECT(0) (``IP_TOS``); ``IP_RECVTOS`` hands the
-received ECN bits to the QPs, so CE marks drive DCQCN's notification point::
+:mod:`testbed.rdma.wire`). The sockets' own TOS is the common case, data at the default traffic class
+(DSCP 26, ECT(0): :data:`wire.DATA_TOS`); a datagram of another class (ACKs and NAKs Not-ECT, CNPs at DSCP
+48, a QP with its own ``dscp``) carries its TOS as ancillary data, so a PFC fabric sees RoCE on its lossless
+priority and CNPs on theirs, as from a ConnectX NIC. ``IP_RECVTOS`` hands the received ECN bits to the QPs,
+so CE marks drive DCQCN's notification point::
 
     progress(): recv (non-blocking, up to a batch) -> ICRC + source check -> qp.on_datagram
                 timers -> qp.pump (window, DCQCN pacing) -> sendmsg(parts) (scatter, no copy)
@@ -41,7 +44,6 @@ IP_PMTUDISC_DO = getattr(socket, "IP_PMTUDISC_DO", 2)
 IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
 IPV6_RECVTCLASS = getattr(socket, "IPV6_RECVTCLASS", 66)
 IPV6_TCLASS = getattr(socket, "IPV6_TCLASS", 67)
-ECT0 = 0x02
 
 
 def source_ip_for(peer: str) -> str:
@@ -88,11 +90,11 @@ class Device:
         sock = socket.socket(self._family, socket.SOCK_DGRAM)
         try:
             if self.ipv6:
-                sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, ECT0)
+                sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, wire.DATA_TOS)
                 sock.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVTCLASS, 1)
             else:
                 sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
-                sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
+                sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, wire.DATA_TOS)
                 sock.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
             _set_buffers(sock, 4 << 20)
             try:
@@ -160,12 +162,18 @@ class Device:
         self.qps.pop(qp.qpn, None)
 
     def _sender(self, qpn: int, sock: socket.socket) -> Callable[..., bool]:
-        def out(parts: list, ect: bool, dest: tuple | None = None) -> bool:
+        level, opt = (socket.IPPROTO_IPV6, IPV6_TCLASS) if self.ipv6 else (socket.IPPROTO_IP, socket.IP_TOS)
+        anc = {wire.DATA_TOS: ()}   # TOS -> the ancillary data that sets it on one datagram
+
+        def out(parts: list, tos: int, dest: tuple | None = None) -> bool:
             if dest is None:
                 path = self.qps[qpn].path
                 dest = (path.remote_ip, path.remote_port)
+            cmsg = anc.get(tos)
+            if cmsg is None:
+                cmsg = anc[tos] = [(level, opt, struct.pack("i", tos))]
             try:
-                sock.sendmsg(parts, (), 0, dest)
+                sock.sendmsg(parts, cmsg, 0, dest)
             except BlockingIOError:
                 self._blocked.add(sock)
                 return False

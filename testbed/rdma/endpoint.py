@@ -21,7 +21,7 @@ from pathlib import Path
 from testbed.errors import EmulationError, SpecError
 
 SEND_KEYS = ("host", "test", "size", "iters", "mtu", "window", "timeout_s", "dcqcn", "connect_wait_s", "qpns",
-             "series_every_s", "sizes")
+             "series_every_s", "sizes", "dscp")
 
 
 def qp_config(doc: dict):
@@ -33,7 +33,9 @@ def qp_config(doc: dict):
     if unknown:
         raise SpecError(f"endpoint.{unknown[0]}", f"unknown key; allowed: {', '.join(SEND_KEYS)}")
     dcqcn = DcqcnParams(**doc["dcqcn"]) if doc.get("dcqcn") else None
-    return QpConfig(mtu=doc.get("mtu", 1024), window=doc.get("window", 128), timeout=doc["timeout_s"], dcqcn=dcqcn)
+    extra = {"dscp": doc["dscp"]} if "dscp" in doc else {}   # default: RoCE's (wire.ROCE_DSCP)
+    return QpConfig(mtu=doc.get("mtu", 1024), window=doc.get("window", 128), timeout=doc["timeout_s"], dcqcn=dcqcn,
+                    **extra)
 
 
 def send(doc: dict) -> dict:

@@ -109,8 +109,11 @@ class QpConfig:
     reorder: int = 32            # hold up to this many early packets before NAKing a PSN gap
     max_rd_atomic: int = 16      # READs and atomics outstanding (ibv_qp_attr.max_rd_atomic)
     seed: int | None = None
+    dscp: int = wire.ROCE_DSCP   # the QP's traffic class (its priority in a PFC fabric); ECN bits apart
 
     def __post_init__(self):
+        if isinstance(self.dscp, bool) or not isinstance(self.dscp, int) or not 0 <= self.dscp <= 63:
+            raise RdmaError(f"dscp must be an integer 0..63, got {self.dscp!r}")
         if self.mtu not in wire.IB_MTUS:
             raise RdmaError(f"mtu must be one of {wire.IB_MTUS}, got {self.mtu}")
         if self.window < 1 or self.ackreq_every < 1 or self.reorder < 0 or self.max_rd_atomic < 1:
@@ -206,6 +209,7 @@ class QueuePair(Responder):
         self.cq = cq
         self.recv_cq = recv_cq or cq
         self.cfg = config
+        self._tos = (wire.tos(config.dscp, False), wire.tos(config.dscp, True))   # [ect]
         self.transport = transport
         self.uc = transport == "uc"
         self.unreliable = transport != "rc"
@@ -478,14 +482,18 @@ class QueuePair(Responder):
             parts.append(PAD[pad])
         return parts, len(hdr) + n + pad
 
-    def _emit(self, parts: list, ect: bool, length: int | None = None, dest: UdDest | None = None) -> bool:
+    def _emit(self, parts: list, ect: bool, length: int | None = None, dest: UdDest | None = None,
+              tos: int | None = None) -> bool:
+        """Send one datagram (ICRC appended): ECT(0) data or Not-ECT control at the QP's DSCP, or ``tos``."""
         path = self.path if dest is None else self.ud_path(dest.ip, dest.port)
         parts.append(path.tx_icrc(parts, length))
         if self.cfg.loss and self._rng.random() < self.cfg.loss:
             self.stats.dropped_tx += 1
             self.stats.tx_packets += 1
             return True
-        ok = self._out(parts, ect) if dest is None else self._out(parts, ect, (dest.ip, dest.port))
+        if tos is None:
+            tos = self._tos[ect]
+        ok = self._out(parts, tos) if dest is None else self._out(parts, tos, (dest.ip, dest.port))
         if not ok:
             parts.pop()
             return False

@@ -337,4 +337,4 @@ class Responder:
     def _send_cnp(self) -> None:
         self.stats.cnps_tx += 1
         parts = [wire.bth(CNP, self.remote.qpn, 0, becn=True) + bytes(16)]
-        self._emit(parts, False)
+        self._emit(parts, False, tos=wire.CNP_TOS)

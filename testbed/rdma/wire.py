@@ -41,6 +41,23 @@ ICRC_LEN = 4
 #: IB path MTUs (IBA §9.? PMTU enum 1..5) that carry the payload of one packet.
 IB_MTUS = (256, 512, 1024, 2048, 4096)
 
+#: Traffic classes as NVIDIA NICs set them by default (DOMAIN.md): RoCE on DSCP 26 (priority 3, the lossless
+#: one in a PFC fabric), CNPs on DSCP 48 (priority 6, never paused). A QP's DSCP is its own
+#: (``QpConfig.dscp``, as ``ibv_modify_qp``'s traffic class); the CNP's is the NIC's.
+ROCE_DSCP = 26
+CNP_DSCP = 48
+ECT0 = 0x02
+
+
+def tos(dscp: int, ect: bool) -> int:
+    """The IPv4 TOS / IPv6 traffic class byte: DSCP in the high six bits, ECT(0) or Not-ECT below."""
+    return dscp << 2 | (ECT0 if ect else 0)
+
+
+#: Data frames are ECT(0) so switches mark them (DCQCN); ACKs, NAKs and CNPs are Not-ECT.
+DATA_TOS = tos(ROCE_DSCP, True)
+CNP_TOS = tos(CNP_DSCP, False)
+
 
 def ib_mtu_for(ip_mtu: int, ipv6: bool = False) -> int:
     """Largest IB MTU whose packets (IP + UDP + BTH + RETH + ImmDt + ICRC) fit an IP MTU."""

@@ -37,6 +37,7 @@ class Net:
         self.wire = []
         self.q = {"ab": deque(), "ba": deque()}
         self.count = {"ab": 0, "ba": 0}
+        self.tos = {"ab": [], "ba": []}   # the TOS byte each datagram was sent with, by opcode: (opcode, tos)
         self.sent = {"ab": [], "ba": []}
         self.drop = drop or (lambda d, i, b: False)
         self.mark = mark or (lambda d, i, b: False)
@@ -56,8 +57,9 @@ class Net:
                            psn_b, 0.0)
 
     def _out(self, direction):
-        def out(parts, ect, dest=None):
+        def out(parts, tos, dest=None):
             data = b"".join(bytes(p) for p in parts)
+            self.tos[direction].append((data[0], tos))
             i = self.count[direction]
             self.count[direction] += 1
             self.seq += 1

@@ -172,6 +172,34 @@ def test_ce_marks_trigger_cnps_and_rate_cuts():
     assert net.a.rp.cnps == net.a.stats.cnps_rx
 
 
+def test_traffic_classes_data_acks_and_cnps():
+    """As a ConnectX NIC by default: data ECT(0) on DSCP 26 (PFC priority 3), ACKs Not-ECT on the QP's DSCP,
+    CNPs Not-ECT on DSCP 48 (priority 6); a QP given DSCP 0 sends its data and ACKs there, CNPs stay on 48."""
+    from testbed.roce.opcodes import ACK, CNP
+
+    params = DcqcnParams(line_rate=1e9, cnp_interval=5e-3)
+    for dscp in (None, 0):
+        cfg = QpConfig(dcqcn=params) if dscp is None else QpConfig(dcqcn=params, dscp=dscp)
+        net = Net(cfg_a=cfg, cfg_b=cfg, mark=lambda d, i, data: d == "ab")
+        src, dst = payload(50_000), bytearray(50_000)
+        ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
+        net.a.post_write(1, ma, 0, 50_000, mb.addr, mb.rkey)
+        assert net.wait(net.cq_a)[0].status is WcStatus.SUCCESS
+        want = 26 if dscp is None else dscp
+        by_op = {}
+        for direction in ("ab", "ba"):
+            for op, tos in net.tos[direction]:
+                by_op.setdefault(op, set()).add(tos)
+        assert by_op[0x06] | by_op[0x07] | by_op[0x08] == {want << 2 | 2}   # RC RDMA WRITE first/middle/last
+        assert by_op[ACK] == {want << 2} and by_op[CNP] == {48 << 2}
+
+
+def test_dscp_out_of_range_is_refused():
+    for bad in (-1, 64, 26.0, True):
+        with pytest.raises(RdmaError, match="dscp"):
+            QpConfig(dscp=bad)
+
+
 def test_post_outside_region_raises():
     net = Net()
     ma = net.pd_a.reg_mr(bytearray(10))
