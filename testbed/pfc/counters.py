@@ -24,7 +24,7 @@ def direction_counters(stats: dict, priority: int) -> dict:
                   "drop_pfc_watchdog": prio.get("drop_pfc_watchdog", 0), "pause_sent": ing.get("pause_sent", 0),
                   "xon_sent": ing.get("xon_sent", 0), "pause_received": eg.get("pause_received", 0),
                   "paused_s": eg.get("paused_s", 0.0), "paused_real_s": eg.get("paused_real_s", 0.0),
-                  "max_bytes": ing.get("max_bytes", 0),
+                  "max_bytes": ing.get("max_bytes", 0), "ce_marked": prio.get("ce_marked", 0),
                   "storms": ((pfc.get("watchdog") or {}).get(str(priority)) or {}).get("storms", 0),
                   # states at the end, not counters: what is still held there and whether it is paused
                   "queued": prio.get("queued_packets", 0), "paused_now": bool(pfc.get("paused_now", 0) >> priority & 1)}
@@ -64,6 +64,28 @@ def ledger(senders: dict, hops: dict) -> dict:
     held = sum(c.get("queued", 0) for dirs in hops.values() for c in dirs.values())
     return {"sent": sent, "received": received, "dropped": dropped, "drops": drops, "held": held,
             "unaccounted": sent - received - dropped - held}
+
+
+def port_ledger(hops: dict, hosts) -> dict:
+    """The frame ledger of one priority from the link nodes alone (pure), for traffic the trial cannot count
+    itself (RoCE: resends, ACKs and data share the priority, and the endpoints count QPs, not frames).
+
+    Every frame of the priority enters the fabric at a host's NIC side (``h>x``: its link node's rx) and
+    leaves it at a switch's port to a host (``x>h``: forwarded), unless a modelled queue dropped it or it is
+    still held: sent = delivered + dropped + held + unaccounted. ``hosts``: every host of the replica (a
+    frame to or from any of them counts; the switches learn MACs before a trial, so nothing is flooded).
+    """
+    hosts = {str(h) for h in hosts}
+    sent = delivered = 0
+    for dirs in hops.values():
+        for d, c in dirs.items():
+            u, v = d.split(">")
+            if u in hosts:
+                sent += c["rx"]
+            if v in hosts:
+                delivered += c["forwarded"]
+    led = ledger({"all": {"sent": sent, "received": delivered}}, hops)
+    return led
 
 
 def delta_all(before: dict, after: dict) -> dict:

@@ -70,7 +70,7 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
         ready[flag] = (recv[key], f"udp probe receiver {key}")
     wait_bound(ready)
     before = snapshot(rep, priority)
-    ovs_before, ovs_args = _ovs_snapshot(rep)
+    ovs_before, ovs_args = ovs_snapshot(rep)
     send = {}
     start = time.time()
     with ExitStack() as stack, CpuWatch(emulator_processes(rep)) as cpu:
@@ -91,7 +91,7 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
             if p.wait(timeout=seconds * 4 + 60) != 0:
                 raise EmulationError(f"receiver {key} failed: {p.stderr.read().decode()[-300:]}")
     after = snapshot(rep, priority)
-    emulator = _ovs_losses(ovs_before, ovs_args)
+    emulator = ovs_losses(ovs_before, ovs_args)
     hops = delta_all(before, after)
     streams = {}
     for key in files:
@@ -135,7 +135,7 @@ def _loss_reasons(led: dict) -> list[str]:
     return out
 
 
-def _ovs_snapshot(rep):
+def ovs_snapshot(rep):
     """OVS's own loss counters before a trial (testbed.emu.ovsloss), and how to read them again."""
     from testbed.emu import ovsloss
     from testbed.emu.health import ovs_pid
@@ -145,7 +145,7 @@ def _ovs_snapshot(rep):
     return ovsloss.snapshot(ports, edge, pid), (ports, edge, pid)
 
 
-def _ovs_losses(before: dict, args) -> dict:
+def ovs_losses(before: dict, args) -> dict:
     """Frames lost inside ovs-vswitchd and the kernel's backlog since ``before``."""
     from testbed.emu import ovsloss
 

@@ -5,7 +5,7 @@ Scenarios start endpoints inside replica hosts. The sender's configuration trave
 as Python source, and the module imports only the RDMA stack (not the whole CLI: imports cost seconds on
 a busy machine)::
 
-    python -m testbed.rdma.endpoint serve 0.0.0.0
+    python -m testbed.rdma.endpoint serve 0.0.0.0 [OOB_PORT ROCE_PORT]   # several servers in one host: N:1
     python -m testbed.rdma.endpoint send '{"host": "10.0.1.1", "test": "write_lat", "size": 1048576,
         "iters": 8, "mtu": 1024, "window": 128, "timeout_s": 50.0, "dcqcn": {...emulated...}}'
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from testbed.errors import EmulationError, SpecError
 
 SEND_KEYS = ("host", "test", "size", "iters", "mtu", "window", "timeout_s", "dcqcn", "connect_wait_s", "qpns",
-             "series_every_s", "sizes", "dscp")
+             "series_every_s", "sizes", "dscp", "port", "duration_s")
 
 
 def qp_config(doc: dict):
@@ -41,8 +41,10 @@ def qp_config(doc: dict):
 def send(doc: dict) -> dict:
     from testbed.rdma.perf import run_client
 
+    from testbed.rdma.oob import DEFAULT_PORT
+
     return run_client(doc["host"], doc.get("test", "write_lat"), doc["size"], iters=doc.get("iters"),
-                      config=qp_config(doc), connect_wait=doc.get("connect_wait_s", 30),
+                      duration=doc.get("duration_s"), port=doc.get("port", DEFAULT_PORT), config=qp_config(doc), connect_wait=doc.get("connect_wait_s", 30),
                       qpns=tuple(doc["qpns"]) if doc.get("qpns") else None, series_every=doc.get("series_every_s"),
                       sizes=tuple(doc["sizes"]) if doc.get("sizes") else None)
 
@@ -57,13 +59,15 @@ def sender_result(proc, out: Path, log: Path) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in ("serve", "send"):
-        print("usage: python -m testbed.rdma.endpoint serve BIND | send CONFIG_JSON", file=sys.stderr)
+    if not (argv[:1] == ["send"] and len(argv) == 2 or argv[:1] == ["serve"] and len(argv) in (2, 4)):
+        print("usage: python -m testbed.rdma.endpoint serve BIND [OOB_PORT ROCE_PORT] | send CONFIG_JSON",
+              file=sys.stderr)
         return 2
     if argv[0] == "serve":
         from testbed.rdma.perf import serve
 
-        serve(argv[1])
+        ports = {"port": int(argv[2]), "roce_port": int(argv[3])} if len(argv) == 4 else {}
+        serve(argv[1], **ports)
         return 0
     print(json.dumps(send(json.loads(argv[1]))))
     return 0

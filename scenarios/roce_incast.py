@@ -1,0 +1,213 @@
+"""RoCE incast in a PFC replica: PFC only, DCQCN only, PFC + DCQCN, and a victim flow (issue 16).
+
+::
+
+    h0 h1 h2 h3 h4 --- l0 === s0 === l1 --- h5 h6 h7 h8 h9        receiver h9
+     (NICs: soft RoCE)     100 m            (l1 -> h9: the incast port, RED/ECN marking on every switch port)
+
+Soft-RDMA RC ``write_bw`` flows (:mod:`testbed.pfc.roce`) from N senders to h9 for the same time, on a
+spine-leaf of OVS switches whose every link is a link node running PFC (``pfc:`` in the spec) and RED/ECN
+marking at each switch egress (the spec's ``red:``; a NIC's side does not mark). 4:1 is h0 h1 (behind l0's
+uplink) and h5 h6; 8:1 is h0-h3 and h5-h8. The three modes run on the same replica:
+
+* **PFC only**: DSCP 26 (priority 3, lossless), DCQCN off: nothing lost; the receiver's port pauses its
+  feeders, the spine queue fills and pauses l0's uplink, which pauses l0's NICs, for as long as the incast lasts.
+* **DCQCN only**: DSCP 0 (priority 0, lossy), DCQCN on: the marks cut the senders' rates; until they do,
+  the queue overflows (tail drops, go-back-N resends).
+* **PFC + DCQCN**: DSCP 26, DCQCN on: nothing lost, and the pauses stop once the rates fit (the question
+  operators ask: does DCQCN keep PFC quiet?).
+
+The full run adds a **victim**: h4 -> h8 on priority 3 beside the 4:1 incast with PFC only and with PFC +
+DCQCN (its path l0 -> s0 -> l1 -> h8 shares the paused spine queue, not the congested port: head-of-line
+blocking), and alone.
+
+Per trial: each flow's goodput (real Gb/s = emulated x scale), resends, timeouts, CNPs received and its
+DCQCN rate over time; the incast's fairness (Jain's index, and the largest deviation from the mean: SONiC's
+RoCEv2 test plan asks < 30 %); per link direction drops by reason, PAUSE sent and received, time held and CE
+marks; the frame ledger of the data priority from the link nodes (every frame into the fabric at a NIC is
+delivered to a host, dropped by a modelled queue, still held or lost inside OVS: then the trial is INVALID);
+emulator health. ``roce_incast.png``: per mode the senders' DCQCN rates, PAUSE and drops.
+
+Real fabric -> replica: 25G links at scale 5000 -> 5 Mbit/s; DCQCN's timers and CNP interval x 5000; pause
+quanta at the real 25G, dilated; queues and thresholds in bytes (not dilated).
+
+    sudo testbed run roce_incast --quick     # 4:1, the three modes, 3 s each (~1 min)
+    sudo testbed run roce_incast             # 4:1 and 8:1, 6 s each, and the victim (~4 min)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __name__ == "__main__" and __package__ is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from testbed.console import console, require_root  # noqa: E402
+from testbed.scenario import Results, run_main, scenario_parser  # noqa: E402
+
+NAME = "roce_incast"
+NO_FAILURES = "its subject is congestion control against PFC; a failure schedule would mix two causes of loss"
+SCALE = 5000
+RECEIVER = "h9"
+INCAST = {4: ("h0", "h1", "h5", "h6"), 8: ("h0", "h1", "h2", "h3", "h5", "h6", "h7", "h8")}
+VICTIM = ("h4", "h8")
+#: (label, DSCP, PFC priority of that DSCP, DCQCN on)
+MODES = (("PFC only", 26, 3, False), ("DCQCN only", 0, 0, True), ("PFC + DCQCN", 26, 3, True))
+WINDOW = 512          # packets in flight per QP: no window below the queues (a NIC has none)
+SERIES_EVERY_S = 0.05
+RED = {"kmin": "20KB", "kmax": "80KB", "pmax": "20%"}
+SPEC = {"name": "roce-incast", "kind": "spine-leaf", "params": {"leaves": 2, "spines": 1, "hosts_per_leaf": 5},
+        "links": {"host": {"rate": "25G", "distance": "2m", "red": RED},
+                  "leaf-spine": {"rate": "25G", "distance": "100m", "red": RED}},
+        "buffer": "200KB", "scale": SCALE, "pfc": {"priorities": [3], "xoff": "100KB"}}
+
+
+def _args(argv):
+    p = scenario_parser(__doc__, prog=f"testbed run {NAME}", refuse_failures=NO_FAILURES)
+    p.add_argument("--seconds", type=float, default=None, help="how long the senders send (quick 3, else 6)")
+    return p.parse_args(argv)
+
+
+def trials(quick: bool) -> list:
+    """(label, senders, extra flows, DSCP, priority, DCQCN) of a run, in order."""
+    out = [(f"{n}:1 {m}", INCAST[n], (), dscp, prio, cc) for n in ((4,) if quick else (4, 8))
+           for m, dscp, prio, cc in MODES]
+    if not quick:
+        out += [("victim alone", (), (VICTIM,), 26, 3, True)]
+        out += [(f"4:1 {m} + victim", INCAST[4], (VICTIM,), dscp, prio, cc) for m, dscp, prio, cc in MODES
+                if prio == 3]
+    return out
+
+
+def jain(xs) -> float | None:
+    """Jain's fairness index of ``xs`` (1 = equal shares; 1/n = one flow has everything)."""
+    xs = list(xs)
+    sq = sum(x * x for x in xs)
+    return sum(xs) ** 2 / (len(xs) * sq) if sq else None
+
+
+def row(t: dict, senders, scale: float) -> dict:
+    """The trial's line in the table and summary (pure)."""
+    flat = {d: c for dirs in t["hops"].values() for d, c in dirs.items()}
+    incast = [t["flows"][f"{s}>{RECEIVER}"] for s in senders]
+    good = [f["goodput_mbps"] * scale / 1e3 for f in incast]     # real Gb/s
+    mean = sum(good) / len(good) if good else 0.0
+    led = t["ledger"]
+    nics = [c for d, c in flat.items() if d.split(">")[0].startswith("h")]
+    victim = t["flows"].get(">".join(VICTIM))
+    return {"trial": t["label"], "senders": len(senders), "dcqcn": t["dcqcn"], "priority": t["priority"],
+            "goodput_gbps": [round(g, 3) for g in good], "goodput_total_gbps": round(sum(good), 3),
+            "jain": round(jain(good), 4) if good else None,
+            "max_deviation": round(max(abs(g - mean) for g in good) / mean, 4) if mean else None,
+            "victim_gbps": round(victim["goodput_mbps"] * scale / 1e3, 3) if victim else None,
+            "frames_sent": led["sent"], "dropped": led["dropped"], "unaccounted": led["unaccounted"],
+            "lost_inside_emulator": led["lost_inside_emulator"],
+            "retransmissions": sum(f["retransmissions"] for f in t["flows"].values()),
+            "timeouts": sum(f["timeouts"] for f in t["flows"].values()),
+            "cnps_rx": sum(f["cnps_rx"] for f in t["flows"].values()),
+            "ce_marked": sum(c["ce_marked"] for c in flat.values()),
+            "pause_sent": sum(c["pause_sent"] for c in flat.values()),
+            "pause_sent_receiver_port": flat.get(f"l1>{RECEIVER}", {}).get("pause_sent", 0),
+            "directions_paused": sorted(d for d, c in flat.items() if c["pause_received"] > 0),
+            "nic_paused_real_ms_mean": round(sum(c["paused_real_s"] for c in nics) / len(nics) * 1e3, 4) if nics else 0,
+            "receiver_port_max_kb": round(flat.get(f"l1>{RECEIVER}", {}).get("max_bytes", 0) / 1e3, 1),
+            "valid": t.get("valid")}
+
+
+def main(argv=None) -> int:
+    args = _args(argv)
+    require_root(f"testbed run {NAME}")
+    seconds = args.seconds or (3.0 if args.quick else 6.0)
+    plan_ = trials(args.quick)
+    with Results(NAME, args, config={"spec": SPEC, "seconds": seconds, "window_pkts": WINDOW,
+                                      "trials": [p[0] for p in plan_]}) as res:
+        out, rows, health = _run(plan_, seconds, res.dir)
+        _print(rows, res.out)
+        block = res.health(health)
+        res.write_json("metrics.json", {"rows": rows, "trials": out, **block})
+        _plot(out, res.path("roce_incast.png"))
+        res.finish({"rows": rows, "all_valid": all(r["valid"] for r in rows), "emulator_ok": block["emulator_ok"]})
+    return 0
+
+
+def _run(plan_: list, seconds: float, out_dir: Path):
+    from testbed.doctor import plan_capabilities
+    from testbed.emu import Replica, RunRegistry
+    from testbed.links.node import DelayLineNode
+    from testbed.pfc.roce import run_flows
+    from testbed.pfc.streams import judge
+    from testbed.plan import Overrides, plan_replica
+    from testbed.topo.spec import build_graph, parse_spec
+
+    plan = plan_replica(build_graph(parse_spec(SPEC, source=NAME)), plan_capabilities(), Overrides(seed=1))
+    if plan.pfc is None or not plan.pfc.applied:
+        raise RuntimeError(f"the plan did not apply PFC: {plan.pfc.note if plan.pfc else 'no pfc block'}")
+    out, rows, health = [], [], {}
+    with RunRegistry(NAME) as run, Replica(plan, run=run, out_dir=out_dir, name=NAME,
+                                           link_node_class=DelayLineNode) as rep:
+        hosts = [e.node for e in plan.endpoints]
+        for h in hosts:   # every switch learns every MAC: nothing is flooded during a trial
+            if h != RECEIVER:
+                rep.host(RECEIVER).cmd(f"ping -c1 -W2 {rep.ip(h)}")
+        for label, senders, extra, dscp, prio, cc in plan_:
+            console.print(f"[bold]{label}[/bold] (DSCP {dscp}, priority {prio}, DCQCN {'on' if cc else 'off'}), "
+                          f"{seconds:g} s")
+            flows = [(s, RECEIVER) for s in senders] + list(extra)
+            t = run_flows(rep, flows, seconds, out_dir / "trials", label.replace(" ", "-").replace(":", "to"),
+                          dscp, prio, cc, WINDOW, SERIES_EVERY_S)
+            t["label"] = label
+            health[label] = judge(t)
+            out.append(t)
+            rows.append(row(t, senders, plan.scale))
+            r = rows[-1]
+            console.print(f"  goodput {r['goodput_total_gbps']} Gb/s real (Jain {r['jain']}), dropped {r['dropped']}, "
+                          f"resent {r['retransmissions']}, CNPs {r['cnps_rx']}, PAUSE {r['pause_sent']}, "
+                          + ("valid" if r["valid"] else "INVALID"))
+    return out, rows, health
+
+
+def _print(rows: list, to) -> None:
+    from rich.table import Table
+
+    t = Table("trial", "goodput Gb/s (real)", "Jain", "max dev", "victim Gb/s", "dropped", "resent", "timeouts",
+              "CNPs", "CE marks", "PAUSE (h9 port)", "NIC paused ms (real)", "h9 port max KB", "unaccounted",
+              "valid", title=f"RoCE incast to {RECEIVER}: 25G spine-leaf at scale {SCALE}")
+    for r in rows:
+        t.add_row(r["trial"], f"{r['goodput_total_gbps']:.2f}", str(r["jain"]), str(r["max_deviation"]),
+                  "-" if r["victim_gbps"] is None else f"{r['victim_gbps']:.2f}", str(r["dropped"]),
+                  str(r["retransmissions"]), str(r["timeouts"]), str(r["cnps_rx"]), str(r["ce_marked"]),
+                  f"{r['pause_sent']} ({r['pause_sent_receiver_port']})", f"{r['nic_paused_real_ms_mean']:.3f}",
+                  f"{r['receiver_port_max_kb']:.0f}", str(r["unaccounted"]), "valid" if r["valid"] else "INVALID")
+    to.print(t)
+
+
+def _plot(trials_: list, path: Path) -> None:
+    """Per trial: each flow's DCQCN rate (or its delivered rate without DCQCN) over time, PAUSE and drops."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(trials_)
+    fig, axes = plt.subplots(n, 1, figsize=(9, 2.2 * n), squeeze=False)
+    for ax, t in zip(axes[:, 0], trials_, strict=True):
+        for key, f in t["flows"].items():
+            s = f.get("series") or {}
+            ts, rate = s.get("t") or [], s.get("rate_bps") or s.get("rate") or []
+            if ts and rate:
+                ax.plot(ts, [r * SCALE / 1e9 for r in rate], label=key, lw=1)
+        flat = {d: c for dirs in t["hops"].values() for d, c in dirs.items()}
+        led = t["ledger"]
+        ax.set_title(f"{t['label']}: PAUSE {sum(c['pause_sent'] for c in flat.values())}, dropped {led['dropped']}",
+                     fontsize=8)
+        ax.set_ylabel("rate Gb/s (real)", fontsize=7)
+        ax.legend(fontsize=6, ncol=4)
+    axes[-1, 0].set_xlabel("s (emulated)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

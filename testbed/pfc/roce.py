@@ -1,0 +1,94 @@
+"""Soft-RoCE flows across a running PFC replica, and what its link nodes counted (root glue).
+
+The RoCE counterpart of :mod:`testbed.pfc.streams`: each flow is a soft-RDMA RC ``write_bw`` for a fixed
+time (:mod:`testbed.rdma.endpoint`: the plan's emulated DCQCN, or none), from a sender in its host's
+namespace to a server of its own in the destination's (several servers share a receiver for an N:1 incast:
+each its own out-of-band port and RoCE UDP port, as N QPs on one NIC would be). The QPs' DSCP chooses the
+priority: 26 (priority 3, lossless where the spec's ``pfc:`` says so) or another one (lossy). Every link
+node is read before and after, so a trial reports per flow its goodput, resends, timeouts, CNPs and
+DCQCN rate over time; per link direction its drops, PAUSE, time held and CE marks; and the frame ledger of
+the data priority from the link nodes (:func:`testbed.pfc.counters.port_ledger`), with OVS's own losses
+attributed. Used by the scenario ``roce_incast``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed.errors import EmulationError
+from testbed.pfc.counters import attribute, delta_all, port_ledger
+from testbed.pfc.streams import ovs_losses, ovs_snapshot, snapshot
+from testbed.rdma.oob import DEFAULT_PORT
+from testbed.roce.opcodes import ROCE_UDP_PORT
+
+ENDPOINT = [sys.executable, "-m", "testbed.rdma.endpoint"]
+#: write_bw message size: 64 frames of 1 KB MTU, small against the queues, many per second per QP.
+MESSAGE = 65536
+MTU = 1024
+
+
+def send_doc(rep, src, dst, index: int, seconds: float, dscp: int, dcqcn: bool, window: int,
+             series_every_s: float) -> dict:
+    """The endpoint's send document of flow ``index`` (its server's ports follow from the index)."""
+    ep = rep.plan.endpoint(src)
+    return {"host": rep.ip(dst), "test": "write_bw", "size": MESSAGE, "duration_s": seconds, "mtu": MTU,
+            "window": window, "timeout_s": ep.emulated_qp_timeout_s,
+            "dcqcn": ep.emulated_dcqcn if dcqcn else None, "series_every_s": series_every_s, "dscp": dscp,
+            "port": DEFAULT_PORT + index, "connect_wait_s": 30}
+
+
+def run_flows(rep, flows, seconds: float, workdir: Path, label: str, dscp: int, priority: int, dcqcn: bool,
+              window: int, series_every_s: float) -> dict:
+    """Run ``flows`` = [(src, dst), ...] together for ``seconds`` (emulated = wall clock); returns per flow
+    the sender's result document, the link directions' counters of ``priority`` over the trial (``hops``),
+    the ledger, CPU and the nodes' stats (for :func:`testbed.pfc.streams.judge`)."""
+    from testbed.emu.health import CpuWatch, emulator_processes
+    from testbed.rdma.endpoint import sender_result
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    servers, senders = [], {}
+    try:
+        for i, (_src, dst) in enumerate(flows):
+            log = open(workdir / f"{label}-server-{i}.log", "w")  # noqa: SIM115 - closed with the process
+            servers.append(rep.popen(dst, ENDPOINT + ["serve", "0.0.0.0", str(DEFAULT_PORT + i),
+                                                      str(ROCE_UDP_PORT + i)], stdout=log, stderr=subprocess.STDOUT))
+        before = snapshot(rep, priority)
+        ovs_before, ovs_args = ovs_snapshot(rep)
+        files = {}
+        with CpuWatch(emulator_processes(rep)) as cpu:
+            for i, (src, dst) in enumerate(flows):
+                key = f"{src}>{dst}"
+                doc = send_doc(rep, src, dst, i, seconds, dscp, dcqcn, window, series_every_s)
+                files[key] = (workdir / f"{label}-{src}-{dst}.json", workdir / f"{label}-{src}-{dst}.log")
+                senders[key] = rep.popen(src, ENDPOINT + ["send", json.dumps(doc)],
+                                         stdout=files[key][0].open("w"), stderr=files[key][1].open("w"))
+            deadline = time.monotonic() + seconds + 90
+            for key, p in senders.items():
+                try:
+                    p.wait(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired as exc:
+                    raise EmulationError(f"RoCE sender {key} did not finish within {seconds + 90:g} s; "
+                                         f"see {files[key][1]}") from exc
+        after = snapshot(rep, priority)
+        emulator = ovs_losses(ovs_before, ovs_args)
+    finally:
+        for p in [*senders.values(), *servers]:
+            if p.poll() is None:
+                p.terminate()
+        for p in [*senders.values(), *servers]:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    results = {key: sender_result(senders[key], *files[key]) for key in files}
+    hops = delta_all(before, after)
+    led = port_ledger(hops, [e.node for e in rep.plan.endpoints])
+    led.update(attribute(led, emulator))
+    stats = {dl.name: dl.stats() for dl in rep.link_nodes().values()}
+    return {"label": label, "dscp": dscp, "priority": priority, "dcqcn": dcqcn, "seconds": seconds,
+            "window_pkts": window, "flows": results, "hops": hops, "ledger": led, "cpu": cpu.summary(),
+            "stats": stats}
