@@ -301,7 +301,7 @@ class PfcDirection:
             row["ignored"] = eg.ignored[int(p)]
         doc["pfc"] = {"pfc_rx_frames": self.pfc_rx_frames, "pfc_tx_frames": self.pfc_tx_frames,
                       "rate_real_bps": ing.rate_bps, "scale": ing.dilation.scale, "xoff_bytes": self.pfc.xoff_bytes,
-                      "xon_bytes": self.pfc.xon_bytes, "headroom_bytes": ing.headroom_bytes,
+                      "xon_bytes": self.pfc.xon_bytes, "headroom_bytes": ing.headroom_bytes, "red": self.red is not None,
                       "quanta": self.pfc.quanta, "pause_s": ing.pause_s, "paused_now": self.paused_mask(now),
                       "ingress": ing.snapshot(), "egress": egress,
                       "watchdog": self.watchdog.snapshot() if self.watchdog is not None else None}
@@ -418,6 +418,10 @@ def run_port_trace(params: LinkParams, port: "PfcPort", index: int, seed: int, l
     return res.stdout.splitlines()
 
 
+#: ``--pfc``'s names of a link node's directions, by index (``red_off=ab`` / ``red_off=ba``).
+DIRECTION_NAMES = ("ab", "ba")
+
+
 @dataclass(frozen=True)
 class PfcPort:
     """The PFC settings of one link node (both directions): what ``--pfc`` carries to either core.
@@ -431,6 +435,9 @@ class PfcPort:
             host link needs it: its host->switch side is the NIC (host memory: a threshold never reached),
             its switch->host side the switch's egress; a switch-switch link's two egresses have different
             feeders, so different headrooms (:mod:`testbed.plan.pfc`).
+        red_off: the directions (0: a->b, 1: b->a) that run no RED even when the link's params have it: no
+            CE marks, no early drops. A NIC has no AQM (its queue is host memory; only switch egresses mark),
+            so a replica's host link turns it off on its NIC side (:meth:`testbed.plan.pfc.PfcLink.port`).
     """
 
     config: PfcConfig
@@ -438,8 +445,13 @@ class PfcPort:
     headroom_bytes: float
     scale: float = 1.0
     ba: tuple | None = None
+    red_off: tuple[int, ...] = ()
 
     def __post_init__(self):
+        red_off = tuple(sorted(set(self.red_off)))
+        if any(i not in (0, 1) for i in red_off):
+            raise ValueError(f"PfcPort.red_off: direction indices are 0 (a->b) and 1 (b->a), got {self.red_off!r}")
+        object.__setattr__(self, "red_off", red_off)
         if self.ba is not None:
             xoff, xon, headroom = (float(x) for x in self.ba)
             PfcConfig(priorities=self.config.priorities, xoff_bytes=xoff, xon_bytes=xon)   # xon < xoff
@@ -452,19 +464,22 @@ class PfcPort:
         if self.ba is not None:
             xoff, xon, headroom = self.ba
             argv[-1] += f",xoff_ba={xoff!r},xon_ba={xon!r},headroom_ba={headroom!r}"
+        for i in self.red_off:
+            argv[-1] += f",red_off={DIRECTION_NAMES[i]}"
         return argv
 
     def to_json(self) -> str:
         return json.dumps({"config": self.config.to_dict(), "real_rate_bps": self.real_rate_bps,
                            "headroom_bytes": self.headroom_bytes, "scale": self.scale,
-                           "ba": list(self.ba) if self.ba is not None else None}, sort_keys=True)
+                           "ba": list(self.ba) if self.ba is not None else None, "red_off": list(self.red_off)},
+                          sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "PfcPort":
         doc = json.loads(text)
         ba = doc.get("ba")
         return cls(PfcConfig.from_dict(doc["config"]), float(doc["real_rate_bps"]), float(doc["headroom_bytes"]),
-                   float(doc["scale"]), tuple(ba) if ba is not None else None)
+                   float(doc["scale"]), tuple(ba) if ba is not None else None, tuple(doc.get("red_off", ())))
 
     def side(self, index: int) -> tuple[PfcConfig, float]:
         """(config, headroom) of direction ``index`` (0: a->b, 1: b->a): the C core's pfcdir_thresholds."""
@@ -474,7 +489,10 @@ class PfcPort:
         return replace(self.config, xoff_bytes=xoff, xon_bytes=xon), headroom
 
     def direction(self, params: LinkParams, rng: random.Random, index: int = 0) -> PfcDirection:
+        """Direction ``index`` of the link node: its thresholds, and no RED when it is in :attr:`red_off`."""
         config, headroom = self.side(index)
+        if index in self.red_off:
+            params = replace(params, red=None)
         return PfcDirection(params, config, self.real_rate_bps, headroom, Dilation(self.scale), rng)
 
     def attach(self, line, rng: random.Random) -> None:

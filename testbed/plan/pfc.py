@@ -15,7 +15,9 @@ whose traffic the routing brain sends out of that port (healthy fabric, every de
 feeder's link node receives it on its u side and holds that priority of its x->u direction after the
 cable's delay; that queue then fills and pauses its own feeders: the pause spreads hop by hop as in a
 lossless fabric. A host's side of its link node is the NIC (host memory: :data:`NIC_XOFF_BYTES`, a
-threshold never reached) and honours PAUSE; the switch side is the switch's egress to the host.
+threshold never reached) and honours PAUSE; the switch side is the switch's egress to the host. The NIC
+side runs no RED even when the host tier has ``red:`` (a NIC has no AQM; while it is paused its queue is
+host memory, and marking it would be CE no hardware sets): only switch egresses mark (``"marks"``).
 
 The approximation, written where it is used: a real switch accounts bytes per *ingress* port and pauses
 the ingress ports that cross their xoff; here the egress queue's bytes are accounted and every feeder is
@@ -90,9 +92,15 @@ class PfcSide:
     feeders: tuple = ()               # the switch's neighbours whose traffic leaves by this port
     allowance_bytes: float = 0.0      # of headroom_bytes: the feeders' emulated rate x SWITCH_LAG_S
 
-    def to_json(self) -> dict:
-        return {"role": self.role, "xoff_bytes": self.xoff_bytes, "xon_bytes": self.xon_bytes,
-                "headroom_bytes": self.headroom_bytes,
+    @property
+    def aqm(self) -> bool:
+        """Whether this side runs RED/ECN when its link has ``red:``: a switch egress does, a NIC does not."""
+        return self.role != "nic"
+
+    def to_json(self, red: bool = False) -> dict:
+        """``red``: the link node's params have RED (``marks`` says whether this side applies it)."""
+        return {"role": self.role, "marks": red and self.aqm, "xoff_bytes": self.xoff_bytes,
+                "xon_bytes": self.xon_bytes, "headroom_bytes": self.headroom_bytes,
                 "physics_headroom_bytes": self.headroom_bytes - self.allowance_bytes,
                 "emulator_allowance_bytes": self.allowance_bytes, "feeders": [str(f) for f in self.feeders]}
 
@@ -107,16 +115,18 @@ class PfcLink:
     real_rate_bps: float
     ab: PfcSide
     ba: PfcSide
+    red: bool = False                 # the link node's params have RED (the spec's red: on its tier)
 
     def port(self, config: PfcConfig, scale: float) -> PfcPort:
-        """What the link node is started with (both directions' thresholds)."""
+        """What the link node is started with (both directions' thresholds; no RED on a NIC side)."""
         cfg = _thresholds(config, self.ab)
         return PfcPort(cfg, self.real_rate_bps, self.ab.headroom_bytes, scale,
-                       (self.ba.xoff_bytes, self.ba.xon_bytes, self.ba.headroom_bytes))
+                       (self.ba.xoff_bytes, self.ba.xon_bytes, self.ba.headroom_bytes),
+                       red_off=tuple(i for i, side in enumerate((self.ab, self.ba)) if not side.aqm))
 
     def to_json(self) -> dict:
         return {"u": str(self.u), "v": str(self.v), "via": self.via, "real_rate_bps": self.real_rate_bps,
-                "ab": self.ab.to_json(), "ba": self.ba.to_json()}
+                "red": self.red, "ab": self.ab.to_json(self.red), "ba": self.ba.to_json(self.red)}
 
 
 @dataclass(frozen=True)
@@ -213,7 +223,8 @@ def plan_pfc(pfc: PfcConfig, links, switches, mtu: int, buffer_bytes: float | No
         allowance = sum(rate[(node, f)] / 8 * SWITCH_LAG_S for f in who)
         return PfcSide("switch", pfc.xoff_bytes, pfc.xon_bytes, room + allowance, who, allowance)
 
-    plinks = tuple(PfcLink(e.u, e.v, e.via, e.real.rate_bps, side(e.u, e.v), side(e.v, e.u)) for e in links)
+    plinks = tuple(PfcLink(e.u, e.v, e.via, e.real.rate_bps, side(e.u, e.v), side(e.v, e.u),
+                           e.applied.red is not None) for e in links)
     relays = []
     for sw, outs in sorted(feeds.items(), key=lambda kv: str(kv[0])):
         for peer, who in sorted(outs.items(), key=lambda kv: str(kv[0])):

@@ -357,3 +357,49 @@ def test_a_link_nodes_two_directions_take_their_own_thresholds_in_both_cores():
     assert ups == {0: [3], 1: [6]}
     with pytest.raises(Exception, match="xon"):
         PfcPort(port.config, REAL, 2000, SCALE, ba=(1000, 2000, 4000))     # xon above xoff: refused
+
+
+def test_a_direction_with_red_off_never_marks_in_both_cores():
+    """A replica's host link with RED on its tier: a->b is the switch's egress (marks), b->a the NIC (no AQM:
+    ``red_off=ba``). Both directions are paused at 0 for 1.34 s and receive ten ECT(0) priority-3 frames:
+    nothing starts, so arrival k (from 0) sees k packets queued. With kmin 2, kmax 4 packets, a->b marks CE
+    every arrival from the sixth (k > kmax: probability 1); b->a, the same queue past kmax, marks none
+    and drops none. Python reference and C core alike."""
+    from testbed.pfc.link import PfcPort, run_port_trace
+
+    port = PfcPort(PfcConfig(priorities=(3,), xoff_bytes=20_000, xon_bytes=10_000), REAL, 20_000, SCALE,
+                   red_off=(1,))
+    assert port.linkcore_args()[1].endswith(",red_off=ba") and PfcPort.from_json(port.to_json()) == port
+    params = LinkParams(rate_bps=8e6, delay_s=0.0, limit=50_000, limit_unit="bytes",
+                        red=RedParams(kmin=2, kmax=4, pmax=0.5, unit="packets"))
+    lines = [f"0.0 rx {pause(0xFFFF).hex()}"] + [f"0.0 arrive {frame(ROCE_TOS).hex()}"] * 10 + ["30.0 advance"]
+    outs = {}
+    for index in (0, 1):
+        ref = trace_lines(port.direction(params, random.Random(3), index), lines)
+        core = run_port_trace(params, port, index, 3, lines)
+        assert core == ref, (index, core, ref)
+        outs[index] = ref
+    fates = {i: [line.split()[0] for line in outs[i][1:11]] for i in (0, 1)}
+    assert fates[0][5:] == ["ce"] * 5 and fates[1] == ["queued"] * 10
+    prio3 = {i: next(line for line in outs[i] if line.startswith("prio 3 ")) for i in (0, 1)}
+    assert "ce_marked=0 " not in prio3[0] and "ce_marked=0 " in prio3[1] and "drop_red=0 " in prio3[1]
+    assert all("queue max_packets=10 " in outs[i][-1] for i in (0, 1))          # both queues passed kmax
+    assert all("forwarded_packets=10 " in prio3[i] for i in (0, 1))            # and drained after the pause
+    snap = port.direction(params, random.Random(3), 1).snapshot(0.0)
+    assert snap["pfc"]["red"] is False and port.direction(params, random.Random(3), 0).snapshot(0.0)["pfc"]["red"]
+
+
+def test_red_off_takes_ab_or_ba_only():
+    import subprocess
+
+    from testbed.links import core
+    from testbed.pfc.link import PfcPort
+
+    with pytest.raises(ValueError, match="red_off"):
+        PfcPort(PfcConfig(priorities=(3,)), REAL, 20_000, SCALE, red_off=(2,))
+    both = PfcPort(PfcConfig(priorities=(3,)), REAL, 20_000, SCALE, red_off=(1, 0, 1))
+    assert both.red_off == (0, 1) and both.linkcore_args()[1].endswith(",red_off=ab,red_off=ba")
+    spec = PfcPort(PfcConfig(priorities=(3,)), REAL, 20_000, SCALE).linkcore_args()[1] + ",red_off=up"
+    res = subprocess.run([str(core.build()), "pfctrace", "--rate-bps", "8000000", "--pfc", spec], input="",
+                         capture_output=True, text=True)
+    assert res.returncode != 0 and "red_off= ab or ba" in res.stderr

@@ -328,6 +328,40 @@ def test_pfc_pauses_follow_the_routes_and_each_egress_holds_its_feeders_headroom
     assert [a for a in argv[1] if a in ("mirror", "redirect")] == ["mirror", "redirect"]
 
 
+def test_with_host_tier_red_only_the_switch_side_of_a_host_link_marks():
+    """A NIC has no AQM: with ``red:`` on the host tier, a host link node's NIC side runs without RED
+    (``red_off`` in its --pfc) and its switch side with it; links without red mark on neither side."""
+    from testbed.topo.spec import parse_spec
+
+    doc = {"name": "sl-pfc-red", "kind": "spine-leaf", "params": {"leaves": 2, "spines": 2, "hosts_per_leaf": 2,
+                                                                 "oversubscription": 1},
+           "links": {"host": {"rate": "100G", "distance": "2m", "red": {"kmin": "20p", "kmax": "80p", "pmax": 0.2}},
+                     "leaf-spine": {"distance": "10km"}},
+           "buffer": "2MB", "scale": 1000, "pfc": {"priorities": [3]}}
+    plan = plan_replica(build_graph(parse_spec(doc)))
+    pfc = plan.pfc
+    assert pfc.applied and len(pfc.links) == 8
+    host_links = [lk for lk in pfc.links if "nic" in (lk.ab.role, lk.ba.role)]
+    assert len(host_links) == 4
+    for lk in host_links:
+        assert plan.link(lk.u, lk.v).applied.red is not None and lk.red is True
+        nic = [i for i, side in enumerate((lk.ab, lk.ba)) if side.role == "nic"]
+        assert len(nic) == 1
+        port = lk.port(pfc.config, 1000)
+        assert port.red_off == tuple(nic)
+        assert port.linkcore_args()[1].endswith(",red_off=" + ("ab", "ba")[nic[0]])
+        sides = lk.to_json()
+        assert [sides[k]["marks"] for k in ("ab", "ba")] == [i not in nic for i in (0, 1)]
+    for lk in pfc.links:
+        if lk not in host_links:
+            assert lk.red is False and lk.port(pfc.config, 1000).red_off == ()
+            assert not lk.to_json()["ab"]["marks"] and not lk.to_json()["ba"]["marks"]
+    doc = json.loads(json.dumps(plan.to_json()))
+    marks = sorted((lk["ab"]["role"], lk["ab"]["marks"], lk["ba"]["role"], lk["ba"]["marks"])
+                   for lk in doc["pfc"]["links"])
+    assert marks.count(("switch", True, "nic", False)) + marks.count(("nic", False, "switch", True)) == 4
+
+
 def test_pfc_not_applied_where_the_replica_cannot_and_refused_with_netem():
     bmv2 = _pfc_plan("2MB", {"priorities": [3]}, Overrides(p4_program="fabric"))
     assert bmv2.pfc.applied is False and "BMv2" in bmv2.pfc.note and bmv2.pfc.note in bmv2.warnings

@@ -18,7 +18,9 @@
  * quanta=Q, rate=REAL_BPS, scale=S, dscp=64 hex digits (priority of DSCP 0..63), src=MAC (trace only;
  * forward mode sends from each interface's own MAC); xoff_ba=B, xon_ba=B, headroom_ba=B give the b->a
  * direction its own thresholds (forward mode: a replica's host link, whose host->switch side is the NIC
- * and whose switch->host side is the switch's egress; without them both directions take xoff/xon/headroom).
+ * and whose switch->host side is the switch's egress; without them both directions take xoff/xon/headroom);
+ * red_off=ab / red_off=ba (either or both): that direction runs no RED although --red is given, no CE marks and
+ * no early drops (a replica's host link: its NIC side; a NIC has no AQM, its queue is host memory).
  * The forwarding-loop glue is pfc_forward.c.
  */
 #include <stdarg.h>
@@ -33,6 +35,7 @@ typedef struct {
     double xoff, xon, headroom, limit;
     double ba_xoff, ba_xon, ba_headroom;  /* the b->a direction's thresholds; ba_set: given */
     int ba_set;
+    unsigned red_off;                   /* bit 0: the a->b direction runs no RED, bit 1: b->a */
     int quanta;
     double rate_real_bps, scale, pause_s, refresh_s;
     uint8_t dscp_map[64];
@@ -77,6 +80,7 @@ typedef struct pfcdir {
     double next_sample;
     /* ingress (testbed.pfc.state.PfcIngress): this direction's thresholds (PF's, or PF.ba_* for b->a) */
     double xoff, xon, headroom, limit;
+    int red_off;                                  /* no RED in this direction (PF.red_off) */
     uint64_t in_bytes[NPRIO], in_max[NPRIO], pause_sent[NPRIO], xon_sent[NPRIO], hr_bytes[NPRIO];
     int xoff_on[NPRIO], has_refresh[NPRIO];
     double next_refresh[NPRIO];
@@ -122,6 +126,11 @@ static void parse_pfc(char *spec) {
         else if (!strcmp(k, "xoff_ba")) { PF.ba_xoff = strtod(v, NULL); PF.ba_set |= 1; }
         else if (!strcmp(k, "xon_ba")) { PF.ba_xon = strtod(v, NULL); PF.ba_set |= 2; }
         else if (!strcmp(k, "headroom_ba")) { PF.ba_headroom = strtod(v, NULL); PF.ba_set |= 4; }
+        else if (!strcmp(k, "red_off")) {
+            if (!strcmp(v, "ab")) PF.red_off |= 1;
+            else if (!strcmp(v, "ba")) PF.red_off |= 2;
+            else die("--pfc red_off= ab or ba (repeat the key for both)");
+        }
         else if (!strcmp(k, "quanta")) PF.quanta = atoi(v);
         else if (!strcmp(k, "rate")) PF.rate_real_bps = strtod(v, NULL);
         else if (!strcmp(k, "scale")) PF.scale = strtod(v, NULL);
@@ -140,8 +149,8 @@ static void parse_pfc(char *spec) {
                 if (x < 0 || x > 7) die("--pfc dscp=: priorities are 0..7");
                 PF.dscp_map[d] = (uint8_t)x;
             }
-        } else die("--pfc: unknown key (prios, xoff, xon, headroom, xoff_ba, xon_ba, headroom_ba, quanta, rate, "
-                   "scale, dscp, src, wd_detect, wd_restore, wd_action)");
+        } else die("--pfc: unknown key (prios, xoff, xon, headroom, xoff_ba, xon_ba, headroom_ba, red_off, "
+                   "quanta, rate, scale, dscp, src, wd_detect, wd_restore, wd_action)");
     }
     if (!(PF.rate_real_bps > 0)) die("--pfc rate= (the real line rate, bit/s) must be positive");
     if (PF.wd_action && !(PF.wd_detect > 0 && PF.wd_restore > 0)) die("--pfc: wd_detect and wd_restore must be > 0");
@@ -316,13 +325,15 @@ static int wd_due(const pfcdir_t *d, double *t) {
 }
 
 /* ---------------------------------------------------------------- the direction (PfcDirection) */
-/* The direction's ingress thresholds: PF's, or with ba (the b->a direction) PF.ba_* when given. */
+/* The direction's ingress thresholds: PF's, or with ba (the b->a direction) PF.ba_* when given; and whether
+ * it runs RED (PF.red_off). */
 static void pfcdir_thresholds(pfcdir_t *d, int ba) {
     int own = ba && PF.ba_set;
     d->xoff = own ? PF.ba_xoff : PF.xoff;
     d->xon = own ? PF.ba_xon : PF.xon;
     d->headroom = own ? PF.ba_headroom : PF.headroom;
     d->limit = d->xoff + d->headroom;
+    d->red_off = (PF.red_off >> (ba ? 1 : 0)) & 1;
 }
 
 static void pfcdir_init(pfcdir_t *d, const params_t *P, unsigned long long seed, pfc_sink_t sink, const uint8_t *src) {
@@ -515,7 +526,7 @@ static int pfcdir_admit(pfcdir_t *d, double now, uint8_t *frame, uint32_t len) {
         c[PC_TAIL]++;
         return PF_TAIL;
     }
-    if (P->red) {
+    if (P->red && !d->red_off) {
         double pr = red_probability(P, P->red_bytes ? (double)qbytes : (double)qlen);
         if (pr > 0 && (pr >= 1.0 || mt_random(&d->rng) < pr)) {
             int code = P->red_ecn ? ecn_codepoint(frame, len) : NOT_ECT;
@@ -615,7 +626,7 @@ static int run_pfctrace(void) {
     if (!(P.rate_Bps > 0)) die("pfctrace needs --rate-bps (a PFC link has a queue)");
     static pfcdir_t d;
     pfcdir_init(&d, &P, opt_seed, (pfc_sink_t){NULL, tr_release, tr_upstream, tr_dropped}, PF.src);
-    pfcdir_thresholds(&d, opt_trace_ba);   /* --trace-ba: the b->a direction's thresholds (xoff_ba, ...) */
+    pfcdir_thresholds(&d, opt_trace_ba);   /* --trace-ba: the b->a direction's (xoff_ba, ..., red_off=ba) */
     static char line[2 * 65536 + 64];
     static uint8_t frame[65536];
     double now = 0;

@@ -135,12 +135,13 @@ static void pfc_stats_json(FILE *f, path_t *p, int with_series) {
     }
     fprintf(f, "}, \"pfc\": {\"pfc_rx_frames\": %llu, \"pfc_tx_frames\": %llu, \"pfc_tx_errors\": %llu, "
             "\"rate_real_bps\": %.17g, \"scale\": %.17g, \"xoff_bytes\": %.17g, \"xon_bytes\": %.17g, "
-            "\"headroom_bytes\": %.17g, \"quanta\": %d, \"pause_s\": %.17g, \"paused_now\": %u, "
+            "\"headroom_bytes\": %.17g, \"red\": %s, \"quanta\": %d, \"pause_s\": %.17g, \"paused_now\": %u, "
             "\"tx_lag\": {\"count\": %llu, \"mean_s\": %.9g, \"max_s\": %.9g}, "
             "\"rx_lag\": {\"count\": %llu, \"mean_s\": %.9g, \"max_s\": %.9g}, \"ingress\": {",
             (unsigned long long)d->pfc_rx_frames, (unsigned long long)d->pfc_tx_frames,
             (unsigned long long)g_pfc_tx_errors[idx], PF.rate_real_bps, PF.scale, d->xoff, d->xon, d->headroom,
-            PF.quanta, PF.pause_s, paused_mask(d, now), (unsigned long long)g_tx_lag[idx].n,
+            d->P->red && !d->red_off ? "true" : "false", PF.quanta, PF.pause_s, paused_mask(d, now),
+            (unsigned long long)g_tx_lag[idx].n,
             g_tx_lag[idx].n ? g_tx_lag[idx].sum / g_tx_lag[idx].n : 0.0, g_tx_lag[idx].max,
             (unsigned long long)g_rx_lag[idx].n, g_rx_lag[idx].n ? g_rx_lag[idx].sum / g_rx_lag[idx].n : 0.0,
             g_rx_lag[idx].max);
