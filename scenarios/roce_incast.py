@@ -12,7 +12,7 @@ uplink) and h5 h6; 8:1 is h0-h3 and h5-h8. The three modes run on the same repli
 
 * **PFC only**: DSCP 26 (priority 3, lossless), DCQCN off: nothing lost; the receiver's port pauses its
   feeders, the spine queue fills and pauses l0's uplink, which pauses l0's NICs, for as long as the incast lasts.
-* **DCQCN only**: DSCP 0 (priority 0, lossy), DCQCN on: the marks cut the senders' rates; until they do,
+* **DCQCN only**: DSCP 8 (priority 1, lossy), DCQCN on: the marks cut the senders' rates; until they do,
   the queue overflows (tail drops, go-back-N resends).
 * **PFC + DCQCN**: DSCP 26, DCQCN on: nothing lost, and the pauses stop once the rates fit (the question
   operators ask: does DCQCN keep PFC quiet?).
@@ -53,8 +53,10 @@ RECEIVER = "h9"
 INCAST = {4: ("h0", "h1", "h5", "h6"), 8: ("h0", "h1", "h2", "h3", "h5", "h6", "h7", "h8")}
 VICTIM = ("h4", "h8")
 #: (label, DSCP, PFC priority of that DSCP, DCQCN on)
-MODES = (("PFC only", 26, 3, False), ("DCQCN only", 0, 0, True), ("PFC + DCQCN", 26, 3, True))
-WINDOW = 512          # packets in flight per QP: no window below the queues (a NIC has none)
+#: DCQCN only runs on DSCP 8 (priority 1): lossy, and nothing else in the replica uses it (priority 0 also
+#: carries ARP broadcasts and the endpoints' TCP set-up, which the frame ledger would count as RoCE).
+MODES = (("PFC only", 26, 3, False), ("DCQCN only", 8, 1, True), ("PFC + DCQCN", 26, 3, True))
+WINDOW = 64           # packets in flight per QP: ~10 x the BDP (25G, 100 m), never the limit
 SERIES_EVERY_S = 0.05
 RED = {"kmin": "20KB", "kmax": "80KB", "pmax": "20%"}
 SPEC = {"name": "roce-incast", "kind": "spine-leaf", "params": {"leaves": 2, "spines": 1, "hosts_per_leaf": 5},
@@ -80,27 +82,22 @@ def trials(quick: bool) -> list:
     return out
 
 
-def jain(xs) -> float | None:
-    """Jain's fairness index of ``xs`` (1 = equal shares; 1/n = one flow has everything)."""
-    xs = list(xs)
-    sq = sum(x * x for x in xs)
-    return sum(xs) ** 2 / (len(xs) * sq) if sq else None
-
-
 def row(t: dict, senders, scale: float) -> dict:
     """The trial's line in the table and summary (pure)."""
+    from testbed.pfc.rocestats import goodputs, jain
+
     flat = {d: c for dirs in t["hops"].values() for d, c in dirs.items()}
-    incast = [t["flows"][f"{s}>{RECEIVER}"] for s in senders]
-    good = [f["goodput_mbps"] * scale / 1e3 for f in incast]     # real Gb/s
+    common = goodputs(t["flows"], t["seconds"])        # over the time every flow was sending
+    good = [common.get(f"{s}>{RECEIVER}", 0.0) * scale / 1e9 for s in senders]     # real Gb/s
     mean = sum(good) / len(good) if good else 0.0
     led = t["ledger"]
     nics = [c for d, c in flat.items() if d.split(">")[0].startswith("h")]
-    victim = t["flows"].get(">".join(VICTIM))
+    victim = common.get(">".join(VICTIM))
     return {"trial": t["label"], "senders": len(senders), "dcqcn": t["dcqcn"], "priority": t["priority"],
             "goodput_gbps": [round(g, 3) for g in good], "goodput_total_gbps": round(sum(good), 3),
             "jain": round(jain(good), 4) if good else None,
             "max_deviation": round(max(abs(g - mean) for g in good) / mean, 4) if mean else None,
-            "victim_gbps": round(victim["goodput_mbps"] * scale / 1e3, 3) if victim else None,
+            "victim_gbps": round(victim * scale / 1e9, 3) if victim is not None else None,
             "frames_sent": led["sent"], "dropped": led["dropped"], "unaccounted": led["unaccounted"],
             "lost_inside_emulator": led["lost_inside_emulator"],
             "retransmissions": sum(f["retransmissions"] for f in t["flows"].values()),
@@ -183,25 +180,26 @@ def _print(rows: list, to) -> None:
 
 
 def _plot(trials_: list, path: Path) -> None:
-    """Per trial: each flow's DCQCN rate (or its delivered rate without DCQCN) over time, PAUSE and drops."""
+    """Per trial: each flow's goodput over time (real Gb/s, from its acknowledged bytes), PAUSE and drops."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from testbed.pfc.rocestats import rate_bins
+
     n = len(trials_)
     fig, axes = plt.subplots(n, 1, figsize=(9, 2.2 * n), squeeze=False)
     for ax, t in zip(axes[:, 0], trials_, strict=True):
+        origin = min(f["started_at"] for f in t["flows"].values())
         for key, f in t["flows"].items():
-            s = f.get("series") or {}
-            ts, rate = s.get("t") or [], s.get("rate_bps") or s.get("rate") or []
-            if ts and rate:
-                ax.plot(ts, [r * SCALE / 1e9 for r in rate], label=key, lw=1)
+            ts, rates = rate_bins(f, origin, 0.25)
+            ax.step(ts, [r * SCALE / 1e9 for r in rates], where="post", label=key, lw=1)
         flat = {d: c for dirs in t["hops"].values() for d, c in dirs.items()}
         led = t["ledger"]
         ax.set_title(f"{t['label']}: PAUSE {sum(c['pause_sent'] for c in flat.values())}, dropped {led['dropped']}",
                      fontsize=8)
-        ax.set_ylabel("rate Gb/s (real)", fontsize=7)
+        ax.set_ylabel("goodput Gb/s (real)", fontsize=7)
         ax.legend(fontsize=6, ncol=4)
     axes[-1, 0].set_xlabel("s (emulated)")
     fig.tight_layout()

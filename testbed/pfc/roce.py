@@ -26,8 +26,9 @@ from testbed.rdma.oob import DEFAULT_PORT
 from testbed.roce.opcodes import ROCE_UDP_PORT
 
 ENDPOINT = [sys.executable, "-m", "testbed.rdma.endpoint"]
-#: write_bw message size: 64 frames of 1 KB MTU, small against the queues, many per second per QP.
-MESSAGE = 65536
+#: write_bw message size: 16 frames of 1 KB MTU: after the sending time a sender waits for at most its
+#: window plus one message, even at a rate DCQCN cut deep.
+MESSAGE = 16384
 MTU = 1024
 
 

@@ -39,9 +39,8 @@ def qp_config(doc: dict):
 
 
 def send(doc: dict) -> dict:
-    from testbed.rdma.perf import run_client
-
     from testbed.rdma.oob import DEFAULT_PORT
+    from testbed.rdma.perf import run_client
 
     return run_client(doc["host"], doc.get("test", "write_lat"), doc["size"], iters=doc.get("iters"),
                       duration=doc.get("duration_s"), port=doc.get("port", DEFAULT_PORT), config=qp_config(doc), connect_wait=doc.get("connect_wait_s", 30),
