@@ -35,11 +35,15 @@ DROPS = ("drop_tail", "drop_red", "drop_loss", "drop_pfc_headroom", "drop_pfc_wa
 
 
 def delta(before: dict, after: dict) -> dict:
-    """``after - before`` per direction and counter; ``max_bytes`` and the end states are the trial's own."""
+    """``after - before`` per direction and counter; the end states as read at the end. ``max_bytes`` is
+    the trial's peak only if the trial raised it: a link node keeps one peak per priority for its whole run,
+    so on a replica that runs several trials a peak not above an earlier trial's is unknown (None)."""
     out = {}
     for d, a in after.items():
         b = before.get(d, {})
         out[d] = {k: (v if k in STATES else v - b.get(k, 0)) for k, v in a.items()}
+        if "max_bytes" in a and a["max_bytes"] <= b.get("max_bytes", 0) and a["max_bytes"] > 0:
+            out[d]["max_bytes"] = None
     return out
 
 
@@ -108,7 +112,7 @@ def allowance_used(flat: dict, by_dir: dict) -> dict:
     for d, c in flat.items():
         side = by_dir.get(d)
         if side and side["role"] == "switch":
-            over = c.get("max_bytes", 0) - side["xoff_bytes"] - side["physics_headroom_bytes"]
+            over = (c.get("max_bytes") or 0) - side["xoff_bytes"] - side["physics_headroom_bytes"]
             if over > 0:
                 out[d] = over
     return out

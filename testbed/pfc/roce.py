@@ -32,19 +32,31 @@ MESSAGE = 16384
 MTU = 1024
 
 
+#: Time the senders get to start and connect before their common start: a process's imports take ~0.5 s
+#: of a busy 2-core machine's CPU, and they all start at once (per flow, on top of a fixed part).
+START_S, START_PER_FLOW_S = 2.0, 0.5
+#: How long a sender waits for its outstanding messages after the sending time (emulated s): queues here
+#: drain in well under a second, a tail loss on a lossy priority waits for the QP's ACK timeout (x scale:
+#: minutes), and the trial reports those messages as unfinished instead.
+DRAIN_S = 8.0
+
+
 def send_doc(rep, src, dst, index: int, seconds: float, dscp: int, dcqcn: bool, window: int,
-             series_every_s: float) -> dict:
-    """The endpoint's send document of flow ``index`` (its server's ports follow from the index)."""
+             series_every_s: float, start_at: float, rate_limit_bps: float | None = None) -> dict:
+    """The endpoint's send document of flow ``index`` (its server's ports follow from the index);
+    ``rate_limit_bps``: the QP's static limit (emulated bit/s), or none."""
     ep = rep.plan.endpoint(src)
     return {"host": rep.ip(dst), "test": "write_bw", "size": MESSAGE, "duration_s": seconds, "mtu": MTU,
             "window": window, "timeout_s": ep.emulated_qp_timeout_s,
             "dcqcn": ep.emulated_dcqcn if dcqcn else None, "series_every_s": series_every_s, "dscp": dscp,
-            "port": DEFAULT_PORT + index, "connect_wait_s": 30}
+            "port": DEFAULT_PORT + index, "connect_wait_s": 30, "start_at": start_at,
+            "drain_s": DRAIN_S, "rate_limit_bps": rate_limit_bps}
 
 
 def run_flows(rep, flows, seconds: float, workdir: Path, label: str, dscp: int, priority: int, dcqcn: bool,
               window: int, series_every_s: float) -> dict:
-    """Run ``flows`` = [(src, dst), ...] together for ``seconds`` (emulated = wall clock); returns per flow
+    """Run ``flows`` = [(src, dst) or (src, dst, rate limit in emulated bit/s), ...] together for ``seconds``
+    (emulated = wall clock); returns per flow
     the sender's result document, the link directions' counters of ``priority`` over the trial (``hops``),
     the ledger, CPU and the nodes' stats (for :func:`testbed.pfc.streams.judge`)."""
     from testbed.emu.health import CpuWatch, emulator_processes
@@ -53,26 +65,28 @@ def run_flows(rep, flows, seconds: float, workdir: Path, label: str, dscp: int, 
     workdir.mkdir(parents=True, exist_ok=True)
     servers, senders = [], {}
     try:
-        for i, (_src, dst) in enumerate(flows):
+        flows = [(f[0], f[1], f[2] if len(f) > 2 else None) for f in flows]
+        for i, (_src, dst, _limit) in enumerate(flows):
             log = open(workdir / f"{label}-server-{i}.log", "w")  # noqa: SIM115 - closed with the process
             servers.append(rep.popen(dst, ENDPOINT + ["serve", "0.0.0.0", str(DEFAULT_PORT + i),
                                                       str(ROCE_UDP_PORT + i)], stdout=log, stderr=subprocess.STDOUT))
         before = snapshot(rep, priority)
         ovs_before, ovs_args = ovs_snapshot(rep)
         files = {}
+        start_at = time.time() + START_S + START_PER_FLOW_S * len(flows)
         with CpuWatch(emulator_processes(rep)) as cpu:
-            for i, (src, dst) in enumerate(flows):
+            for i, (src, dst, limit) in enumerate(flows):
                 key = f"{src}>{dst}"
-                doc = send_doc(rep, src, dst, i, seconds, dscp, dcqcn, window, series_every_s)
+                doc = send_doc(rep, src, dst, i, seconds, dscp, dcqcn, window, series_every_s, start_at, limit)
                 files[key] = (workdir / f"{label}-{src}-{dst}.json", workdir / f"{label}-{src}-{dst}.log")
                 senders[key] = rep.popen(src, ENDPOINT + ["send", json.dumps(doc)],
                                          stdout=files[key][0].open("w"), stderr=files[key][1].open("w"))
-            deadline = time.monotonic() + seconds + 90
+            deadline = time.monotonic() + START_S + START_PER_FLOW_S * len(flows) + seconds + DRAIN_S + 60
             for key, p in senders.items():
                 try:
                     p.wait(timeout=max(1.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired as exc:
-                    raise EmulationError(f"RoCE sender {key} did not finish within {seconds + 90:g} s; "
+                    raise EmulationError(f"RoCE sender {key} did not finish within {seconds + DRAIN_S + 60:g} s; "
                                          f"see {files[key][1]}") from exc
         after = snapshot(rep, priority)
         emulator = ovs_losses(ovs_before, ovs_args)
@@ -90,6 +104,8 @@ def run_flows(rep, flows, seconds: float, workdir: Path, label: str, dscp: int, 
     led = port_ledger(hops, [e.node for e in rep.plan.endpoints])
     led.update(attribute(led, emulator))
     stats = {dl.name: dl.stats() for dl in rep.link_nodes().values()}
+    starts = [r["started_at"] for r in results.values()]
     return {"label": label, "dscp": dscp, "priority": priority, "dcqcn": dcqcn, "seconds": seconds,
+            "start_spread_s": max(starts) - min(starts), "late_start_s": max(0.0, max(starts) - start_at),
             "window_pkts": window, "flows": results, "hops": hops, "ledger": led, "cpu": cpu.summary(),
             "stats": stats}

@@ -112,14 +112,15 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
             "bin_s": bin_s, "streams": streams, "hops": hops, "ledger": led, "cpu": cpu.summary(), "stats": stats}
 
 
-def judge(trial: dict) -> dict:
+def judge(trial: dict, reasons=()) -> dict:
     """The trial's emulator health (:func:`testbed.emu.runhealth.assess`) from its CPU, its link nodes' stats
-    (taken out of the trial: they are evidence, not results) and its ledger's losses; sets ``valid``."""
+    (taken out of the trial: they are evidence, not results), its ledger's losses and the scenario's own
+    ``reasons`` to distrust it; sets ``valid``."""
     from testbed.emu.runhealth import assess
 
     led = trial["ledger"]
     verdict = assess(cpu=trial["cpu"], link_stats=trial.pop("stats"), unaccounted=led["unaccounted"],
-                     lost_inside=led["lost_inside_emulator"], reasons=_loss_reasons(led))
+                     lost_inside=led["lost_inside_emulator"], reasons=[*reasons, *_loss_reasons(led)])
     trial["valid"] = verdict["emulator_ok"]
     return verdict
 
@@ -130,8 +131,10 @@ def _loss_reasons(led: dict) -> list[str]:
     if led.get("lost_inside_emulator"):
         out.append(f"{led['lost_inside_emulator']} datagrams lost inside OVS's userspace datapath or the kernel "
                    f"backlog (inferred: {led['emulator_losses']})")
-    if led["unaccounted"]:
+    if led["unaccounted"] > 0:
         out.append(f"{led['unaccounted']} datagrams neither received, dropped by a modelled queue nor held")
+    elif led["unaccounted"] < 0:
+        out.append(f"{-led['unaccounted']} more frames delivered than sent: flooded or duplicated on the way")
     return out
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from testbed.errors import EmulationError, SpecError
 
 SEND_KEYS = ("host", "test", "size", "iters", "mtu", "window", "timeout_s", "dcqcn", "connect_wait_s", "qpns",
-             "series_every_s", "sizes", "dscp", "port", "duration_s")
+             "series_every_s", "sizes", "dscp", "port", "duration_s",
+             "start_at", "drain_s", "rate_limit_bps")
 
 
 def qp_config(doc: dict):
@@ -34,6 +35,8 @@ def qp_config(doc: dict):
         raise SpecError(f"endpoint.{unknown[0]}", f"unknown key; allowed: {', '.join(SEND_KEYS)}")
     dcqcn = DcqcnParams(**doc["dcqcn"]) if doc.get("dcqcn") else None
     extra = {"dscp": doc["dscp"]} if "dscp" in doc else {}   # default: RoCE's (wire.ROCE_DSCP)
+    if doc.get("rate_limit_bps") is not None:
+        extra["rate_limit"] = doc["rate_limit_bps"]
     return QpConfig(mtu=doc.get("mtu", 1024), window=doc.get("window", 128), timeout=doc["timeout_s"], dcqcn=dcqcn,
                     **extra)
 
@@ -45,7 +48,8 @@ def send(doc: dict) -> dict:
     return run_client(doc["host"], doc.get("test", "write_lat"), doc["size"], iters=doc.get("iters"),
                       duration=doc.get("duration_s"), port=doc.get("port", DEFAULT_PORT), config=qp_config(doc), connect_wait=doc.get("connect_wait_s", 30),
                       qpns=tuple(doc["qpns"]) if doc.get("qpns") else None, series_every=doc.get("series_every_s"),
-                      sizes=tuple(doc["sizes"]) if doc.get("sizes") else None)
+                      sizes=tuple(doc["sizes"]) if doc.get("sizes") else None, start_at=doc.get("start_at"),
+                      drain=doc.get("drain_s"))
 
 
 def sender_result(proc, out: Path, log: Path) -> dict:

@@ -206,7 +206,8 @@ def run_client(host: str, test: str, size: int, iters: int | None = None, durati
                verify: bool = False, tx_depth: int = 16, seed: int = 1, series_every: float | None = None,
                timeout: float = 300.0, connect_wait: float = 0.0, source: str | None = None,
                qps: int = 1, transport: str = "rc", qpns: tuple[int, int] | None = None,
-               atomic: str = "faa", sizes: tuple[int, ...] | None = None) -> dict:
+               atomic: str = "faa", sizes: tuple[int, ...] | None = None, start_at: float | None = None,
+               drain: float | None = None) -> dict:
     """Run one test against ``testbed rdma server`` at ``host``; returns the result document.
 
     ``sizes`` (write_lat only): a flow-size mix, message ``n`` is ``sizes[n % len(sizes)]`` bytes (``size``
@@ -218,7 +219,15 @@ def run_client(host: str, test: str, size: int, iters: int | None = None, durati
     QP's earlier atomics and swaps in one more (all succeed when the responder executes them in order).
 
     ``qpns``: (this side's, the server's) number of the first QP, when a control plane must know them in advance
-    (switches' QP maps preloaded for fast CNP); default random."""
+    (switches' QP maps preloaded for fast CNP); default random.
+
+    ``start_at``: wall-clock time (``time.time()``) to start posting at, once connected: senders started as
+    separate processes on a busy machine are ready seconds apart, and an incast needs them to begin together
+    (a sender ready after it starts at once; ``started_at`` in the result says when it did).
+
+    ``drain`` (with ``duration``): stop waiting for the work requests still outstanding this long after the
+    sending time; the result counts them (``unfinished``). A tail loss on a lossy path waits for the QP's ACK
+    timeout, which a dilated replica multiplies by its scale: minutes, where the experiment wants the rates."""
     cfg = config or QpConfig()
     check_test(test, transport, qps, size, cfg.mtu)
     sizes = check_sizes(test, size, sizes)
@@ -231,7 +240,7 @@ def run_client(host: str, test: str, size: int, iters: int | None = None, durati
     try:
         with Device(chan.local_ip, roce_port) as dev:
             return _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed,
-                           series_every, timeout, qps, transport, qpns, atomic, sizes)
+                           series_every, timeout, qps, transport, qpns, atomic, sizes, start_at, drain)
     finally:
         chan.close()
 
@@ -311,7 +320,7 @@ def check_sizes(test: str, size: int, sizes) -> tuple[int, ...] | None:
 
 
 def _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed, series_every, timeout,
-            nqps, transport, qpns=None, atomic="faa", sizes=None):
+            nqps, transport, qpns=None, atomic="faa", sizes=None, start_at=None, drain=None):
     pd, cq = dev.alloc_pd(), CompletionQueue()
     src = pattern(max(1, size), seed)
     mr = pd.reg_mr(src)
@@ -347,6 +356,8 @@ def _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed,
     lat: list[float] = []
     message_lat: list[list] = []   # with a size mix: [bytes, usec] per message
     posted = completed = nbytes = 0
+    while start_at is not None and time.time() < start_at:   # connected: wait for the common start
+        dev.progress(timeout=min(0.01, start_at - time.time()))
     start = time.monotonic()
     started_at = time.time()
     stop_at = start + duration if duration else None
@@ -380,6 +391,8 @@ def _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed,
         if series is not None and now >= next_sample:
             series.sample(now - start, qp0.rp, qp0.stats.cnps_tx, qp0.stats.retransmissions, qp0.stats.acked_bytes)
             next_sample = now + series_every
+        if stop_at is not None and drain is not None and now > stop_at + drain:
+            break   # outstanding WRs reported as unfinished
         if now > give_up:
             raise RdmaError(f"{test} did not finish within {timeout:g} s ({completed}/{posted} done; "
                             f"QP {qp0.state.value})")
@@ -391,6 +404,7 @@ def _client(chan, dev, test, size, iters, duration, cfg, verify, tx_depth, seed,
     stat = lambda k: sum(getattr(q.stats, k) for q in qps)  # noqa: E731 - a local sum over the QPs
     rq0 = rqs[0]
     result = {"test": test, "transport": transport, "qps": nqps, "bytes": size, "iterations": completed,
+              "unfinished": posted - completed,
               "seconds": seconds, "started_at": started_at,
               "bw_avg_MBps": nbytes / seconds / 2 ** 20 if seconds else 0.0,
               "goodput_mbps": nbytes * 8 / seconds / 1e6 if seconds else 0.0,

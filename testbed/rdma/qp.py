@@ -110,8 +110,11 @@ class QpConfig:
     max_rd_atomic: int = 16      # READs and atomics outstanding (ibv_qp_attr.max_rd_atomic)
     seed: int | None = None
     dscp: int = wire.ROCE_DSCP   # the QP's traffic class (its priority in a PFC fabric); ECN bits apart
+    rate_limit: float | None = None   # bit/s: a static per-QP limit (ibv_modify_qp_rate_limit), with or without DCQCN
 
     def __post_init__(self):
+        if self.rate_limit is not None and not (isinstance(self.rate_limit, (int, float)) and self.rate_limit > 0):
+            raise RdmaError(f"rate_limit must be a positive rate in bit/s, got {self.rate_limit!r}")
         if isinstance(self.dscp, bool) or not isinstance(self.dscp, int) or not 0 <= self.dscp <= 63:
             raise RdmaError(f"dscp must be an integer 0..63, got {self.dscp!r}")
         if self.mtu not in wire.IB_MTUS:
@@ -267,7 +270,7 @@ class QueuePair(Responder):
         self._next = self._send = self._acked = self._max_sent = my_psn & wire.PSN_MASK
         if self.cfg.dcqcn:
             self.rp = ReactionPoint(self.cfg.dcqcn, now)
-            self._refill = now
+        self._refill = now
         self.state = QpState.RTS
 
     def ud_path(self, ip: str, port: int) -> wire.Path:
@@ -347,29 +350,38 @@ class QueuePair(Responder):
         return len(self._wrs)
 
     # -- requester: transmit ----------------------------------------------------------------------
-    def _tokens_for(self, size: int, now: float) -> bool:
-        """DCQCN pacing: enough tokens for a datagram of ``size``? (sets ``pace_due`` if not)."""
-        rp = self.rp
+    def _pace_rate(self) -> float | None:
+        """Bytes per second the QP may send at: DCQCN's current rate and the static limit, the lower; None
+        when neither applies (window only)."""
+        rp, limit = self.rp, self.cfg.rate_limit
         if rp is None:
+            return None if limit is None else limit / 8
+        return rp.rate / 8 if limit is None else min(rp.rate, limit) / 8
+
+    def _tokens_for(self, size: int, now: float) -> bool:
+        """Pacing (DCQCN, rate limit): enough tokens for a datagram of ``size``? (sets ``pace_due`` if not)."""
+        rate = self._pace_rate()
+        if rate is None:
             return True
         if self._tokens < size + 42:
-            self.pace_due = now + (size + 42 - self._tokens) / (rp.rate / 8)
+            self.pace_due = now + (size + 42 - self._tokens) / rate
             return False
         return True
 
     def _spend(self, size: int, now: float) -> None:
-        if self.rp is not None:
+        if self.rp is not None or self.cfg.rate_limit is not None:
             self._tokens -= size + 42
+        if self.rp is not None:
             self.rp.on_sent(size + 42, now)
 
     def pump(self, now: float, budget: int = 64) -> int:
         """Send up to ``budget`` packets allowed by window, pause and rate; returns packets sent."""
         if self.state is not QpState.RTS:
             return 0
-        rp = self.rp
-        if rp is not None:
-            rp.advance(now)
-            rate = rp.rate / 8
+        if self.rp is not None:
+            self.rp.advance(now)
+        rate = self._pace_rate()
+        if rate is not None:
             gained, cap = self._tokens + (now - self._refill) * rate, 16.0 * (self.cfg.mtu + 100)
             if self.pace_due is not None:   # it stopped for tokens: time past the deadline is lateness
                 self.stats.pacing_late_max_s = max(self.stats.pacing_late_max_s, now - self.pace_due)

@@ -18,10 +18,12 @@ def test_counters_deltas_and_the_ledger_add_up():
     assert now["a>b"]["drop_pfc_headroom"] == 2 and now["a>b"]["pause_sent"] == 3
     assert now["a>b"]["paused_now"] is True and now["a>b"]["storms"] == 1 and now["b>a"]["paused_now"] is False
     assert now["b>a"] == {**now["b>a"], "rx": 0, "pause_received": 4, "paused_s": 1.5, "queued": 0}
-    before = {"a>b": {**now["a>b"], "rx": 4, "drop_pfc_headroom": 1, "max_bytes": 999_999}}
+    before = {"a>b": {**now["a>b"], "rx": 4, "drop_pfc_headroom": 1, "max_bytes": 90_000}}
     d = delta(before, now)
     assert d["a>b"]["rx"] == 6 and d["a>b"]["drop_pfc_headroom"] == 1
-    assert d["a>b"]["max_bytes"] == 150_000          # the trial's own maximum, not a difference
+    assert d["a>b"]["max_bytes"] == 150_000          # the trial raised the peak: its own, not a difference
+    # the node keeps one peak for its run: a trial that did not raise it has no peak of its own to report
+    assert delta({"a>b": {**now["a>b"], "max_bytes": 150_000}}, now)["a>b"]["max_bytes"] is None
     assert d["b>a"]["pause_received"] == 4           # a direction absent before counts from zero
     led = ledger({"h0": {"sent": 10, "received": 7}, "h1": {"sent": 5, "received": 5}}, {"dl0": {"u>v": d["a>b"]}})
     assert led["drops"] == {"dl0 u>v drop_pfc_headroom": 1}

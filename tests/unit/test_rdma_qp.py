@@ -194,6 +194,27 @@ def test_traffic_classes_data_acks_and_cnps():
         assert by_op[ACK] == {want << 2} and by_op[CNP] == {48 << 2}
 
 
+def test_rate_limit_paces_a_qp_with_or_without_dcqcn():
+    """A static per-QP limit (ibv_modify_qp_rate_limit): 200 KB at 8 Mb/s takes >= 0.2 s of the net's clock;
+    with DCQCN (line rate 1 Gb/s, nothing marked) the limit still holds; without it the window is the limit."""
+    size = 200_000
+
+    def took(cfg):
+        net = Net(cfg_a=cfg)
+        src, dst = payload(size), bytearray(size)
+        ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
+        net.a.post_write(1, ma, 0, size, mb.addr, mb.rkey)
+        assert net.wait(net.cq_a)[0].status is WcStatus.SUCCESS and dst == src
+        return net.now
+
+    wire_bytes = size + (size // 1024 + 1) * 42
+    assert took(QpConfig(rate_limit=8e6)) >= 0.95 * wire_bytes * 8 / 8e6
+    assert took(QpConfig(rate_limit=8e6, dcqcn=DcqcnParams(line_rate=1e9))) >= 0.95 * wire_bytes * 8 / 8e6
+    assert took(QpConfig()) < 0.05
+    with pytest.raises(RdmaError, match="rate_limit"):
+        QpConfig(rate_limit=0)
+
+
 def test_dscp_out_of_range_is_refused():
     for bad in (-1, 64, 26.0, True):
         with pytest.raises(RdmaError, match="dscp"):
