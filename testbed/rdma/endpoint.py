@@ -22,7 +22,7 @@ from testbed.errors import EmulationError, SpecError
 
 SEND_KEYS = ("host", "test", "size", "iters", "mtu", "window", "timeout_s", "dcqcn", "connect_wait_s", "qpns",
              "series_every_s", "sizes", "dscp", "port", "duration_s",
-             "start_at", "drain_s", "rate_limit_bps")
+             "start_at", "drain_s", "rate_limit_bps", "tx_depth")
 
 
 def qp_config(doc: dict):
@@ -49,7 +49,7 @@ def send(doc: dict) -> dict:
                       duration=doc.get("duration_s"), port=doc.get("port", DEFAULT_PORT), config=qp_config(doc), connect_wait=doc.get("connect_wait_s", 30),
                       qpns=tuple(doc["qpns"]) if doc.get("qpns") else None, series_every=doc.get("series_every_s"),
                       sizes=tuple(doc["sizes"]) if doc.get("sizes") else None, start_at=doc.get("start_at"),
-                      drain=doc.get("drain_s"))
+                      drain=doc.get("drain_s"), tx_depth=doc.get("tx_depth", 16))
 
 
 def sender_result(proc, out: Path, log: Path) -> dict:
