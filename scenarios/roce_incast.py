@@ -17,6 +17,12 @@ uplink) and h5 h6; 8:1 is h0-h3 and h5-h8. The three modes run on the same repli
 * **PFC + DCQCN**: DSCP 26, DCQCN on: nothing lost, and the pauses stop once the rates fit (the question
   operators ask: does DCQCN keep PFC quiet?).
 
+Then a **slow receiver** (both modes): h5 -> h9 alone, PFC on priority 3, DCQCN off, h9's host taking
+datagrams off its NIC at half the line rate, from a 32 KB receive buffer. Without the NIC's PAUSE the buffer
+overflows (dropped at the host, resent by go-back-N); with it (``testbed.rdma.rxpause``: PAUSE at xoff of
+the buffer, out of h9's interface into its link node) the switch's port to h9 is held, fills, and pauses
+h5's NIC in turn: nothing lost, the sender held to what the host takes.
+
 The full run adds a **victim**: h4 -> h8 on priority 3, its QP limited to 10 % of the line rate (as
 ``ibv_modify_qp_rate_limit``), alone and beside the 4:1 incast with PFC only and with PFC + DCQCN. Its path
 l0 -> s0 -> l1 -> h8 shares l0's uplink and the spine's queue with the incast from h0 and h1, not the
@@ -33,8 +39,8 @@ emulator health. ``roce_incast.png``: per mode the senders' DCQCN rates, PAUSE a
 Real fabric -> replica: 25G links at scale 5000 -> 5 Mbit/s; DCQCN's timers and CNP interval x 5000; pause
 quanta at the real 25G, dilated; queues and thresholds in bytes (not dilated).
 
-    sudo testbed run roce_incast --quick     # 4:1, the three modes, 3 s each (~1 min)
-    sudo testbed run roce_incast             # 4:1 and 8:1, 6 s each, and the victim (~4 min)
+    sudo testbed run roce_incast --quick     # 4:1, the three modes, the slow receiver; 3 s each (~1.5 min)
+    sudo testbed run roce_incast             # 4:1 and 8:1, the slow receiver, the victim; 6 s each (~4 min)
 """
 
 from __future__ import annotations
@@ -55,6 +61,14 @@ RECEIVER = "h9"
 INCAST = {4: ("h0", "h1", "h5", "h6"), 8: ("h0", "h1", "h2", "h3", "h5", "h6", "h7", "h8")}
 VICTIM = ("h4", "h8")
 VICTIM_SHARE = 0.1    # of the line rate: the victim's QP rate limit (alone it is never congested)
+#: The slow receiver: h5 -> h9, h9's host drains its NIC at half the line rate. Its receive buffer is 32 KB
+#: (the kernel doubles it and counts true sizes, 1.7-2.3 KB per 1 KB datagram: 28-37 datagrams), smaller
+#: than what a 64-packet window can bring; the NIC's xoff/xon are in the same bytes (xoff leaves ~17
+#: datagrams of headroom for what arrives before the link node holds); PAUSE refreshed every 1 s (0xFFFF
+#: quanta at 25G = 1.3 ms real = 6.7 s here).
+SLOW_SENDER, SLOW_SHARE = "h5", 0.5
+SLOW = {"buffer": 32768, "xoff": 24_000, "xon": 12_000, "refresh_s": 1.0}
+FRAME_BYTES = 1082    # a 1 KB-MTU RoCE data frame on the wire
 #: (label, DSCP, PFC priority of that DSCP, DCQCN on)
 #: DCQCN only runs on DSCP 8 (priority 1): lossy, and nothing else in the replica uses it (priority 0 also
 #: carries ARP broadcasts and the endpoints' TCP set-up, which the frame ledger would count as RoCE).
@@ -75,14 +89,30 @@ def _args(argv):
 
 
 def trials(quick: bool) -> list:
-    """(label, senders, extra flows, DSCP, priority, DCQCN) of a run, in order."""
-    out = [(f"{n}:1 {m}", INCAST[n], (), dscp, prio, cc) for n in ((4,) if quick else (4, 8))
+    """(label, senders, extra flows, DSCP, priority, DCQCN, receiving host) of a run, in order; the receiving
+    host is None (keeps up) or "slow" (:data:`SLOW`, with or without its NIC's PAUSE)."""
+    out = [(f"{n}:1 {m}", INCAST[n], (), dscp, prio, cc, None) for n in ((4,) if quick else (4, 8))
            for m, dscp, prio, cc in MODES]
+    out += [(f"slow receiver, {'NIC PFC' if pfc else 'no NIC PFC'}", (SLOW_SENDER,), (), 26, 3, False,
+             "slow-pfc" if pfc else "slow") for pfc in (False, True)]
     if not quick:
-        out += [("victim alone", (), (VICTIM,), 26, 3, True)]
-        out += [(f"4:1 {m} + victim", INCAST[4], (VICTIM,), dscp, prio, cc) for m, dscp, prio, cc in MODES
+        out += [("victim alone", (), (VICTIM,), 26, 3, True, None)]
+        out += [(f"4:1 {m} + victim", INCAST[4], (VICTIM,), dscp, prio, cc, None) for m, dscp, prio, cc in MODES
                 if prio == 3]
     return out
+
+
+def slow_nic(kind: str | None, line_rate_bps: float) -> dict | None:
+    """The receiving host's side of a trial (pure): None, or a host that takes datagrams off its NIC at
+    :data:`SLOW_SHARE` of the line rate, with a small receive buffer, and (``slow-pfc``) a NIC that sends
+    PAUSE for priority 3 at xoff of that buffer."""
+    if kind is None:
+        return None
+    nic = {"rx_limit_pps": SLOW_SHARE * line_rate_bps / (FRAME_BYTES * 8), "rx_buffer_bytes": SLOW["buffer"]}
+    if kind == "slow-pfc":
+        nic["nic_pfc"] = {"xoff_bytes": SLOW["xoff"], "xon_bytes": SLOW["xon"], "refresh_s": SLOW["refresh_s"],
+                          "priority": 3}
+    return nic
 
 
 def _kb(nbytes) -> float | None:
@@ -111,6 +141,7 @@ def row(t: dict, senders, scale: float) -> dict:
     """The trial's line in the table and summary (pure)."""
     from testbed.pfc.rocestats import goodputs, jain
 
+    served = [(f.get("server") or {}).get("device") or {} for f in t["flows"].values()]
     flat = {d: c for dirs in t["hops"].values() for d, c in dirs.items()}
     common = goodputs(t["flows"], t["seconds"])        # over the time every flow was sending
     good = [common.get(f"{s}>{RECEIVER}", 0.0) * scale / 1e9 for s in senders]     # real Gb/s
@@ -129,6 +160,10 @@ def row(t: dict, senders, scale: float) -> dict:
             "retransmissions": sum(f["retransmissions"] for f in t["flows"].values()),
             "timeouts": sum(f["timeouts"] for f in t["flows"].values()),
             "unfinished_messages": sum(f.get("unfinished", 0) for f in t["flows"].values()),
+            # the receiving host: datagrams its full receive queue dropped, PAUSE its NIC sent
+            "host_drops": sum(d.get("rx_socket_drops", 0) for d in served),
+            "nic_pause_sent": sum((d.get("nic_pfc") or {}).get("pause_sent", 0) for d in served),
+            "nic_paused_s": round(sum((d.get("nic_pfc") or {}).get("paused_s", 0.0) for d in served), 3),
             "cnps_rx": sum(f["cnps_rx"] for f in t["flows"].values()),
             "ce_marked": sum(c["ce_marked"] for c in flat.values()),
             "pause_sent": sum(c["pause_sent"] for c in flat.values()),
@@ -182,13 +217,14 @@ def _run(plan, plan_: list, seconds: float, out_dir: Path):
         for h in hosts:   # every switch learns every MAC: nothing is flooded during a trial
             if h != RECEIVER:
                 rep.host(RECEIVER).cmd(f"ping -c1 -W2 {rep.ip(h)}")
-        for label, senders, extra, dscp, prio, cc in plan_:
+        for label, senders, extra, dscp, prio, cc, host in plan_:
             console.print(f"[bold]{label}[/bold] (DSCP {dscp}, priority {prio}, DCQCN {'on' if cc else 'off'}), "
                           f"{seconds:g} s")
             limit = VICTIM_SHARE * plan.endpoint(VICTIM[0]).emulated_line_rate_bps
             flows = [(s, RECEIVER) for s in senders] + [(*f, limit) for f in extra]
-            t = run_flows(rep, flows, seconds, out_dir / "trials", label.replace(" ", "-").replace(":", "to"),
-                          dscp, prio, cc, WINDOW, SERIES_EVERY_S)
+            nic = slow_nic(host, plan.endpoint(RECEIVER).emulated_line_rate_bps)
+            t = run_flows(rep, flows, seconds, out_dir / "trials", label.replace(" ", "-").replace(":", "to")
+                          .replace(",", ""), dscp, prio, cc, WINDOW, SERIES_EVERY_S, nic)
             t["label"] = label
             health[label] = judge(t, distrust(t))
             out.append(t)
@@ -205,7 +241,7 @@ def _print(rows: list, to, qp_timeout_s: float) -> None:
 
     from testbed.pfc.roce import DRAIN_S
 
-    t = Table("trial", "goodput Gb/s (real)", "Jain", "max dev", "victim Gb/s", "dropped", "resent",
+    t = Table("trial", "goodput Gb/s (real)", "Jain", "max dev", "victim Gb/s", "dropped (host)", "resent",
               "timeouts (unfinished)",
               "CNPs", "CE marks", "PAUSE (h9 port)", "NIC paused ms (real)", "h9 port max KB", "unaccounted",
               "valid", title=f"RoCE incast to {RECEIVER}: 25G spine-leaf at scale {SCALE} (unfinished: messages "
@@ -213,9 +249,10 @@ def _print(rows: list, to, qp_timeout_s: float) -> None:
                              f"QP's ACK timeout, {qp_timeout_s * 1e3:g} ms real = {qp_timeout_s * SCALE:g} s here)")
     for r in rows:
         t.add_row(r["trial"], f"{r['goodput_total_gbps']:.2f}", str(r["jain"]), str(r["max_deviation"]),
-                  "-" if r["victim_gbps"] is None else f"{r['victim_gbps']:.2f}", str(r["dropped"]),
+                  "-" if r["victim_gbps"] is None else f"{r['victim_gbps']:.2f}", f"{r['dropped']} ({r['host_drops']})",
                   str(r["retransmissions"]), f"{r['timeouts']} ({r['unfinished_messages']})", str(r["cnps_rx"]), str(r["ce_marked"]),
-                  f"{r['pause_sent']} ({r['pause_sent_receiver_port']})", f"{r['nic_paused_real_ms_mean']:.3f}",
+                  f"{r['pause_sent']} ({r['pause_sent_receiver_port']})"
+                  + (f" + NIC {r['nic_pause_sent']}" if r["nic_pause_sent"] else ""), f"{r['nic_paused_real_ms_mean']:.3f}",
                   "-" if r["receiver_port_max_kb"] is None else f"{r['receiver_port_max_kb']:.0f}", str(r["unaccounted"]), "valid" if r["valid"] else "INVALID")
     to.print(t)
 

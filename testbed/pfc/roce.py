@@ -57,11 +57,13 @@ def send_doc(rep, src, dst, index: int, seconds: float, dscp: int, dcqcn: bool, 
 
 
 def run_flows(rep, flows, seconds: float, workdir: Path, label: str, dscp: int, priority: int, dcqcn: bool,
-              window: int, series_every_s: float) -> dict:
+              window: int, series_every_s: float, server_nic: dict | None = None) -> dict:
     """Run ``flows`` = [(src, dst) or (src, dst, rate limit in emulated bit/s), ...] together for ``seconds``
     (emulated = wall clock); returns per flow
     the sender's result document, the link directions' counters of ``priority`` over the trial (``hops``),
-    the ledger, CPU and the nodes' stats (for :func:`testbed.pfc.streams.judge`)."""
+    the ledger, CPU and the nodes' stats (for :func:`testbed.pfc.streams.judge`). ``server_nic``: every
+    server's receive side (a slow host, its buffer, the NIC's PAUSE: :class:`testbed.rdma.device.Device`);
+    what it dropped and paused comes back in each flow's ``server.device``."""
     from testbed.emu.health import CpuWatch, emulator_processes
     from testbed.rdma.endpoint import sender_result
 
@@ -71,8 +73,10 @@ def run_flows(rep, flows, seconds: float, workdir: Path, label: str, dscp: int, 
         flows = [(f[0], f[1], f[2] if len(f) > 2 else None) for f in flows]
         for i, (_src, dst, _limit) in enumerate(flows):
             log = open(workdir / f"{label}-server-{i}.log", "w")  # noqa: SIM115 - closed with the process
+            nic = [json.dumps(server_nic)] if server_nic else []
             servers.append(rep.popen(dst, ENDPOINT + ["serve", "0.0.0.0", str(DEFAULT_PORT + i),
-                                                      str(ROCE_UDP_PORT + i)], stdout=log, stderr=subprocess.STDOUT))
+                                                      str(ROCE_UDP_PORT + i), *nic], stdout=log,
+                                     stderr=subprocess.STDOUT))
         before = snapshot(rep, priority)
         ovs_before, ovs_args = ovs_snapshot(rep)
         files = {}

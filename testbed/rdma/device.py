@@ -70,13 +70,28 @@ def _set_buffers(sock: socket.socket, size: int) -> None:
 class Device:
     """A soft RoCEv2 port bound to ``ip``:``port`` (port 0 picks a free one, for tests)."""
 
-    def __init__(self, ip: str, port: int = ROCE_UDP_PORT, seed: int | None = None):
+    def __init__(self, ip: str, port: int = ROCE_UDP_PORT, seed: int | None = None, rx_limit_pps: float | None = None,
+                 nic_pfc: dict | None = None, rx_buffer_bytes: int | None = None):
+        """``rx_limit_pps``: the host takes at most this many datagrams a second off the receive queue (a slow
+        receiver: PCIe, memory or CPU behind the NIC); ``rx_buffer_bytes``: that queue's size (the NIC's
+        receive buffer; the kernel doubles it and counts each datagram's true size) instead of the
+        default 4 MB; ``nic_pfc``: the NIC sends PAUSE when the queue passes xoff
+        (:class:`testbed.rdma.rxpause.RxPause`'s fields; root, for its AF_PACKET socket)."""
+        if rx_limit_pps is not None and not rx_limit_pps > 0:
+            raise SpecError("rx_limit_pps", f"must be a positive rate, got {rx_limit_pps!r}")
+        if rx_buffer_bytes is not None and not (isinstance(rx_buffer_bytes, int) and rx_buffer_bytes >= 4096):
+            raise SpecError("rx_buffer_bytes", f"must be an integer >= 4096, got {rx_buffer_bytes!r}")
         addr = ipaddress.ip_address(ip)
         self.ipv6 = addr.version == 6
         self.ip = str(addr)
         family = socket.AF_INET6 if self.ipv6 else socket.AF_INET
         self._family = family
         self.sock = self._socket(port)
+        if rx_buffer_bytes is not None:
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, 33, rx_buffer_bytes)   # SO_RCVBUFFORCE
+            except OSError:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rx_buffer_bytes)
         self.port = self.sock.getsockname()[1]
         self._tx: dict[int, socket.socket] = {}   # wanted source port -> socket
         self._rng = random.Random(seed)
@@ -85,6 +100,13 @@ class Device:
         self._rxview = memoryview(self._rxbuf)
         self._blocked: set = set()
         self.stats = {"rx": 0, "rx_malformed": 0, "rx_icrc_bad": 0, "rx_unknown_qp": 0, "tx_enobufs": 0}
+        self._rx_limit = rx_limit_pps
+        self._rx_tokens, self._rx_refill = 1.0, time.monotonic()
+        self.pauser = None
+        if nic_pfc:
+            from testbed.rdma.rxpause import NicPauser, RxPause
+
+            self.pauser = NicPauser(self.ip, RxPause(**nic_pfc))
 
     def _socket(self, port: int, required: bool = True) -> socket.socket:
         sock = socket.socket(self._family, socket.SOCK_DGRAM)
@@ -121,6 +143,8 @@ class Device:
             sock.close()
         self._tx.clear()
         self.sock.close()
+        if self.pauser is not None:
+            self.pauser.close()
 
     def __enter__(self):
         return self
@@ -193,18 +217,47 @@ class Device:
     def progress(self, timeout: float = 0.0, budget: int = 32) -> int:
         """One round of receive, timers and transmit; waits up to ``timeout`` when there was nothing."""
         now = time.monotonic()
-        did = self._drain(now, 256)
+        allowed = self._rx_allowance(now)
+        did = self._drain(now, allowed) if allowed else 0
+        if self._rx_limit is not None:
+            self._rx_tokens -= did
+        if self.pauser is not None:
+            self.pauser.check(self.sock, now)
         for qp in self.qps.values():
             qp.on_timer(now)
             did += qp.pump(now, budget)
         if did or timeout <= 0:
             return did
         deadlines = [d for d in (qp.next_deadline() for qp in self.qps.values()) if d is not None]
+        readers = [self.sock]
+        if self._rx_limit is not None and self._rx_tokens < 1:   # the host is busy: wake for its next datagram
+            readers = []
+            deadlines.append(now + (1 - self._rx_tokens) / self._rx_limit)
+        if self.pauser is not None and self.pauser.state.paused:   # refresh the PAUSE, or see the buffer drain
+            deadlines.append(now + self.pauser.state.refresh_s / 4)
         wait = min([timeout] + [max(0.0, d - now) for d in deadlines])
         writers = list(self._blocked)
         self._blocked = set()
-        select.select([self.sock], writers, [], wait)
+        select.select(readers, writers, [], wait)
         return 0
+
+    def receive_stats(self) -> dict:
+        """The counters plus the receive side's: datagrams the kernel dropped at the port's socket (its queue
+        full: a host that did not keep up) and, with ``nic_pfc``, the PAUSE the NIC sent."""
+        from testbed.rdma.rxpause import socket_drops
+
+        out = dict(self.stats, rx_socket_drops=socket_drops(self.sock))
+        if self.pauser is not None:
+            out["nic_pfc"] = self.pauser.state.counters(time.monotonic())
+        return out
+
+    def _rx_allowance(self, now: float) -> int:
+        """Datagrams the host may take off the receive queue now (256 a round without a limit)."""
+        if self._rx_limit is None:
+            return 256
+        self._rx_tokens = min(8.0, self._rx_tokens + (now - self._rx_refill) * self._rx_limit)
+        self._rx_refill = now
+        return min(256, int(self._rx_tokens))
 
     def run_until(self, done: Callable[[], bool], timeout: float, what: str) -> None:
         """Drive progress until ``done()``; raises TimeoutError naming ``what``."""

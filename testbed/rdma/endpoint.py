@@ -5,7 +5,9 @@ Scenarios start endpoints inside replica hosts. The sender's configuration trave
 as Python source, and the module imports only the RDMA stack (not the whole CLI: imports cost seconds on
 a busy machine)::
 
-    python -m testbed.rdma.endpoint serve 0.0.0.0 [OOB_PORT ROCE_PORT]   # several servers in one host: N:1
+    python -m testbed.rdma.endpoint serve 0.0.0.0 [OOB_PORT ROCE_PORT [NIC_JSON]]   # N servers in a host: N:1
+        NIC_JSON: {"rx_limit_pps": 300, "rx_buffer_bytes": 65536,
+                   "nic_pfc": {"xoff_bytes": ..., "xon_bytes": ..., "refresh_s": ...}}
     python -m testbed.rdma.endpoint send '{"host": "10.0.1.1", "test": "write_lat", "size": 1048576,
         "iters": 8, "mtu": 1024, "window": 128, "timeout_s": 50.0, "dcqcn": {...emulated...}}'
 
@@ -62,15 +64,19 @@ def sender_result(proc, out: Path, log: Path) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if not (argv[:1] == ["send"] and len(argv) == 2 or argv[:1] == ["serve"] and len(argv) in (2, 4)):
-        print("usage: python -m testbed.rdma.endpoint serve BIND [OOB_PORT ROCE_PORT] | send CONFIG_JSON",
+    if not (argv[:1] == ["send"] and len(argv) == 2 or argv[:1] == ["serve"] and len(argv) in (2, 4, 5)):
+        print("usage: python -m testbed.rdma.endpoint serve BIND [OOB_PORT ROCE_PORT [NIC_JSON]] | send CONFIG_JSON",
               file=sys.stderr)
         return 2
     if argv[0] == "serve":
         from testbed.rdma.perf import serve
 
-        ports = {"port": int(argv[2]), "roce_port": int(argv[3])} if len(argv) == 4 else {}
-        serve(argv[1], **ports)
+        ports = {"port": int(argv[2]), "roce_port": int(argv[3])} if len(argv) >= 4 else {}
+        nic = json.loads(argv[4]) if len(argv) == 5 else None
+        unknown = sorted(set(nic or {}) - {"rx_limit_pps", "nic_pfc", "rx_buffer_bytes"})
+        if unknown:
+            raise SpecError(f"endpoint.{unknown[0]}", "unknown key; allowed: rx_limit_pps, rx_buffer_bytes, nic_pfc")
+        serve(argv[1], **ports, nic=nic)
         return 0
     print(json.dumps(send(json.loads(argv[1]))))
     return 0

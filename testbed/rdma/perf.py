@@ -80,10 +80,11 @@ def check_test(test: str, transport: str, qps: int, size: int, mtu: int) -> None
 
 # -- server ---------------------------------------------------------------------------------------
 def serve(bind: str | None = None, port: int = DEFAULT_PORT, roce_port: int = ROCE_UDP_PORT,
-          once: bool = False, ready=None) -> list[dict]:
+          once: bool = False, ready=None, nic: dict | None = None) -> list[dict]:
     """Accept clients and serve each test; returns the per-client results (``once``: after one).
 
-    ``bind`` defaults to :func:`testbed.rdma.listen.default_bind`."""
+    ``bind`` defaults to :func:`testbed.rdma.listen.default_bind`; ``nic``: the soft NIC's receive side
+    (:class:`testbed.rdma.device.Device`'s ``rx_limit_pps``, ``rx_buffer_bytes``, ``nic_pfc``)."""
     results = []
     lsock, bind, why = open_listener(bind, port, 4)
     with lsock:
@@ -94,7 +95,7 @@ def serve(bind: str | None = None, port: int = DEFAULT_PORT, roce_port: int = RO
             conn, peer = lsock.accept()
             chan = Channel(conn)
             try:
-                results.append(serve_one(chan, roce_port))
+                results.append(serve_one(chan, roce_port, nic))
                 console.print(f"served {peer[0]}: {results[-1]['test']}")
             except RdmaError as exc:
                 console.print(f"[red]client {peer[0]}: {exc}[/red]")
@@ -113,7 +114,7 @@ def _peer_qps(hello: dict) -> list[dict]:
     return qps
 
 
-def serve_one(chan: Channel, roce_port: int = ROCE_UDP_PORT) -> dict:
+def serve_one(chan: Channel, roce_port: int = ROCE_UDP_PORT, nic: dict | None = None) -> dict:
     hello = chan.recv()
     test, size = hello.get("test"), hello.get("size")
     transport = hello.get("transport", "rc")
@@ -123,7 +124,7 @@ def serve_one(chan: Channel, roce_port: int = ROCE_UDP_PORT) -> dict:
     cfg = config_from_dict(hello["config"])
     check_test(test, transport, len(peers), size, cfg.mtu)
     seed = int(hello.get("seed", 1)) + 1000
-    with Device(chan.local_ip, roce_port) as dev:
+    with Device(chan.local_ip, roce_port, **(nic or {})) as dev:
         pd, cq = dev.alloc_pd(), CompletionQueue()
         slot = max(1, size) + (GRH_LEN if transport == "ud" else 0)
         if test == "send_bw":
@@ -164,7 +165,7 @@ def serve_one(chan: Channel, roce_port: int = ROCE_UDP_PORT) -> dict:
             received += _drain(dev, cq, test, by_qpn, mr, slot, done.get("sent", 0) - received)
         stats = [dataclasses.asdict(qp.stats) for qp in qps]
         reply = {"test": test, "transport": transport, "stats": _sum_stats(stats), "qp_stats": stats,
-                 "device": dev.stats, "received": received, "qp_state": qps[0].state.value,
+                 "device": dev.receive_stats(), "received": received, "qp_state": qps[0].state.value,
                  "qp_states": [qp.state.value for qp in qps]}
         if done.get("verify"):
             if test == "atomic_bw":

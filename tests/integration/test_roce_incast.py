@@ -5,6 +5,9 @@ the pause spreads to the spine, and PFC's per-port fairness shows (the two sende
 share one paused port, the receiver leaf's own senders have one each). DCQCN only: on a lossy priority the
 marks reach the senders as CNPs, nothing is paused, and any queue drop is recovered by resending. PFC +
 DCQCN: nothing lost, CNPs cut the rates, and PAUSE falls far below PFC only's: DCQCN keeps PFC quiet.
+Then a slow receiver (its host drains the NIC at half the line rate): without the NIC's PAUSE its receive
+buffer overflows and the sender resends; with it the NIC pauses the switch's port, the pause reaches the
+sender's NIC, and nothing is lost.
 """
 
 from __future__ import annotations
@@ -45,3 +48,9 @@ def test_roce_incast_quick(tmp_path, capsys, quiet_cpu):
     # PFC + DCQCN: lossless, rates cut by CNPs, and far fewer pauses than PFC alone
     assert both["dropped"] == 0 and both["retransmissions"] == 0 and both["cnps_rx"] > 0
     assert both["pause_sent"] < pfc["pause_sent"] / 2, (both["pause_sent"], pfc["pause_sent"])
+    # the slow receiver: the host's buffer overflows without the NIC's PAUSE; with it, held back hop by hop
+    lossy, held = rows["slow receiver, no NIC PFC"], rows["slow receiver, NIC PFC"]
+    assert lossy["host_drops"] > 0 and lossy["retransmissions"] > 0 and lossy["nic_pause_sent"] == 0
+    assert held["host_drops"] == 0 and held["retransmissions"] == 0 and held["nic_pause_sent"] > 0
+    assert {"l1>h9", "h5>l1"} <= set(held["directions_paused"]), held["directions_paused"]
+    assert 0.3 * 25 < held["goodput_total_gbps"] < 0.6 * 25, "held to what the host takes: half the line"

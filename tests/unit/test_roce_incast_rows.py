@@ -23,11 +23,21 @@ def _c(**kw):
 
 def test_quick_runs_the_three_modes_at_4_to_1_and_full_adds_8_to_1_and_the_victim():
     quick = R.trials(True)
-    assert [t[0] for t in quick] == ["4:1 PFC only", "4:1 DCQCN only", "4:1 PFC + DCQCN"]
-    assert {(t[3], t[4], t[5]) for t in quick} == {(26, 3, False), (8, 1, True), (26, 3, True)}
+    assert [t[0] for t in quick] == ["4:1 PFC only", "4:1 DCQCN only", "4:1 PFC + DCQCN",
+                                     "slow receiver, no NIC PFC", "slow receiver, NIC PFC"]
+    assert {(t[3], t[4], t[5]) for t in quick[:3]} == {(26, 3, False), (8, 1, True), (26, 3, True)}
+    assert [t[6] for t in quick] == [None, None, None, "slow", "slow-pfc"]
     full = [t[0] for t in R.trials(False)]
     assert "8:1 PFC + DCQCN" in full and "victim alone" in full and "4:1 PFC only + victim" in full
     assert all(len(t[1]) == 8 for t in R.trials(False) if t[0].startswith("8:1"))
+
+
+def test_the_slow_receivers_host_and_nic():
+    assert R.slow_nic(None, 5e6) is None
+    slow = R.slow_nic("slow", 5e6)
+    assert slow["rx_limit_pps"] == pytest.approx(0.5 * 5e6 / (1082 * 8)) and "nic_pfc" not in slow
+    pfc = R.slow_nic("slow-pfc", 5e6)["nic_pfc"]
+    assert pfc["priority"] == 3 and pfc["xon_bytes"] < pfc["xoff_bytes"] < 2 * R.SLOW["buffer"]
 
 
 def test_row_goodput_fairness_and_pauses():
