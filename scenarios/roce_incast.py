@@ -67,7 +67,9 @@ VICTIM_SHARE = 0.1    # of the line rate: the victim's QP rate limit (alone it i
 #: datagrams of headroom for what arrives before the link node holds); PAUSE refreshed every 1 s (0xFFFF
 #: quanta at 25G = 1.3 ms real = 6.7 s here).
 SLOW_SENDER, SLOW_SHARE = "h5", 0.5
-SLOW = {"buffer": 32768, "xoff": 24_000, "xon": 12_000, "refresh_s": 1.0}
+#: The sender's window there is 256 packets: with 64 the switch's port to h9 never holds more than the window
+#: (66 KB, below its 100 KB xoff), and the pause would stop one hop from the NIC that sent it.
+SLOW = {"buffer": 32768, "xoff": 24_000, "xon": 12_000, "refresh_s": 1.0, "window": 256}
 FRAME_BYTES = 1082    # a 1 KB-MTU RoCE data frame on the wire
 #: (label, DSCP, PFC priority of that DSCP, DCQCN on)
 #: DCQCN only runs on DSCP 8 (priority 1): lossy, and nothing else in the replica uses it (priority 0 also
@@ -224,7 +226,7 @@ def _run(plan, plan_: list, seconds: float, out_dir: Path):
             flows = [(s, RECEIVER) for s in senders] + [(*f, limit) for f in extra]
             nic = slow_nic(host, plan.endpoint(RECEIVER).emulated_line_rate_bps)
             t = run_flows(rep, flows, seconds, out_dir / "trials", label.replace(" ", "-").replace(":", "to")
-                          .replace(",", ""), dscp, prio, cc, WINDOW, SERIES_EVERY_S, nic)
+                          .replace(",", ""), dscp, prio, cc, SLOW["window"] if host else WINDOW, SERIES_EVERY_S, nic)
             t["label"] = label
             health[label] = judge(t, distrust(t))
             out.append(t)

@@ -39,9 +39,12 @@ START_S, START_PER_FLOW_S = 2.0, 0.5
 #: drain in well under a second, a tail loss on a lossy priority waits for the QP's ACK timeout (x scale:
 #: minutes), and the trial reports those messages as unfinished instead.
 DRAIN_S = 8.0
-#: Messages posted ahead per QP: with 16 KB messages 4 fill a 64-packet window, and no more wait behind it
-#: (what is posted but unsent at the end of the sending time must still drain at the QP's current rate).
-TX_DEPTH = 4
+
+
+def tx_depth(window: int) -> int:
+    """Messages posted ahead per QP: one window's worth (4 of 16 KB for 64 packets), and no more waiting
+    behind it (what is posted but unsent at the end of the sending time must still drain at the QP's rate)."""
+    return max(2, window * MTU // MESSAGE)
 
 
 def send_doc(rep, src, dst, index: int, seconds: float, dscp: int, dcqcn: bool, window: int,
@@ -53,7 +56,7 @@ def send_doc(rep, src, dst, index: int, seconds: float, dscp: int, dcqcn: bool, 
             "window": window, "timeout_s": ep.emulated_qp_timeout_s,
             "dcqcn": ep.emulated_dcqcn if dcqcn else None, "series_every_s": series_every_s, "dscp": dscp,
             "port": DEFAULT_PORT + index, "connect_wait_s": 30, "start_at": start_at,
-            "drain_s": DRAIN_S, "rate_limit_bps": rate_limit_bps, "tx_depth": TX_DEPTH}
+            "drain_s": DRAIN_S, "rate_limit_bps": rate_limit_bps, "tx_depth": tx_depth(window)}
 
 
 def run_flows(rep, flows, seconds: float, workdir: Path, label: str, dscp: int, priority: int, dcqcn: bool,
