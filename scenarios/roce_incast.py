@@ -5,7 +5,7 @@
     h0 h1 h2 h3 h4 --- l0 === s0 === l1 --- h5 h6 h7 h8 h9        receiver h9
      (NICs: soft RoCE)     100 m            (l1 -> h9: the incast port, RED/ECN marking on every switch port)
 
-Soft-RDMA RC ``write_bw`` flows (:mod:`testbed.pfc.roce`) from N senders to h9 for the same time, on a
+Soft-RDMA RC ``write_bw`` flows (:mod:`testbed.rdma.fabric_flows`) from N senders to h9 for the same time, on a
 spine-leaf of OVS switches whose every link is a link node running PFC (``pfc:`` in the spec) and RED/ECN
 marking at each switch egress (the spec's ``red:``; a NIC's side does not mark). 4:1 is h0 h1 (behind l0's
 uplink) and h5 h6; 8:1 is h0-h3 and h5-h8. The three modes run on the same replica:
@@ -124,7 +124,7 @@ def _kb(nbytes) -> float | None:
 
 def _window(t: dict) -> float:
     """Seconds every flow of the trial was sending (0: they never overlapped)."""
-    from testbed.pfc.rocestats import common_window
+    from testbed.rdma.flowstats import common_window
 
     w = common_window(t["flows"], t["seconds"])
     return w[1] - w[0] if w else 0.0
@@ -141,7 +141,7 @@ def distrust(t: dict) -> list[str]:
 
 def row(t: dict, senders, scale: float) -> dict:
     """The trial's line in the table and summary (pure)."""
-    from testbed.pfc.rocestats import goodputs, jain
+    from testbed.rdma.flowstats import goodputs, jain
 
     served = [(f.get("server") or {}).get("device") or {} for f in t["flows"].values()]
     flat = {d: c for dirs in t["hops"].values() for d, c in dirs.items()}
@@ -207,8 +207,8 @@ def _plan():
 def _run(plan, plan_: list, seconds: float, out_dir: Path):
     from testbed.emu import Replica, RunRegistry
     from testbed.links.node import DelayLineNode
-    from testbed.pfc.roce import run_flows
     from testbed.pfc.streams import judge
+    from testbed.rdma.fabric_flows import run_flows
 
     if plan.pfc is None or not plan.pfc.applied:
         raise RuntimeError(f"the plan did not apply PFC: {plan.pfc.note if plan.pfc else 'no pfc block'}")
@@ -241,7 +241,7 @@ def _run(plan, plan_: list, seconds: float, out_dir: Path):
 def _print(rows: list, to, qp_timeout_s: float) -> None:
     from rich.table import Table
 
-    from testbed.pfc.roce import DRAIN_S
+    from testbed.rdma.fabric_flows import DRAIN_S
 
     t = Table("trial", "goodput Gb/s (real)", "Jain", "max dev", "victim Gb/s", "dropped (host)", "resent",
               "timeouts (unfinished)",
@@ -266,7 +266,7 @@ def _plot(trials_: list, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from testbed.pfc.rocestats import rate_bins
+    from testbed.rdma.flowstats import rate_bins
 
     n = len(trials_)
     fig, axes = plt.subplots(n, 1, figsize=(9, 2.2 * n), squeeze=False)

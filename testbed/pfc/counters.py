@@ -136,7 +136,7 @@ def attribute(led: dict, emulator: dict) -> dict:
 def delays_ms(tx_ns, rx_ns) -> dict:
     """One-way delays of a stream's received datagrams (sender and receiver stamp the same clock: one
     machine), ms: p50, p99 (nearest rank) and max; Nones without datagrams."""
-    from testbed.rdma.endpoint import nearest_rank
+    from testbed.stats import nearest_rank
 
     d = [(r - t) / 1e6 for t, r in zip(tx_ns, rx_ns, strict=True)]
     if not d:

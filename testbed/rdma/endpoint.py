@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from testbed.errors import EmulationError, SpecError
+from testbed.stats import nearest_rank
 
 SEND_KEYS = ("host", "test", "size", "iters", "mtu", "window", "timeout_s", "dcqcn", "connect_wait_s", "qpns",
              "series_every_s", "sizes", "dscp", "port", "duration_s",
@@ -106,14 +107,6 @@ def summarise_write_lat(results: list[dict]) -> dict:
             "cnps_rx": sum(x["cnps_rx"] for x in results),
             "retransmissions": sum(x["retransmissions"] for x in results),
             "receiver_naks": sum(x.get("server", {}).get("stats", {}).get("naks_tx", 0) for x in results)}
-
-
-def nearest_rank(values, q: float) -> float:
-    """The ``q`` quantile of ``values`` by the nearest-rank rule (a value that occurred, never interpolated)."""
-    import math
-
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.pfc.counters import port_ledger
-from testbed.pfc.rocestats import acked_at, common_window, goodputs, jain, rate_bins
+from testbed.rdma.flowstats import acked_at, common_window, goodputs, jain, rate_bins
 
 COLS = ["t", "rate_bps", "target_bps", "alpha", "cnps_rx", "cnps_tx", "retransmissions", "acked_bytes"]
 
