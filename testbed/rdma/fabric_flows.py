@@ -17,6 +17,7 @@ import json
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from testbed.errors import EmulationError
@@ -71,11 +72,11 @@ def run_flows(rep, flows, seconds: float, workdir: Path, label: str, dscp: int, 
     from testbed.rdma.endpoint import sender_result
 
     workdir.mkdir(parents=True, exist_ok=True)
-    servers, senders = [], {}
+    servers, senders, logs = [], {}, ExitStack()   # the processes' output files, closed once they ended
     try:
         flows = [(f[0], f[1], f[2] if len(f) > 2 else None) for f in flows]
         for i, (_src, dst, _limit) in enumerate(flows):
-            log = open(workdir / f"{label}-server-{i}.log", "w")  # noqa: SIM115 - closed with the process
+            log = logs.enter_context(open(workdir / f"{label}-server-{i}.log", "w"))
             nic = [json.dumps(server_nic)] if server_nic else []
             servers.append(rep.popen(dst, ENDPOINT + ["serve", "0.0.0.0", str(DEFAULT_PORT + i),
                                                       str(ROCE_UDP_PORT + i), *nic], stdout=log,
@@ -90,7 +91,8 @@ def run_flows(rep, flows, seconds: float, workdir: Path, label: str, dscp: int, 
                 doc = send_doc(rep, src, dst, i, seconds, dscp, dcqcn, window, series_every_s, start_at, limit)
                 files[key] = (workdir / f"{label}-{src}-{dst}.json", workdir / f"{label}-{src}-{dst}.log")
                 senders[key] = rep.popen(src, ENDPOINT + ["send", json.dumps(doc)],
-                                         stdout=files[key][0].open("w"), stderr=files[key][1].open("w"))
+                                         stdout=logs.enter_context(files[key][0].open("w")),
+                                         stderr=logs.enter_context(files[key][1].open("w")))
             deadline = time.monotonic() + START_S + START_PER_FLOW_S * len(flows) + seconds + DRAIN_S + 60
             for key, p in senders.items():
                 try:
@@ -109,6 +111,7 @@ def run_flows(rep, flows, seconds: float, workdir: Path, label: str, dscp: int, 
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+        logs.close()
     results = {key: sender_result(senders[key], *files[key]) for key in files}
     hops = delta_all(before, after)
     led = port_ledger(hops, [e.node for e in rep.plan.endpoints])
