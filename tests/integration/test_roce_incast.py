@@ -36,7 +36,8 @@ def test_roce_incast_quick(tmp_path, capsys, quiet_cpu):
     assert all(r["valid"] and r["unaccounted"] == 0 and r["lost_inside_emulator"] == 0 for r in rows.values())
     for r in rows.values():   # a slow receiver without PAUSE collapses (go-back-N): hundreds of frames, not thousands
         assert r["frames_sent"] > (300 if r["trial"].startswith("slow") else 1000), r
-        assert all(g > 0 for g in r["goodput_gbps"]), r
+        if r["priority"] == 3:   # lossless: every sender moves (lossy, a tail loss may stall one for the trial)
+            assert all(g > 0 for g in r["goodput_gbps"]), r
     # PFC only: lossless, paused at the receiver's port and one hop further (the spine's egress to l1)
     assert pfc["dropped"] == 0 and pfc["retransmissions"] == 0 and pfc["cnps_rx"] == 0
     assert pfc["pause_sent_receiver_port"] > 0 and {"s0>l1", "h5>l1", "h6>l1"} <= set(pfc["directions_paused"])
