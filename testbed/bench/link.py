@@ -42,7 +42,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from testbed.bench.gap_source import frame_ledger, gen_binary, listening, offer_backlog
+from testbed.bench.gap_source import frame_ledger, gen_binary, listening, offer_backlog, wait_tcp_quiet
 from testbed.console import console, out, print_json, require_root
 from testbed.emu.cpustat import load_average
 from testbed.links import fidelity
@@ -298,6 +298,7 @@ def _delay_case(wire, delay_s: float, plan: dict, core: str) -> dict:
 
 def _gap_case(wire, rate_bps: float, plan: dict, core: str) -> dict:
     """Gaps of a backlogged link against ``1514*8/rate`` (the source: :mod:`testbed.bench.gap_source`)."""
+    wait_tcp_quiet(wire)   # an earlier case's connection closes on the link that carried it, not in this ledger
     _start(wire, LinkParams(rate_bps=rate_bps, delay_s=0.001, limit=200), 2, core)
     backlog = offer_backlog(wire, rate_bps, plan["gap_seconds"], f"gaps{rate_bps / 1e6:g}M")
     stats = wire.stop()

@@ -13,6 +13,7 @@ import pytest
 
 from testbed.bench import gap_source as G
 from testbed.bench import link as bench
+from testbed.errors import EmulationError
 from testbed.validate import replica
 from testbed.validate import rows as R
 
@@ -98,6 +99,8 @@ def gen(monkeypatch):
     ran = []
 
     def run(argv, **kw):
+        if "ss" in argv:   # wait_tcp_quiet: no connection left open on the wire
+            return subprocess.CompletedProcess(argv, 0, "", "")
         ran.append(argv)
         assert kw.get("check") and kw.get("timeout")
         seconds = float(_flag(argv, "--seconds"))   # gen keeps its pace
@@ -147,6 +150,23 @@ def test_bench_and_validate_run_the_same_source_for_a_rate(gen, monkeypatch, tmp
     assert len(gen) == 2 and gen[0] == gen[1]
     assert case["source"] == out["gap_captures"][0]["source"] == "linkcore-gen"
     assert case["frames"] == out["gap_captures"][0]["frames"]
+
+
+def test_the_gap_case_waits_for_an_earlier_connection_to_close(monkeypatch, tmp_path):
+    """An earlier case's TCP teardown must finish before the line is restarted and counts: the last FIN/ACK
+    would be a frame offered by nobody. Open twice, then closed: the case waits; never closed: it says so."""
+    answers = iter(["ESTAB 0 0 10.0.0.1:5301 10.0.0.2:40000\n", "LAST-ACK 0 1 10.0.0.2:5301 10.0.0.1:40000\n"])
+
+    def ss(argv, **kw):
+        assert "ss" in argv and "last-ack" in argv and "time-wait" not in argv
+        return subprocess.CompletedProcess(argv, 0, next(answers, ""), "")
+
+    monkeypatch.setattr(G.subprocess, "run", ss)
+    G.wait_tcp_quiet(_Wire(tmp_path), timeout=5)
+    assert next(answers, None) is None                      # asked until nothing was open
+    monkeypatch.setattr(G.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 0, "ESTAB x", ""))
+    with pytest.raises(EmulationError, match="still open.*ESTAB"):
+        G.wait_tcp_quiet(_Wire(tmp_path), timeout=0.2)
 
 
 def test_the_iperf3_fallback_starts_its_own_one_client_server_in_b(monkeypatch, tmp_path):
