@@ -338,19 +338,14 @@ def test_a_link_nodes_two_directions_take_their_own_thresholds_in_both_cores():
     4000 B). Eight 1000-byte priority-3 frames at 0: a->b sends PAUSE on the fourth arrival (the first is on
     the wire: 3000 B waiting) and drops the seventh and eighth above xoff + headroom = 5000 B; b->a sends it on
     the seventh (6000 B) and drops none (limit 10000 B). Python reference and C core alike."""
-    from testbed.pfc.link import PfcPort, run_port_trace
+    from testbed.pfc.link import PfcPort
 
     port = PfcPort(PfcConfig(priorities=(3,), xoff_bytes=3000, xon_bytes=1000), REAL, 2000, SCALE,
                    ba=(6000, 2000, 4000))
     assert "xoff_ba=6000.0,xon_ba=2000.0,headroom_ba=4000.0" in port.linkcore_args()[1]
     params = LinkParams(rate_bps=8e6, delay_s=0.0, limit=50_000, limit_unit="bytes")
     lines = [f"0.0 arrive {frame(ROCE_TOS).hex()}"] * 8 + ["1.0 advance"]
-    outs = {}
-    for index in (0, 1):
-        ref = trace_lines(port.direction(params, random.Random(1), index), lines)
-        core = run_port_trace(params, port, index, 1, lines)
-        assert core == ref, (index, core, ref)
-        outs[index] = ref
+    outs = _both_directions(port, params, 1, lines)
     fates = {i: [line.split()[0] for line in outs[i][:8]] for i in (0, 1)}
     assert fates[0] == ["queued"] * 6 + ["pfc_headroom"] * 2 and fates[1] == ["queued"] * 8
     ups = {i: [n for n, line in enumerate(outs[i][:8]) if " up " in line] for i in (0, 1)}
@@ -359,13 +354,26 @@ def test_a_link_nodes_two_directions_take_their_own_thresholds_in_both_cores():
         PfcPort(port.config, REAL, 2000, SCALE, ba=(1000, 2000, 4000))     # xon above xoff: refused
 
 
+def _both_directions(port, params, seed: int, lines) -> dict:
+    """Each direction's trace of ``lines`` (0: a->b, 1: b->a), the C core's asserted equal to the reference's."""
+    from testbed.pfc.link import run_port_trace
+
+    outs = {}
+    for index in (0, 1):
+        ref = trace_lines(port.direction(params, random.Random(seed), index), lines)
+        core = run_port_trace(params, port, index, seed, lines)
+        assert core == ref, (index, core, ref)
+        outs[index] = ref
+    return outs
+
+
 def test_a_direction_with_red_off_never_marks_in_both_cores():
     """A replica's host link with RED on its tier: a->b is the switch's egress (marks), b->a the NIC (no AQM:
     ``red_off=ba``). Both directions are paused at 0 for 1.34 s and receive ten ECT(0) priority-3 frames:
     nothing starts, so arrival k (from 0) sees k packets queued. With kmin 2, kmax 4 packets, a->b marks CE
     every arrival from the sixth (k > kmax: probability 1); b->a, the same queue past kmax, marks none
     and drops none. Python reference and C core alike."""
-    from testbed.pfc.link import PfcPort, run_port_trace
+    from testbed.pfc.link import PfcPort
 
     port = PfcPort(PfcConfig(priorities=(3,), xoff_bytes=20_000, xon_bytes=10_000), REAL, 20_000, SCALE,
                    red_off=(1,))
@@ -373,12 +381,7 @@ def test_a_direction_with_red_off_never_marks_in_both_cores():
     params = LinkParams(rate_bps=8e6, delay_s=0.0, limit=50_000, limit_unit="bytes",
                         red=RedParams(kmin=2, kmax=4, pmax=0.5, unit="packets"))
     lines = [f"0.0 rx {pause(0xFFFF).hex()}"] + [f"0.0 arrive {frame(ROCE_TOS).hex()}"] * 10 + ["30.0 advance"]
-    outs = {}
-    for index in (0, 1):
-        ref = trace_lines(port.direction(params, random.Random(3), index), lines)
-        core = run_port_trace(params, port, index, 3, lines)
-        assert core == ref, (index, core, ref)
-        outs[index] = ref
+    outs = _both_directions(port, params, 3, lines)
     fates = {i: [line.split()[0] for line in outs[i][1:11]] for i in (0, 1)}
     assert fates[0][5:] == ["ce"] * 5 and fates[1] == ["queued"] * 10
     prio3 = {i: next(line for line in outs[i] if line.startswith("prio 3 ")) for i in (0, 1)}
