@@ -54,17 +54,25 @@ def source_ip_for(peer: str) -> str:
         return s.getsockname()[0]
 
 
+_RCVBUF, _SNDBUF = (33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)   # (SO_*BUFFORCE, SO_*BUF)
+
+
 def _set_buffers(sock: socket.socket, size: int) -> None:
     """Large socket buffers, so a receiver descheduled for a few ms on a busy machine loses nothing.
 
     ``net.core.rmem_max`` caps SO_RCVBUF (about 200 KB by default, ~90 datagrams of 1 KB); root may go
     past it with the FORCE variants.
     """
-    for force, plain in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, force, size)
-        except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, plain, size)
+    for force, plain in (_RCVBUF, _SNDBUF):
+        _set_buffer(sock, force, plain, size)
+
+
+def _set_buffer(sock: socket.socket, force: int, plain: int, size: int) -> None:
+    """One socket buffer's size, past ``net.core.*mem_max`` where root may (the FORCE option)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, force, size)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, plain, size)
 
 
 class Device:
@@ -88,10 +96,7 @@ class Device:
         self._family = family
         self.sock = self._socket(port)
         if rx_buffer_bytes is not None:
-            try:
-                self.sock.setsockopt(socket.SOL_SOCKET, 33, rx_buffer_bytes)   # SO_RCVBUFFORCE
-            except OSError:
-                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rx_buffer_bytes)
+            _set_buffer(self.sock, *_RCVBUF, rx_buffer_bytes)
         self.port = self.sock.getsockname()[1]
         self._tx: dict[int, socket.socket] = {}   # wanted source port -> socket
         self._rng = random.Random(seed)

@@ -26,6 +26,8 @@ from testbed.stats import nearest_rank
 SEND_KEYS = ("host", "test", "size", "iters", "mtu", "window", "timeout_s", "dcqcn", "connect_wait_s", "qpns",
              "series_every_s", "sizes", "dscp", "port", "duration_s",
              "start_at", "drain_s", "rate_limit_bps", "tx_depth")
+#: The server's receive side (NIC_JSON): :class:`testbed.rdma.device.Device`'s keyword arguments.
+NIC_KEYS = ("rx_limit_pps", "rx_buffer_bytes", "nic_pfc")
 
 
 def qp_config(doc: dict):
@@ -49,7 +51,8 @@ def send(doc: dict) -> dict:
     from testbed.rdma.perf import run_client
 
     return run_client(doc["host"], doc.get("test", "write_lat"), doc["size"], iters=doc.get("iters"),
-                      duration=doc.get("duration_s"), port=doc.get("port", DEFAULT_PORT), config=qp_config(doc), connect_wait=doc.get("connect_wait_s", 30),
+                      duration=doc.get("duration_s"), port=doc.get("port", DEFAULT_PORT), config=qp_config(doc),
+                      connect_wait=doc.get("connect_wait_s", 30),
                       qpns=tuple(doc["qpns"]) if doc.get("qpns") else None, series_every=doc.get("series_every_s"),
                       sizes=tuple(doc["sizes"]) if doc.get("sizes") else None, start_at=doc.get("start_at"),
                       drain=doc.get("drain_s"), tx_depth=doc.get("tx_depth", 16))
@@ -74,9 +77,9 @@ def main(argv: list[str]) -> int:
 
         ports = {"port": int(argv[2]), "roce_port": int(argv[3])} if len(argv) >= 4 else {}
         nic = json.loads(argv[4]) if len(argv) == 5 else None
-        unknown = sorted(set(nic or {}) - {"rx_limit_pps", "nic_pfc", "rx_buffer_bytes"})
+        unknown = sorted(set(nic or {}) - set(NIC_KEYS))
         if unknown:
-            raise SpecError(f"endpoint.{unknown[0]}", "unknown key; allowed: rx_limit_pps, rx_buffer_bytes, nic_pfc")
+            raise SpecError(f"endpoint.{unknown[0]}", f"unknown key; allowed: {', '.join(NIC_KEYS)}")
         serve(argv[1], **ports, nic=nic)
         return 0
     print(json.dumps(send(json.loads(argv[1]))))
