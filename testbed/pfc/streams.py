@@ -41,6 +41,46 @@ def snapshot(rep, priority: int) -> dict:
     return out
 
 
+class TrialCount:
+    """What a replica's link nodes and OVS counted over one trial, and the emulator's CPU meanwhile (root glue;
+    shared by :func:`run_streams` and :func:`testbed.rdma.fabric_flows.run_flows`)::
+
+        with TrialCount(rep, priority) as count:     # every link node read, OVS's loss counters, CpuWatch on
+            ... the trial's traffic ...
+        count.hops, count.emulator, count.cpu, count.stats, count.attributed(ledger)
+
+    ``hops``: per link node and direction, the counters of ``priority`` over the trial; ``emulator``: frames
+    lost inside OVS and the kernel backlog; ``stats``: the nodes' stats documents (evidence for :func:`judge`).
+    Nothing is read after a trial that raised.
+    """
+
+    def __init__(self, rep, priority: int):
+        from testbed.emu.health import CpuWatch, emulator_processes
+
+        self.rep, self.priority = rep, priority
+        self._watch = CpuWatch(emulator_processes(rep))
+
+    def __enter__(self) -> "TrialCount":
+        self._before = snapshot(self.rep, self.priority)
+        self._ovs_before, self._ovs_args = _ovs_snapshot(self.rep)
+        self._watch.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._watch.__exit__(*exc)
+        if exc[0] is not None:
+            return
+        self.hops = delta_all(self._before, snapshot(self.rep, self.priority))
+        self.emulator = _ovs_losses(self._ovs_before, self._ovs_args)
+        self.cpu = self._watch.summary()
+        self.stats = {dl.name: dl.stats() for dl in self.rep.link_nodes().values()}
+
+    def attributed(self, led: dict) -> dict:
+        """``led`` with its unaccounted frames split into lost inside the emulator and unexplained."""
+        led.update(attribute(led, self.emulator))
+        return led
+
+
 def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float, workdir: Path, label: str,
                 idle: float = 4.0, bin_s: float = 0.25, capture: tuple | None = None) -> dict:
     """Run ``flows`` = [(src, dst) or (src, dst, own pps), ...] together for ``seconds`` at ``pps`` each
@@ -52,7 +92,6 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
     the ledger, CPU and the nodes' stats.
     ``capture`` = (interface in the machine's namespace, pcap): the PFC frames seen there, for the whole trial.
     """
-    from testbed.emu.health import CpuWatch, emulator_processes
     from testbed.links.probe import wait_bound
 
     probe = [sys.executable, "-m", "testbed.links.probe"]
@@ -69,11 +108,9 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
                                             str(files[key][1])], **kw)
         ready[flag] = (recv[key], f"udp probe receiver {key}")
     wait_bound(ready)
-    before = snapshot(rep, priority)
-    ovs_before, ovs_args = ovs_snapshot(rep)
     send = {}
-    start = time.time()
-    with ExitStack() as stack, CpuWatch(emulator_processes(rep)) as cpu:
+    with TrialCount(rep, priority) as count, ExitStack() as stack:
+        start = time.time()
         if capture is not None:
             intf, pcap = capture
             argv = tcpdump_argv(intf, Path(pcap), ["ether", "proto", "0x8808"], buffer_kib=8192)
@@ -90,9 +127,6 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
         for key, p in recv.items():   # the capture runs until the queues drained (the receivers' idle end)
             if p.wait(timeout=seconds * 4 + 60) != 0:
                 raise EmulationError(f"receiver {key} failed: {p.stderr.read().decode()[-300:]}")
-    after = snapshot(rep, priority)
-    emulator = ovs_losses(ovs_before, ovs_args)
-    hops = delta_all(before, after)
     streams = {}
     for key in files:
         sent = json.loads(files[key][0].read_text())["sent"]
@@ -105,11 +139,10 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
         received = len(set(got["seq"]))
         streams[key] = {"sent": sent, "received": received, "lost": sent - received, "delivered_per_bin": bins,
                         "delay_ms": delays_ms(got["tx_ns"], got["rx_ns"])}
-    stats = {dl.name: dl.stats() for dl in rep.link_nodes().values()}
-    led = ledger(streams, hops)
-    led.update(attribute(led, emulator))
+    led = count.attributed(ledger(streams, count.hops))
     return {"label": label, "tos": tos, "priority": priority, "seconds": seconds, "pps_per_stream": pps,
-            "bin_s": bin_s, "streams": streams, "hops": hops, "ledger": led, "cpu": cpu.summary(), "stats": stats}
+            "bin_s": bin_s, "streams": streams, "hops": count.hops, "ledger": led, "cpu": count.cpu,
+            "stats": count.stats}
 
 
 def judge(trial: dict, reasons=()) -> dict:
@@ -138,7 +171,7 @@ def _loss_reasons(led: dict) -> list[str]:
     return out
 
 
-def ovs_snapshot(rep):
+def _ovs_snapshot(rep):
     """OVS's own loss counters before a trial (testbed.emu.ovsloss), and how to read them again."""
     from testbed.emu import ovsloss
     from testbed.emu.health import ovs_pid
@@ -148,7 +181,7 @@ def ovs_snapshot(rep):
     return ovsloss.snapshot(ports, edge, pid), (ports, edge, pid)
 
 
-def ovs_losses(before: dict, args) -> dict:
+def _ovs_losses(before: dict, args) -> dict:
     """Frames lost inside ovs-vswitchd and the kernel's backlog since ``before``."""
     from testbed.emu import ovsloss
 

@@ -21,8 +21,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from testbed.errors import EmulationError
-from testbed.pfc.counters import attribute, delta_all, port_ledger
-from testbed.pfc.streams import ovs_losses, ovs_snapshot, snapshot
+from testbed.pfc.counters import port_ledger
+from testbed.pfc.streams import TrialCount
 from testbed.rdma.oob import DEFAULT_PORT
 from testbed.roce.opcodes import ROCE_UDP_PORT
 
@@ -68,7 +68,6 @@ def run_flows(rep, flows, seconds: float, workdir: Path, label: str, dscp: int, 
     the ledger, CPU and the nodes' stats (for :func:`testbed.pfc.streams.judge`). ``server_nic``: every
     server's receive side (a slow host, its buffer, the NIC's PAUSE: :class:`testbed.rdma.device.Device`);
     what it dropped and paused comes back in each flow's ``server.device``."""
-    from testbed.emu.health import CpuWatch, emulator_processes
     from testbed.rdma.endpoint import sender_result
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -81,11 +80,9 @@ def run_flows(rep, flows, seconds: float, workdir: Path, label: str, dscp: int, 
             servers.append(rep.popen(dst, ENDPOINT + ["serve", "0.0.0.0", str(DEFAULT_PORT + i),
                                                       str(ROCE_UDP_PORT + i), *nic], stdout=log,
                                      stderr=subprocess.STDOUT))
-        before = snapshot(rep, priority)
-        ovs_before, ovs_args = ovs_snapshot(rep)
         files = {}
-        start_at = time.time() + START_S + START_PER_FLOW_S * len(flows)
-        with CpuWatch(emulator_processes(rep)) as cpu:
+        with TrialCount(rep, priority) as count:
+            start_at = time.time() + START_S + START_PER_FLOW_S * len(flows)
             for i, (src, dst, limit) in enumerate(flows):
                 key = f"{src}>{dst}"
                 doc = send_doc(rep, src, dst, i, seconds, dscp, dcqcn, window, series_every_s, start_at, limit)
@@ -100,8 +97,6 @@ def run_flows(rep, flows, seconds: float, workdir: Path, label: str, dscp: int, 
                 except subprocess.TimeoutExpired as exc:
                     raise EmulationError(f"RoCE sender {key} did not finish within {seconds + DRAIN_S + 60:g} s; "
                                          f"see {files[key][1]}") from exc
-        after = snapshot(rep, priority)
-        emulator = ovs_losses(ovs_before, ovs_args)
     finally:
         for p in [*senders.values(), *servers]:
             if p.poll() is None:
@@ -113,12 +108,9 @@ def run_flows(rep, flows, seconds: float, workdir: Path, label: str, dscp: int, 
                 p.kill()
         logs.close()
     results = {key: sender_result(senders[key], *files[key]) for key in files}
-    hops = delta_all(before, after)
-    led = port_ledger(hops, [e.node for e in rep.plan.endpoints])
-    led.update(attribute(led, emulator))
-    stats = {dl.name: dl.stats() for dl in rep.link_nodes().values()}
+    led = count.attributed(port_ledger(count.hops, [e.node for e in rep.plan.endpoints]))
     starts = [r["started_at"] for r in results.values()]
     return {"label": label, "dscp": dscp, "priority": priority, "dcqcn": dcqcn, "seconds": seconds,
             "start_spread_s": max(starts) - min(starts), "late_start_s": max(0.0, max(starts) - start_at),
-            "window_pkts": window, "flows": results, "hops": hops, "ledger": led, "cpu": cpu.summary(),
-            "stats": stats}
+            "window_pkts": window, "flows": results, "hops": count.hops, "ledger": led, "cpu": count.cpu,
+            "stats": count.stats}
