@@ -28,9 +28,17 @@ the frame ledger (lost at the receiver = dropped by a modelled queue, else ``una
 
 Real fabric -> replica: 100G links at scale 10000 -> 10 Mbit/s; pause quanta at the real 100G, dilated.
 
+``--switches bmv2`` runs the same fabric on BMv2 switches (p4/fabric.p4): there a switch's own egress queue
+is the congestion point (it drains in packets per second; each frame is counted with the 24 bytes a real
+wire adds, so BMv2, not the link node behind it, is the bottleneck), and fabric.p4 accounts lossless bytes
+per *ingress* port, sending PAUSE out of the ports that filled the queue and only those; the link nodes
+still hold what BMv2 sends into a paused direction and relay PAUSE past their xoff. Per trial the BMv2
+switches' drops by reason and PFC frames per port are in ``switches``.
+
     sudo testbed run pfc_fabric --quick      # both trials, 2 s of traffic each (~20 s)
+    sudo testbed run pfc_fabric --quick --switches bmv2     # the same on BMv2 (fabric.p4's PFC)
     sudo testbed run pfc_fabric              # 4 s each, a victim stream (head-of-line blocking), and the
-                                             # lossless incast with 100 m, 1 km and 10 km
+                                             # lossless incast with 100 m, 1 km, 10 km and 100 km
                                              # uplinks, headroom from physics and a fixed 50 KB (~3 min)
 """
 
@@ -61,6 +69,10 @@ VICTIM = ("h2", "h3")
 VICTIM_LOAD = 0.1
 VICTIM_INCAST = ("h0", "h1", "h3")          # the incast beside the victim: its source sends nothing else
 VICTIM_TRIALS = (("victim alone", 26 << 2, 3), ("lossless + victim", 26 << 2, 3))
+#: Bytes a real Ethernet wire carries per frame besides the frame (preamble + SFD 8, FCS 4, gap 12): BMv2
+#: drains packets per second computed with them, slightly slower than the link node (which serialises the
+#: frame alone), so its queue is where congestion builds.
+WIRE_OVERHEAD = 24
 SPEC = {"name": "pfc-spine-leaf", "kind": "spine-leaf", "params": {"leaves": 2, "spines": 1, "hosts_per_leaf": 3},
         "links": {"host": {"rate": "100G", "distance": "2m"}, "leaf-spine": {"rate": "100G", "distance": "100m"}},
         "buffer": "100KB", "scale": SCALE, "pfc": {"priorities": [3], "xoff": "40KB"}}
@@ -69,20 +81,29 @@ SPEC = {"name": "pfc-spine-leaf", "kind": "spine-leaf", "params": {"leaves": 2, 
 def _args(argv):
     p = scenario_parser(__doc__, prog=f"testbed run {NAME}", refuse_failures=NO_FAILURES)
     p.add_argument("--seconds", type=float, default=None, help="how long the senders send (quick 2, else 4)")
+    p.add_argument("--switches", choices=("ovs", "bmv2"), default="ovs",
+                   help="OVS (PFC in the link nodes, relayed to every feeder) or BMv2 running p4/fabric.p4 (PFC "
+                        "accounted per ingress port in the switch); default ovs")
     return p.parse_args(argv)
 
 
-def row(trial: dict, receiver_port: str, by_dir: dict) -> dict:
-    """The trial's line in the table and summary (pure)."""
+def row(trial: dict, receiver_port: str, by_dir: dict, peers: dict | None = None) -> dict:
+    """The trial's line in the table and summary (pure); ``peers``: {switch: {port: neighbour}} of the BMv2
+    switches (their PAUSE is counted per port)."""
     hops = trial["hops"]
     flat = {d: c for dirs in hops.values() for d, c in dirs.items()}
     used = allowance_used(flat, by_dir)
     nics = [flat.get(f"{h}>l0") or flat.get(f"{h}>l1") or {} for h in SENDERS]
     led = trial["ledger"]
+    # BMv2 switches (fabric.p4) send PAUSE out of the ingress ports that filled a queue: {switch: {port: n}}
+    p4 = {f"{sw}>{(peers or {}).get(sw, {}).get(p, p)}": n for sw, doc in (trial.get("switches") or {}).items()
+          for p, n in doc.get("pfc_pause_sent", {}).items() if n}
     return {"trial": trial["label"], "priority": trial["priority"], "sent": led["sent"], "received": led["received"],
             "lost": led["sent"] - led["received"], "dropped": led["dropped"], "unaccounted": led["unaccounted"],
             "pause_sent_at_receiver_port": flat.get(receiver_port, {}).get("pause_sent", 0),
-            "pause_sent_total": sum(c["pause_sent"] for c in flat.values()),
+            "pause_sent_total": sum(c["pause_sent"] for c in flat.values())
+            + sum(p4.values()),
+            "switch_pause_sent": p4,
             "directions_paused": sorted(d for d, c in flat.items() if c["pause_received"] > 0),
             "senders_paused": sum(1 for c in nics if c.get("pause_received", 0) > 0),
             "sender_paused_s_mean": sum(c.get("paused_s", 0.0) for c in nics) / len(nics),
@@ -153,15 +174,17 @@ def configs(quick: bool) -> list:
     (a fixed 50 KB per port: what happens when the cable outgrows the buffer: loss despite PFC)."""
     out = [("", "100m", "auto", TRIALS if quick else TRIALS + VICTIM_TRIALS)]
     if not quick:
-        out += [(f"{d}-{h}", d, h, TRIALS[1:]) for d in ("100m", "1km", "10km") for h in ("auto", "50KB")
+        out += [(f"{d}-{h}", d, h, TRIALS[1:]) for d in ("100m", "1km", "10km", "100km") for h in ("auto", "50KB")
                 if (d, h) != ("100m", "auto")]
     return out
 
 
-def spec_for(distance: str, headroom: str) -> dict:
+def spec_for(distance: str, headroom: str, switches: str = "ovs") -> dict:
     spec = json.loads(json.dumps(SPEC))
     spec["links"]["leaf-spine"]["distance"] = distance
     spec["pfc"]["headroom"] = headroom
+    if switches == "bmv2":
+        spec["switches"] = {"default": {"p4": "fabric"}}
     return spec
 
 
@@ -170,14 +193,16 @@ def main(argv=None) -> int:
     require_root(f"testbed run {NAME}")
     seconds = args.seconds or (2.0 if args.quick else 4.0)
     runs = configs(args.quick)
-    with Results(NAME, args, config={"spec": SPEC, "seconds": seconds, "load_per_sender": LOAD,
+    with Results(NAME, args, config={"spec": spec_for("100m", "auto", args.switches), "seconds": seconds,
+                                      "switches": args.switches, "load_per_sender": LOAD,
                                       "senders": SENDERS, "receiver": RECEIVER,
                                       "configs": [(d, h) for _, d, h, _ in runs]}) as res:
         trials, rows, health = [], [], {}
         for tag, distance, headroom, which in runs:
             out_dir = res.dir / tag if tag else res.dir
             out_dir.mkdir(parents=True, exist_ok=True)
-            plan = _replica_trials(spec_for(distance, headroom), which, seconds, out_dir, tag, trials, rows, health)
+            plan = _replica_trials(spec_for(distance, headroom, args.switches), which, seconds, out_dir, tag, trials,
+                                   rows, health)
             for r in rows[len(rows) - len(which):]:
                 r.update(distance=distance, headroom=headroom)
         _print(rows, res.out)
@@ -187,7 +212,8 @@ def main(argv=None) -> int:
         if len(runs) > 1:
             _plot_sweep(rows, res.path("pfc_headroom.png"))
         res.finish({"rows": rows, "all_valid": all(r["valid"] for r in rows), "emulator_ok": block["emulator_ok"],
-                    "pfc": {"applied": plan.pfc.applied, "relays": len(plan.pfc.relays)}})
+                    "switches": args.switches,
+                    "pfc": {"applied": plan.pfc.applied, "relays": len(plan.pfc.relays), "p4_ports": len(plan.pfc.p4)}})
     return 0
 
 
@@ -197,35 +223,52 @@ def _replica_trials(spec: dict, which, seconds: float, out_dir: Path, tag: str, 
     from testbed.doctor import plan_capabilities
     from testbed.emu import Replica, RunRegistry
     from testbed.links.node import DelayLineNode
+    from testbed.p4rt.mininet_switch import plan_switch_factory
+    from testbed.p4rt.program import install, replica_programs
     from testbed.plan import Overrides, plan_replica
+    from testbed.routing.brain import RoutingBrain
     from testbed.topo.spec import build_graph, parse_spec
 
-    plan = plan_replica(build_graph(parse_spec(spec, source=NAME)), plan_capabilities(), Overrides(seed=1))
+    p4 = "switches" in spec
+    plan = plan_replica(build_graph(parse_spec(spec, source=NAME)), plan_capabilities(),
+                        Overrides(seed=1, frame_bytes=FRAME + WIRE_OVERHEAD if p4 else None))
     if plan.pfc is None or not plan.pfc.applied:
         raise RuntimeError(f"the plan did not apply PFC: {plan.pfc.note if plan.pfc else 'no pfc block'}")
     by_dir = sides(plan.pfc.to_json()["links"])
-    with RunRegistry(NAME) as run, Replica(plan, run=run, out_dir=out_dir, name=NAME,
+    factory = plan_switch_factory(plan, log_dir=out_dir) if p4 else None
+    with RunRegistry(NAME) as run, Replica(plan, run=run, out_dir=out_dir, name=NAME, switch_factory=factory,
                                            link_node_class=DelayLineNode) as rep:
+        peers = {str(s.node): {p.port: str(p.peer) for p in s.ports} for s in plan.switches if s.kind == "bmv2"}
+        brain = RoutingBrain(plan.graph)
+        brain.compute_all(0.0)
+        for sw, prog in replica_programs(plan, brain.tables()).items():
+            with rep.switch(sw).client() as c:
+                install(c, prog)
         for h in SENDERS:   # the switches learn h4's MAC (it only receives): no flooding during the trial
             rep.host(RECEIVER).cmd(f"ping -c1 -W2 {rep.ip(h)}")
+        # the receivers' silence before they stop: a PAUSE and the XON after it cross the uplink cable (100 km
+        # is 5 s one way at scale 10000) before the paused frames arrive
+        idle = 4.0 + 2 * plan.link("l0", "s0").emulated.one_way_delay_s
         for label, tos, prio in which:
             label = f"{label} {tag}" if tag else label
             console.print(f"4:1 incast, {label} (priority {prio}), {seconds:g} s")
             pps = LOAD * rep.plan.link(SENDERS[0], "l0").applied.rate_bps / (FRAME * 8)
-            port = rep.intf_name("l1", RECEIVER)      # the PFC frames h4's port sends into l1, on the wire
+            # the PFC frames on the wire: those h4's port (its link node) sends into l1; on BMv2 those l1 sends
+            # out of its port to the spine (fabric.p4 pauses the ingress ports that fill h4's queue)
+            port = rep.intf_name("l1", "s0" if p4 else RECEIVER)
             pcap = out_dir / f"pfc-{label.replace(' ', '-')}.pcap" if prio == 3 and not tag else None
             flows = [] if label == "victim alone" else [(h, RECEIVER) for h in
                                                         (VICTIM_INCAST if "victim" in label else SENDERS)]
             if "victim" in label:
                 flows.append((*VICTIM, VICTIM_LOAD / LOAD * pps))
-            t = run_streams(rep, flows, tos, prio, seconds, pps, out_dir,
-                            label.replace(" ", "-"), capture=(port, pcap) if pcap else None)
+            t = run_streams(rep, flows, tos, prio, seconds, pps, out_dir, label.replace(" ", "-"), idle=idle,
+                            capture=(port, pcap) if pcap else None)
             if pcap:
                 t["pcap"] = {"file": pcap.name, "port": port}
             t["label"], t["config"] = label, tag
             health[label] = judge(t)
             trials.append(t)
-            r = row(t, f"l1>{RECEIVER}", by_dir)
+            r = row(t, f"l1>{RECEIVER}", by_dir, peers)
             r["physics_headroom_bytes"] = {d: by_dir[d]["physics_headroom_bytes"] for d in (f"l1>{RECEIVER}", "s0>l1")}
             rows.append(r)
     return plan

@@ -142,3 +142,36 @@ def delays_ms(tx_ns, rx_ns) -> dict:
     if not d:
         return {"p50": None, "p99": None, "max": None}
     return {"p50": round(nearest_rank(d, 0.5), 3), "p99": round(nearest_rank(d, 0.99), 3), "max": round(max(d), 3)}
+
+
+#: fabric.p4 drop reasons that are modelled queues (a BMv2 switch's egress queue full, RED's early drop of a
+#: non-ECT frame, PFC's headroom exceeded); the others (malformed, no route, TTL) mean the emulation is wrong.
+SWITCH_MODELLED = ("tail", "queue", "pfc_headroom")
+
+
+def switch_delta(before: dict, after: dict) -> dict:
+    """``after - before`` of BMv2 switch snapshots ``{switch: {counter: {key: n}}}`` (pure; key: a port or a
+    drop reason)."""
+    return {sw: {name: {k: n - before.get(sw, {}).get(name, {}).get(k, 0) for k, n in vals.items()}
+                 for name, vals in doc.items()} for sw, doc in after.items()}
+
+
+def fold_switches(led: dict, switches: dict) -> dict:
+    """``led`` with the BMv2 switches' modelled drops in it (``"<switch> bmv2 <reason>"``), and the frames
+    they dropped for reasons no queue models, ``{"bmv2 <switch> <reason>": n}`` (pure). A switch counts every
+    frame of every priority: in a trial whose streams are the only traffic (the replica's ARP is done
+    before), those are the streams' frames."""
+    strange = {}
+    for sw, doc in switches.items():
+        drops = dict(doc.get("drops", {}))
+        drops["tail"] = sum(doc.get("tail", {}).values())
+        for reason, n in drops.items():
+            if n <= 0 or reason == "not_ip":
+                continue
+            if reason in SWITCH_MODELLED:
+                led["drops"][f"{sw} bmv2 {reason}"] = n
+                led["dropped"] += n
+                led["unaccounted"] -= n
+            else:
+                strange[f"bmv2 {sw} {reason}"] = n
+    return strange

@@ -18,7 +18,15 @@ from pathlib import Path
 
 from testbed.emu.capture import tcpdump, tcpdump_argv
 from testbed.errors import EmulationError
-from testbed.pfc.counters import attribute, delays_ms, delta_all, direction_counters, ledger
+from testbed.pfc.counters import (
+    attribute,
+    delays_ms,
+    delta_all,
+    direction_counters,
+    fold_switches,
+    ledger,
+    switch_delta,
+)
 
 #: UDP payload of every stream; the frame a link node queues is 42 bytes more.
 PAYLOAD = 1000
@@ -50,8 +58,9 @@ class TrialCount:
         count.hops, count.emulator, count.cpu, count.stats, count.attributed(ledger)
 
     ``hops``: per link node and direction, the counters of ``priority`` over the trial; ``emulator``: frames
-    lost inside OVS and the kernel backlog; ``stats``: the nodes' stats documents (evidence for :func:`judge`).
-    Nothing is read after a trial that raised.
+    lost inside OVS and the kernel backlog; ``switches``: per BMv2 switch, fabric.p4's drops by reason, its
+    queues' tail drops and its PFC frames per port (:func:`bmv2_snapshot`); ``stats``: the nodes' stats
+    documents (evidence for :func:`judge`). Nothing is read after a trial that raised.
     """
 
     def __init__(self, rep, priority: int):
@@ -59,10 +68,12 @@ class TrialCount:
 
         self.rep, self.priority = rep, priority
         self._watch = CpuWatch(emulator_processes(rep))
+        self._bmv2 = [s.node for s in rep.plan.switches if s.kind == "bmv2"]
 
     def __enter__(self) -> "TrialCount":
         self._before = snapshot(self.rep, self.priority)
         self._ovs_before, self._ovs_args = _ovs_snapshot(self.rep)
+        self._sw_before = bmv2_snapshot(self.rep, self._bmv2)
         self._watch.__enter__()
         return self
 
@@ -72,13 +83,38 @@ class TrialCount:
             return
         self.hops = delta_all(self._before, snapshot(self.rep, self.priority))
         self.emulator = _ovs_losses(self._ovs_before, self._ovs_args)
+        self.switches = switch_delta(self._sw_before, bmv2_snapshot(self.rep, self._bmv2))
         self.cpu = self._watch.summary()
         self.stats = {dl.name: dl.stats() for dl in self.rep.link_nodes().values()}
 
     def attributed(self, led: dict) -> dict:
-        """``led`` with its unaccounted frames split into lost inside the emulator and unexplained."""
-        led.update(attribute(led, self.emulator))
+        """``led`` with the BMv2 switches' modelled drops in it, and its unaccounted frames split into lost
+        inside the emulator (OVS, the kernel backlog, a BMv2 drop no queue models) and unexplained."""
+        strange = fold_switches(led, self.switches)
+        led.update(attribute(led, {**self.emulator, **strange}))
         return led
+
+
+#: fabric.p4's PFC counters, per port (docs/p4.md).
+P4_PFC_COUNTERS = ("pfc_pause_sent", "pfc_xon_sent", "pfc_rx")
+
+
+def bmv2_snapshot(rep, switches) -> dict:
+    """``{switch: {"drops": {reason: n}, "tail": {port: queued - dequeued}, "pfc_pause_sent": {port: n},
+    ...}}`` of the replica's BMv2 ``switches`` now (fabric.p4's counters over Thrift)."""
+    from testbed.p4rt import entries as E
+
+    out = {}
+    for sw in switches:
+        ports = [p.port for p in rep.plan.switch(sw).ports]
+        with rep.switch(sw).client() as c:
+            doc = {"drops": {k: c.counter_read("drops", i).packets for k, i in E.DROP_REASONS.items()},
+                   "tail": {p: c.counter_read("to_port", p).packets - c.counter_read("from_queue", p).packets
+                            for p in ports}}
+            for name in P4_PFC_COUNTERS:
+                doc[name] = {p: c.counter_read(name, p).packets for p in ports}
+        out[str(sw)] = doc
+    return out
 
 
 def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float, workdir: Path, label: str,
@@ -104,7 +140,7 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
         flag = workdir / f"{label}-{src}-{dst}.ready"
         flag.unlink(missing_ok=True)
         recv[key] = rep.popen(dst, probe + ["recv", "--port", str(BASE_PORT + i), "--idle", repr(idle),
-                                            "--timeout", repr(seconds * 4 + 30), "--ready", str(flag), "--out",
+                                            "--timeout", repr(seconds * 4 + 30 + 3 * idle), "--ready", str(flag), "--out",
                                             str(files[key][1])], **kw)
         ready[flag] = (recv[key], f"udp probe receiver {key}")
     wait_bound(ready)
@@ -125,7 +161,7 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
             if p.wait(timeout=seconds + 60) != 0:
                 raise EmulationError(f"sender {key} failed: {p.stderr.read().decode()[-300:]}")
         for key, p in recv.items():   # the capture runs until the queues drained (the receivers' idle end)
-            if p.wait(timeout=seconds * 4 + 60) != 0:
+            if p.wait(timeout=seconds * 4 + 60 + 3 * idle) != 0:
                 raise EmulationError(f"receiver {key} failed: {p.stderr.read().decode()[-300:]}")
     streams = {}
     for key in files:
@@ -141,7 +177,8 @@ def run_streams(rep, flows, tos: int, priority: int, seconds: float, pps: float,
                         "delay_ms": delays_ms(got["tx_ns"], got["rx_ns"])}
     led = count.attributed(ledger(streams, count.hops))
     return {"label": label, "tos": tos, "priority": priority, "seconds": seconds, "pps_per_stream": pps,
-            "bin_s": bin_s, "streams": streams, "hops": count.hops, "ledger": led, "cpu": count.cpu,
+            "bin_s": bin_s, "streams": streams, "hops": count.hops, "switches": count.switches, "ledger": led,
+            "cpu": count.cpu,
             "stats": count.stats}
 
 

@@ -29,10 +29,17 @@ incast fixture (``testbed/pfc/fanin.py``), plus an emulator allowance per feeder
 switch holds back during its stalls (:data:`SWITCH_LAG_S`, reported apart); ``xoff``/``xon`` are the spec's. Feeders are computed once from
 the healthy fabric: after a failover reroute a new feeder is not paused until the replica is rebuilt.
 
+**A BMv2 switch** (fabric.p4) has its own egress queue, drained at the link rate before the link node: that
+queue is the congestion point, so the switch program runs PFC itself, as a real switch does: per *ingress*
+port and priority it accounts the lossless bytes that entered there and have not left its queue, sends
+PAUSE out of that port at ``xoff`` and XON at ``xon``, and drops above ``xoff`` + headroom (fabric.p4's
+``pfc_config``, one :class:`P4PfcPort` per port here). Its link nodes still do what they do beside OVS: a
+paused direction keeps what BMv2 keeps sending into it, and past its xoff relays PAUSE to the feeders. So
+on BMv2 the pause reaches exactly the ingress ports that filled the queue; on OVS, every feeder.
+
 PFC is applied when every link is a link node (``pfc:`` chooses the userspace backend for every link; the
-kernel's netem/tc cannot pause) and no switch is BMv2 (its own egress queue drains at the rate, before
-the link node: the congestion point would have no PFC). Otherwise the plan carries the block with
-``applied: false`` and the reason, as a note and a console warning (docs/pfc.md, "In a replica").
+kernel's netem/tc cannot pause). Otherwise the plan carries the block with ``applied: false`` and the
+reason, as a note and a console warning (docs/pfc.md, "In a replica").
 """
 
 from __future__ import annotations
@@ -41,16 +48,21 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from testbed.dilation import Dilation
 from testbed.errors import SpecError
 from testbed.pfc.config import NIC_HEADROOM_BYTES, NIC_XOFF_BYTES, NIC_XON_BYTES, PfcConfig
 from testbed.pfc.headroom import port_headrooms
 from testbed.pfc.link import PfcPort
 from testbed.pfc.relay import relay_argv
+from testbed.pfc.state import quanta_seconds
 from testbed.topo.graph import HOST
 
 #: The plan note (and console warning) of a spec with ``pfc:`` that a replica cannot apply; ``{why}``.
 PFC_NOTE = ("pfc: planned, NOT applied ({why}): lossless priorities are lossy in this replica. "
             "Headroom per switch port: plan.json 'pfc'")
+
+#: The plan note of an applied ``pfc:`` block on a fabric with BMv2 switches (prefix of PFC_APPLIED_NOTE's).
+PFC_P4_NOTE = "pfc: applied in fabric.p4 on {n} BMv2 ports (per-ingress accounting, PAUSE to the port's peer) and "
 
 #: The plan note of an applied ``pfc:`` block.
 PFC_APPLIED_NOTE = ("pfc: applied in the link nodes (egress accounting, PAUSE relayed by each switch to the "
@@ -63,6 +75,10 @@ PFC_APPLIED_NOTE = ("pfc: applied in the link nodes (egress accounting, PAUSE re
 #: in flight from PFC's point of view, so each feeder's headroom gets this much of its emulated rate on top
 #: of the physics (reported apart: ``emulator_allowance_bytes``). A real switch has no such stall.
 SWITCH_LAG_S = 50e-3
+
+#: A PAUSE is repeated when this fraction of its pause time has passed and the port is still above xoff
+#: (the link node's ``PfcIngress`` default; fabric.p4 gets it as ``refresh_us``).
+REFRESH = 0.5
 
 #: Switch kinds with egress buffers (an ``external`` switch, e.g. the optical circuit switch, has none).
 BUFFERED_KINDS = ("ovs", "bmv2")
@@ -130,6 +146,35 @@ class PfcLink:
 
 
 @dataclass(frozen=True)
+class P4PfcPort:
+    """One BMv2 switch port's ingress accounting of the lossless priorities (fabric.p4 table ``pfc_config``):
+    real bytes; ``refresh_us`` and the pause time in emulated (wall-clock) time, BMv2's clock."""
+
+    node: object
+    switch: str
+    port: int
+    peer: object
+    xoff_bytes: float
+    xon_bytes: float
+    headroom_bytes: float             # physics (the cable to ``peer``) + emulator allowance
+    allowance_bytes: float            # of headroom_bytes: the port's emulated rate x SWITCH_LAG_S
+    quanta: int
+    refresh_us: int
+
+    @property
+    def limit_bytes(self) -> float:
+        """Above this a lossless frame arriving by this port is dropped (``pfc_headroom``)."""
+        return self.xoff_bytes + self.headroom_bytes
+
+    def to_json(self) -> dict:
+        return {"switch": self.switch, "port": self.port, "peer": str(self.peer), "xoff_bytes": self.xoff_bytes,
+                "xon_bytes": self.xon_bytes, "headroom_bytes": self.headroom_bytes,
+                "physics_headroom_bytes": self.headroom_bytes - self.allowance_bytes,
+                "emulator_allowance_bytes": self.allowance_bytes, "limit_bytes": self.limit_bytes,
+                "quanta": self.quanta, "refresh_us": self.refresh_us}
+
+
+@dataclass(frozen=True)
 class PauseRelay:
     """Switch ``switch``'s port facing ``peer``: PAUSE arriving there from its link node goes to ``targets``."""
 
@@ -157,6 +202,11 @@ class PfcPlan:
     note: str = PFC_NOTE
     links: tuple = ()                 # PfcLink, when applied
     relays: tuple = ()                # PauseRelay, when applied
+    p4: tuple = ()                    # P4PfcPort of every BMv2 switch port, when applied
+
+    def p4_ports(self, node) -> tuple:
+        """The :class:`P4PfcPort` entries of BMv2 switch ``node`` (empty for an OVS switch)."""
+        return tuple(p for p in self.p4 if p.node == node)
 
     def link(self, u, v) -> PfcLink | None:
         for lk in self.links:
@@ -176,14 +226,16 @@ class PfcPlan:
                 "ports": [{"node": str(p.node), "switch": p.switch, "port": p.port, "peer": str(p.peer),
                            "headroom_bytes": p.headroom_bytes, "fits_buffer": p.fits_buffer, **p.detail}
                           for p in self.ports],
-                "links": [lk.to_json() for lk in self.links], "relays": [r.to_json() for r in self.relays]}
+                "links": [lk.to_json() for lk in self.links], "relays": [r.to_json() for r in self.relays],
+                "p4": [p.to_json() for p in self.p4]}
 
 
 def plan_pfc(pfc: PfcConfig, links, switches, mtu: int, buffer_bytes: float | None, graph: nx.Graph | None = None,
-             why_not: str | None = None) -> PfcPlan:
+             why_not: str | None = None, scale: float = 1.0) -> PfcPlan:
     """Headroom of every buffered switch port from the plan's own links (real rate and one-way delay, the
     layout's port numbers); with ``graph`` (the plan's graph, for the routing brain) and no ``why_not``, the
-    link nodes' thresholds and the switches' PAUSE relays (applied).
+    link nodes' thresholds, the switches' PAUSE relays and the BMv2 switches' ingress accounting (applied;
+    ``scale``: the dilation, for fabric.p4's refresh time).
 
     Raises:
         SpecError: a link into a switch without a rate (headroom needs it).
@@ -213,7 +265,7 @@ def plan_pfc(pfc: PfcConfig, links, switches, mtu: int, buffer_bytes: float | No
     intf, rate = {}, {}
     for e in links:
         intf[(e.u, e.v)], intf[(e.v, e.u)] = e.intf_u, e.intf_v
-        rate[(e.u, e.v)] = rate[(e.v, e.u)] = e.applied.rate_bps or 0.0
+        rate[(e.u, e.v)] = rate[(e.v, e.u)] = e.emulated.rate_bps or 0.0   # BMv2 drains it where the node does not
 
     def side(node, peer) -> PfcSide:
         if node in hosts:
@@ -231,7 +283,21 @@ def plan_pfc(pfc: PfcConfig, links, switches, mtu: int, buffer_bytes: float | No
             if who:
                 relays.append(PauseRelay(sw, names[sw], peer, intf[(sw, peer)],
                                          tuple(intf[(sw, f)] for f in sorted(who, key=str))))
-    return PfcPlan(pfc, tuple(ports), applied=True, note=PFC_APPLIED_NOTE, links=plinks, relays=tuple(relays))
+    real = {(e.u, e.v): e.real.rate_bps for e in links} | {(e.v, e.u): e.real.rate_bps for e in links}
+    p4 = tuple(_p4_port(pfc, p, real[(p.node, p.peer)], rate[(p.node, p.peer)], scale) for p in ports
+               if p.node in {s.node for s in switches if s.kind == "bmv2"})
+    note = PFC_P4_NOTE.format(n=len(p4)) + PFC_APPLIED_NOTE.removeprefix("pfc: applied ") if p4 else PFC_APPLIED_NOTE
+    return PfcPlan(pfc, tuple(ports), applied=True, note=note, links=plinks, relays=tuple(relays), p4=p4)
+
+
+def _p4_port(pfc: PfcConfig, p: PfcPortEntry, real_bps: float, emulated_bps: float, scale: float) -> P4PfcPort:
+    """fabric.p4's accounting of ingress port ``p``: the spec's xoff/xon, the port's own headroom (its cable:
+    what its peer still sends after the PAUSE) plus what reaches BMv2's ingress late (SWITCH_LAG_S of the
+    port's emulated rate: frames waiting in BMv2's input and in the PAUSE's path out of the switch)."""
+    allowance = emulated_bps / 8 * SWITCH_LAG_S
+    pause_s = quanta_seconds(pfc.quanta, real_bps, Dilation(scale))
+    return P4PfcPort(p.node, p.switch, p.port, p.peer, pfc.xoff_bytes, pfc.xon_bytes, p.headroom_bytes + allowance,
+                     allowance, pfc.quanta, max(1, round(REFRESH * pause_s * 1e6)))
 
 
 def feeders(G: nx.Graph) -> dict:

@@ -130,3 +130,11 @@ def _print_pfc(pfc, console) -> None:
                           f"{format_size(side.headroom_bytes - side.allowance_bytes)} + "
                           f"{format_size(side.allowance_bytes)}", ", ".join(map(str, side.feeders)))
         console.print(t)
+    if pfc.p4:        # BMv2: fabric.p4 accounts per ingress port and pauses that port's peer
+        t = Table("ingress port", "xoff", "xon", "headroom (physics + emulator)", "PAUSE refreshed every",
+                  title=f"PFC in fabric.p4 (BMv2): {len(pfc.p4)} ingress ports, each PAUSE goes to its peer")
+        for p in pfc.p4:
+            t.add_row(f"{p.switch} port {p.port} (from {p.peer})", format_size(p.xoff_bytes), format_size(p.xon_bytes),
+                      f"{format_size(p.headroom_bytes - p.allowance_bytes)} + {format_size(p.allowance_bytes)}",
+                      f"{p.refresh_us / 1e3:g} ms")
+        console.print(t)

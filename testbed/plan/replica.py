@@ -18,8 +18,8 @@ Every spec setting either takes effect here or is refused with a :class:`SpecErr
 what a backend cannot do is written into the plan (``notes``), with the backend's floor, never dropped
 without a word. A note that means the replica behaves unlike the spec is also in ``warnings`` (printed as
 a warning when the replica is built and by ``testbed plan``), e.g. a spec's ``pfc:`` block that this
-replica cannot apply (:mod:`testbed.plan.pfc`: BMv2 switches, links not emulated); where it applies, every
-link becomes a link node carrying ``--pfc``.
+replica cannot apply (:mod:`testbed.plan.pfc`: links not emulated); where it applies, every link becomes a
+link node carrying ``--pfc`` and every BMv2 switch port gets fabric.p4's ingress accounting.
 
 Queues (``queue:`` on a link, ``buffer:`` per switch egress port): a link's own ``queue:`` wins, else
 the spec's ``buffer:`` at every switch egress, else 1000 packets (the kernel's txqueuelen). They become
@@ -137,7 +137,7 @@ class PortEntry:
     port: int
     peer: object
     depth_pkts: int
-    depth_source: str                 # link queue | buffer | default
+    depth_source: str                 # link queue | buffer | default | pfc (BMv2: fabric.p4's accounting)
     real_rate_bps: float | None
     emulated_rate_bps: float | None
     emulated_rate_pps: int | None     # BMv2 set_queue_rate (None for OVS: the link's shaper drains it)
@@ -357,7 +357,7 @@ def plan_replica(G: nx.Graph, capabilities: Capabilities = ASSUMED, overrides: O
     bmv2 = {n for n, prog in p4.items() if prog}
 
     spec_pfc = getattr(G.graph.get("spec"), "pfc", None)
-    pfc_off = _pfc_not_applied(spec_pfc, bmv2, ov)
+    pfc_off = _pfc_not_applied(spec_pfc, ov)
     pfc_links = spec_pfc is not None and pfc_off is None
 
     # links: decide each backend first (the layout needs to know where delay lines go)
@@ -458,7 +458,9 @@ def plan_replica(G: nx.Graph, capabilities: Capabilities = ASSUMED, overrides: O
     elif ov.links == "rates":
         notes.append("rates only (overrides.links=rates): delays, loss and RED are not emulated")
     warnings = []
-    pfc = plan_pfc(spec_pfc, links, switches, mtu, buffer_bytes, H, pfc_off) if spec_pfc is not None else None
+    pfc = plan_pfc(spec_pfc, links, switches, mtu, buffer_bytes, H, pfc_off, dil.scale) if spec_pfc is not None else None
+    if pfc is not None and pfc.p4:
+        switches = [_pfc_depths(s, pfc, frame) for s in switches]
     if pfc is not None:
         notes.append(pfc.note)
         if not pfc.applied:
@@ -469,7 +471,19 @@ def plan_replica(G: nx.Graph, capabilities: Capabilities = ASSUMED, overrides: O
                        warnings=tuple(warnings), pfc=pfc)
 
 
-def _pfc_not_applied(spec_pfc, bmv2, ov: Overrides) -> str | None:
+def _pfc_depths(sw: SwitchEntry, pfc: PfcPlan, frame: int) -> SwitchEntry:
+    """A BMv2 switch with PFC: every egress queue deep enough for what all its ingress ports may hold
+    (each up to xoff + headroom, fabric.p4's pfc_headroom drop), so the queue's tail never drops a lossless
+    frame before the accounting does. Lossy traffic shares the queue and sees the same depth (plan note)."""
+    ports = pfc.p4_ports(sw.node)
+    if not ports:
+        return sw
+    need = min(MAX_QDEPTH, math.ceil(sum(p.limit_bytes for p in ports) / frame) + 1)
+    return replace(sw, ports=tuple(p if p.depth_pkts >= need else replace(p, depth_pkts=need, depth_source="pfc")
+                                   for p in sw.ports))
+
+
+def _pfc_not_applied(spec_pfc, ov: Overrides) -> str | None:
     """Why a spec's ``pfc:`` cannot run in this replica (None: it runs; testbed/plan/pfc.py).
 
     Raises:
@@ -482,9 +496,6 @@ def _pfc_not_applied(spec_pfc, bmv2, ov: Overrides) -> str | None:
                                         "drop the netem backend or the pfc: block")
     if ov.links != "spec":
         return f"links are not emulated (overrides.links={ov.links})"
-    if bmv2:
-        return ("BMv2 switches drain their own egress queue before the link node, which has no PFC "
-                "(PFC runs on OVS fabrics)")
     return None
 
 

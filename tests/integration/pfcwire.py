@@ -7,7 +7,7 @@ import json
 import subprocess
 
 #: tshark's fields of a Class Based Flow Control frame (priority 3's pause time).
-FIELDS = ("eth.dst", "macc.opcode", "macc.cbfc.enbv", "macc.cbfc.pause_time.c3")
+FIELDS = ("eth.dst", "eth.src", "macc.opcode", "macc.cbfc.enbv", "macc.cbfc.pause_time.c3")
 
 
 def decode_pfc(pcap) -> list[dict]:

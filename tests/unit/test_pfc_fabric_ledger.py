@@ -71,3 +71,35 @@ def test_delays_and_the_victims_figures():
     v = victim(trial)
     assert v["delivered_mbps"] == round(50 * FRAME * 8 / 2.0 / 1e6, 3) and v["delay_ms"]["p99"] == 40.0
     assert victim({"seconds": 1.0, "streams": {}}) is None
+
+
+def test_bmv2_switch_drops_join_the_ledger_by_reason_and_unmodelled_ones_are_the_emulators():
+    """A BMv2 switch's queue tail, RED's early drops and PFC's headroom drops are modelled losses of the
+    trial; a frame dropped for no route or TTL is the emulation's fault (handed to attribute()), and the
+    MAC Control frames the switch consumes (not_ip) are not the streams'."""
+    from testbed.pfc.counters import attribute, fold_switches, switch_delta
+
+    before = {"l1": {"drops": {"queue": 1, "pfc_headroom": 0, "no_route": 0, "not_ip": 3},
+                     "tail": {1: 0, 2: 5}, "pfc_pause_sent": {1: 2, 2: 0}}}
+    after = {"l1": {"drops": {"queue": 3, "pfc_headroom": 4, "no_route": 1, "not_ip": 9},
+                    "tail": {1: 0, 2: 11}, "pfc_pause_sent": {1: 7, 2: 0}}}
+    d = switch_delta(before, after)
+    assert d["l1"]["tail"] == {1: 0, 2: 6} and d["l1"]["pfc_pause_sent"] == {1: 5, 2: 0}
+    assert d["l1"]["drops"] == {"queue": 2, "pfc_headroom": 4, "no_route": 1, "not_ip": 6}
+    led = ledger({"h0": {"sent": 20, "received": 7}}, {})
+    strange = fold_switches(led, d)
+    assert led["drops"] == {"l1 bmv2 queue": 2, "l1 bmv2 pfc_headroom": 4, "l1 bmv2 tail": 6}
+    assert (led["dropped"], led["unaccounted"]) == (12, 1) and strange == {"bmv2 l1 no_route": 1}
+    assert attribute(led, strange) == {"lost_inside_emulator": 1, "unaccounted": 0, "emulator_losses": strange}
+
+
+def test_the_row_names_each_bmv2_pause_by_the_port_it_left():
+    from scenarios.pfc_fabric import row
+
+    trial = {"label": "lossless", "priority": 3, "seconds": 2.0, "streams": {},
+             "hops": {"dl0": {"l1>h4": {**direction_counters(STATS, 3)["a>b"], "pause_received": 0}}},
+             "ledger": {"sent": 10, "received": 10, "dropped": 0, "unaccounted": 0},
+             "switches": {"l1": {"pfc_pause_sent": {1: 0, 2: 4}}, "l0": {"pfc_pause_sent": {3: 1}}}}
+    r = row(trial, "l1>h4", {}, {"l1": {1: "h5", 2: "s0"}, "l0": {3: "h0"}})
+    assert r["switch_pause_sent"] == {"l1>s0": 4, "l0>h0": 1}
+    assert r["pause_sent_total"] == 3 + 4 + 1          # the link node's and the switches'

@@ -362,10 +362,38 @@ def test_with_host_tier_red_only_the_switch_side_of_a_host_link_marks():
     assert marks.count(("switch", True, "nic", False)) + marks.count(("nic", False, "switch", True)) == 4
 
 
+def test_pfc_on_bmv2_accounts_per_ingress_port_in_fabric_p4_beside_the_link_nodes():
+    """BMv2's own egress queue is the congestion point: every BMv2 port gets fabric.p4's ingress accounting
+    (xoff/xon of the spec, its own cable's headroom plus the emulator allowance, a refresh at half the pause
+    time on BMv2's wall clock), its egress queues hold what all ingress ports may, and the link nodes and
+    relays are the OVS fabric's."""
+    from testbed.pfc.state import quanta_seconds
+    from testbed.plan.pfc import SWITCH_LAG_S
+
+    ovs = _pfc_plan("2MB", {"priorities": [3], "xoff": "100KB"})
+    plan = _pfc_plan("2MB", {"priorities": [3], "xoff": "100KB"}, Overrides(p4_program="fabric"))
+    pfc = plan.pfc
+    assert pfc.applied and plan.warnings == () and ovs.pfc.p4 == ()
+    assert [lk.to_json() for lk in pfc.links] == [lk.to_json() for lk in ovs.pfc.links]
+    assert [r.to_json() for r in pfc.relays] == [r.to_json() for r in ovs.pfc.relays]
+    assert sorted((str(p.node), p.port) for p in pfc.p4) == sorted((str(p.node), p.port) for p in pfc.ports)
+    need = {(p.node, p.port): p.headroom_bytes for p in pfc.ports}
+    for p in pfc.p4:
+        rate = plan.link(p.node, p.peer).emulated.rate_bps
+        assert (p.xoff_bytes, p.xon_bytes) == (100e3, pfc.config.xon_bytes)
+        assert p.allowance_bytes == pytest.approx(rate / 8 * SWITCH_LAG_S) and p.allowance_bytes > 0
+        assert p.headroom_bytes == pytest.approx(need[(p.node, p.port)] + p.allowance_bytes)
+        assert p.limit_bytes == pytest.approx(100e3 + p.headroom_bytes)
+        pause_s = quanta_seconds(pfc.config.quanta, plan.link(p.node, p.peer).real.rate_bps, plan.dilation)
+        assert p.refresh_us == round(pause_s / 2 * 1e6)
+    for s in plan.switches:
+        total = sum(p.limit_bytes for p in pfc.p4_ports(s.node))
+        assert all(q.depth_pkts * plan.frame_bytes >= total and q.depth_source == "pfc" for q in s.ports)
+    doc = plan.to_json()["pfc"]
+    assert len(doc["p4"]) == len(pfc.ports) and doc["p4"][0]["refresh_us"] == pfc.p4[0].refresh_us
+
+
 def test_pfc_not_applied_where_the_replica_cannot_and_refused_with_netem():
-    bmv2 = _pfc_plan("2MB", {"priorities": [3]}, Overrides(p4_program="fabric"))
-    assert bmv2.pfc.applied is False and "BMv2" in bmv2.pfc.note and bmv2.pfc.note in bmv2.warnings
-    assert bmv2.pfc.links == () and bmv2.pfc.relays == ()
     rates = _pfc_plan("2MB", {"priorities": [3]}, Overrides(links="rates"))
     assert rates.pfc.applied is False and "overrides.links=rates" in rates.pfc.note
     with pytest.raises(SpecError) as err:
