@@ -1,19 +1,30 @@
 /* fabric.p4 -- L3 fabric switch for scaleout-testbed (v1model, BMv2 simple_switch).
  *
  *   ingress:  parser_error? -> drop (malformed)      ARP request -> proxy reply from router_mac
+ *             MAC Control (PFC, PAUSE) -> counted per port (pfc_rx) and consumed, never forwarded
  *             ACK/CNP seen  -> learn sender QP        ipv4_lpm -> ECMP group -> hash(5-tuple) -> member
  *             TTL check/decrement, MAC rewrite
  *             CNPs go to the strict-priority queue CNP_PRIORITY (see below)
- *   egress:   RED on enq_qdepth (kmin, kmax, pmax per port from ecn_config)
+ *             lossless DSCP (pfc_priority) on a port with pfc_config: account its bytes per
+ *               (ingress port, priority); past limit drop (pfc_headroom); at xoff clone it into a PFC
+ *               PAUSE out of the ingress port (I2E, session == ingress port), again every refresh_us
+ *   egress:   clone? -> build what clone_kind says: fast CNP, or PFC PAUSE / XON (60 bytes)
+ *             lossless packet accounted in ingress -> release its bytes; at or below xon after a
+ *               PAUSE -> clone an XON out of the ingress port (E2E; wins over this packet's fast CNP)
+ *             RED on enq_qdepth (kmin, kmax, pmax per port from ecn_config)
  *               mode ecn:      set CE on ECT packets
  *               mode fast-cnp: clone the RoCEv2 data packet, turn the clone into a CNP to the SENDER's QP,
  *                              send it back out the ingress port (mirror session id == ingress port)
  *               mode both:     both; mode off: neither
- *             non-ECT packets past kmax are dropped (counted)
+ *             non-ECT packets past kmax are dropped (counted), except lossless ones
  *
  * Why here and not at the receiver: the CNP starts at the congestion point, so the sender hears about
  * congestion after (congestion point -> sender) instead of (congestion point -> receiver -> sender).
- * See docs/p4.md for the tables, registers, counters and the ICRC field list.
+ * Why PFC here and not only in the link nodes: on a BMv2 fabric the buffer that fills is BMv2's own
+ * egress queue, which no link node sees; a switch pauses its upstream from the occupancy of the bytes
+ * that came in by that port (ingress accounting, as switch ASICs do), so the bytes are counted when the
+ * ingress pipeline admits a packet and released when the packet leaves the queue into egress.
+ * See docs/p4.md for the tables, registers, counters, the ICRC field list and the PFC frame.
  */
 #include <core.p4>
 #include <v1model.p4>
@@ -24,14 +35,21 @@ const bit<32> DROP_NO_ROUTE = 1;
 const bit<32> DROP_TTL = 2;
 const bit<32> DROP_QUEUE = 3;
 const bit<32> DROP_NOT_IP = 4;
+const bit<32> DROP_PFC_HEADROOM = 5;
 const bit<32> SKIP_RATE_LIMITED = 0;
 const bit<32> SKIP_QP_UNKNOWN = 1;
+const bit<32> SKIP_PFC_XON = 2;
 
 const bit<8> MODE_ECN = 1;
 const bit<8> MODE_FAST_CNP = 2;
 
 const bit<32> FLOW_SLOTS = 4096;
+const bit<32> PKT_INSTANCE_TYPE_INGRESS_CLONE = 1;
 const bit<32> PKT_INSTANCE_TYPE_EGRESS_CLONE = 2;
+/* What a clone becomes (meta.clone_kind, preserved into the clone). */
+const bit<8> CLONE_CNP = 1;
+const bit<8> CLONE_PAUSE = 2;
+const bit<8> CLONE_XON = 3;
 /* Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + pad 16 + ICRC 4 */
 const bit<32> CNP_FRAME_BYTES = 74;
 /* CNPs travel in priority 6 (the NVIDIA default, DOMAIN.md), strict priority over data and ACKs. Why it
@@ -40,6 +58,12 @@ const bit<32> CNP_FRAME_BYTES = 74;
  * in the long haul that transit alone put the receiver-side fast CNP 26-40 us over physics. Needs BMv2
  * started with at least CNP_PRIORITY + 1 priority queues (testbed.p4rt.switch.PRIORITY_QUEUES). */
 const bit<3> CNP_PRIORITY = 6;
+/* PFC frames go to the MAC Control group address and are minimum-size frames (60 bytes without FCS),
+ * byte for byte what testbed/pfc/wire.py encodes. */
+const bit<48> PFC_DST = 0x0180c2000001;
+const bit<32> PFC_FRAME_BYTES = 60;
+/* (ingress port, priority) slots of the PFC registers: index = port * 8 + priority. */
+const bit<32> PFC_SLOTS = 4096;
 
 /* Sender QP learned from the reverse stream, indexed by hash(sender ip, receiver ip); bit 24 = valid. */
 register<bit<32>>(FLOW_SLOTS) sender_qp;
@@ -63,7 +87,18 @@ counter(512, CounterType.packets) from_queue;
 counter(512, CounterType.packets) marks;
 counter(512, CounterType.packets) cnps;
 counter(8, CounterType.packets) drops;
-counter(2, CounterType.packets) cnp_skipped;
+counter(4, CounterType.packets) cnp_skipped;
+
+/* PFC ingress accounting per (ingress port, priority): lossless bytes that came in by that port and have
+ * not left the egress queue yet, and the BMv2 time (us) of the last PAUSE sent for the slot (0 = not
+ * paused: the time is written as max(now, 1)). Both are read-modify-written inside one action each in
+ * ingress (admit) and egress (release): BMv2 locks every register an action uses for that action. */
+register<bit<32>>(PFC_SLOTS) pfc_bytes;
+register<bit<48>>(PFC_SLOTS) pfc_paused_at;
+/* Per port: MAC Control frames received (and consumed), PFC PAUSEs and XONs sent out of it. */
+counter(512, CounterType.packets) pfc_rx;
+counter(512, CounterType.packets) pfc_pause_sent;
+counter(512, CounterType.packets) pfc_xon_sent;
 
 control FabricIngress(inout headers_t hdr, inout metadata_t meta,
                       inout standard_metadata_t standard_metadata) {
@@ -75,6 +110,7 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
     }
     action set_router_mac(bit<48> mac) {
         router_mac = mac;
+        meta.router_mac = mac;
     }
     table switch_config {
         actions = { set_router_mac; }
@@ -107,6 +143,57 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
         size = 4096;
     }
 
+    /* Lossless classification: the control plane adds one entry per DSCP whose priority is lossless. */
+    action set_lossless(bit<3> prio) {
+        meta.pfc_lossless = 1;
+        meta.pfc_prio = prio;
+    }
+    table pfc_priority {
+        key = { hdr.ipv4.dscp: exact; }
+        actions = { set_lossless; NoAction; }
+        default_action = NoAction();
+        size = 64;
+    }
+
+    /* PFC thresholds of the port a packet came in by, in bytes (limit = xoff + headroom); quanta is the
+     * pause time a PAUSE carries; refresh_us how old the last PAUSE of a slot must be before another. */
+    action set_pfc(bit<32> xoff, bit<32> xon, bit<32> limit, bit<16> quanta, bit<48> refresh_us) {
+        meta.pfc_on = 1;
+        meta.pfc_xoff = xoff;
+        meta.pfc_xon = xon;
+        meta.pfc_limit = limit;
+        meta.pfc_quanta_cfg = quanta;
+        meta.pfc_refresh_us = refresh_us;
+    }
+    table pfc_config {
+        key = { standard_metadata.ingress_port: exact; }
+        actions = { set_pfc; NoAction; }
+        default_action = NoAction();
+        size = 512;
+    }
+
+    /* Admit a lossless packet into its (ingress port, priority) slot, or refuse it past the limit; decide
+     * whether a PAUSE goes upstream (crossed xoff, and not paused or the last PAUSE is refresh_us old).
+     * One action, so the reads and writes are atomic against egress releasing the same slot. */
+    action pfc_admit() {
+        bit<32> idx = ((bit<32>) standard_metadata.ingress_port << 3) | (bit<32>) meta.pfc_prio;
+        bit<32> len = standard_metadata.packet_length;
+        bit<32> held;
+        pfc_bytes.read(held, idx);
+        bool over = (bit<64>) held + (bit<64>) len > (bit<64>) meta.pfc_limit;
+        bit<32> total = held + len;
+        pfc_bytes.write(idx, over ? held : total);
+        bit<48> now = standard_metadata.ingress_global_timestamp;
+        bit<48> at;
+        pfc_paused_at.read(at, idx);
+        bool pause = !over && total >= meta.pfc_xoff && (at == 0 || now - at >= meta.pfc_refresh_us);
+        pfc_paused_at.write(idx, pause ? (now == 0 ? 48w1 : now) : at);
+        meta.pfc_idx = idx;
+        meta.pfc_len = over ? 32w0 : len;
+        meta.pfc_drop = over ? 1w1 : 1w0;
+        meta.pfc_pause = pause ? 1w1 : 1w0;
+    }
+
     action arp_reply() {
         hdr.ethernet.dst = hdr.ethernet.src;
         hdr.ethernet.src = router_mac;
@@ -122,6 +209,14 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
     apply {
         if (standard_metadata.parser_error != error.NoError || standard_metadata.checksum_error == 1) {
             drop(DROP_MALFORMED);
+            return;
+        }
+        if (hdr.pfc.isValid()) {
+            /* A MAC Control frame is for this switch's MAC, never to be forwarded. The switch does not
+             * pause its own queues on it (BMv2 has no per-priority transmit gate): in the testbed the link
+             * node between two switches honours PAUSE (testbed/pfc), and this counts what arrived. */
+            pfc_rx.count((bit<32>) standard_metadata.ingress_port);
+            mark_to_drop(standard_metadata);
             return;
         }
         switch_config.apply();
@@ -161,6 +256,25 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
                  meta.ecmp_count);
             if (ecmp_nhop.apply().hit) {
                 hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+                pfc_priority.apply();
+                if (meta.pfc_lossless == 1) {
+                    pfc_config.apply();
+                }
+                if (meta.pfc_on == 1) {
+                    pfc_admit();
+                    if (meta.pfc_drop == 1) {
+                        /* Before to_port: a packet refused here never reaches the queue, and the tail
+                         * (to_port - from_queue) must not count it a second time. */
+                        drop(DROP_PFC_HEADROOM);
+                        return;
+                    }
+                    if (meta.pfc_pause == 1) {
+                        pfc_pause_sent.count((bit<32>) standard_metadata.ingress_port);
+                        meta.clone_kind = CLONE_PAUSE;
+                        meta.pfc_quanta = meta.pfc_quanta_cfg;
+                        clone_preserving_field_list(CloneType.I2E, (bit<32>) standard_metadata.ingress_port, 1);
+                    }
+                }
                 to_port.count((bit<32>) standard_metadata.egress_spec);
             }
         }
@@ -200,6 +314,50 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta,
         bit<48> first;
         first_signal_us.read(first, port);
         first_signal_us.write(port, first == 0 ? standard_metadata.egress_global_timestamp : first);
+    }
+
+    /* Release what ingress accounted for this packet, now that it has left the queue; XON when the slot
+     * was paused and is now at or below xon. One action: atomic against ingress admitting into the slot. */
+    action pfc_release() {
+        bit<32> held;
+        pfc_bytes.read(held, meta.pfc_idx);
+        bit<32> left = held > meta.pfc_len ? held - meta.pfc_len : 32w0;
+        pfc_bytes.write(meta.pfc_idx, left);
+        bit<48> at;
+        pfc_paused_at.read(at, meta.pfc_idx);
+        bool resume = at != 0 && left <= meta.pfc_xon;
+        pfc_paused_at.write(meta.pfc_idx, resume ? 48w0 : at);
+        meta.pfc_resume = resume ? 1w1 : 1w0;
+    }
+
+    /* The clone becomes a PFC frame for priority pfc_prio: PAUSE (pause time pfc_quanta) or XON (0). The
+     * other headers are invalidated and the 60 bytes emitted are Ethernet + pfc + pad; truncate drops
+     * the rest of the cloned packet. */
+    action build_pfc(bit<16> quanta) {
+        hdr.ethernet.dst = PFC_DST;
+        hdr.ethernet.src = meta.router_mac;
+        hdr.ethernet.ether_type = ETHERTYPE_MAC_CONTROL;
+        hdr.arp.setInvalid();
+        hdr.ipv4.setInvalid();
+        hdr.udp.setInvalid();
+        hdr.tcp.setInvalid();
+        hdr.bth.setInvalid();
+        hdr.cnp_pad.setInvalid();
+        hdr.icrc.setInvalid();
+        hdr.pfc.setValid();
+        hdr.pfc.opcode = MAC_CONTROL_OPCODE_PFC;
+        hdr.pfc.class_enable = 16w1 << meta.pfc_prio;
+        hdr.pfc.q0 = meta.pfc_prio == 0 ? quanta : 16w0;
+        hdr.pfc.q1 = meta.pfc_prio == 1 ? quanta : 16w0;
+        hdr.pfc.q2 = meta.pfc_prio == 2 ? quanta : 16w0;
+        hdr.pfc.q3 = meta.pfc_prio == 3 ? quanta : 16w0;
+        hdr.pfc.q4 = meta.pfc_prio == 4 ? quanta : 16w0;
+        hdr.pfc.q5 = meta.pfc_prio == 5 ? quanta : 16w0;
+        hdr.pfc.q6 = meta.pfc_prio == 6 ? quanta : 16w0;
+        hdr.pfc.q7 = meta.pfc_prio == 7 ? quanta : 16w0;
+        hdr.pfc_pad.setValid();
+        hdr.pfc_pad.zero = 0;
+        truncate(PFC_FRAME_BYTES);
     }
 
     action build_cnp() {
@@ -254,10 +412,35 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta,
     }
 
     apply {
-        if (standard_metadata.instance_type == PKT_INSTANCE_TYPE_EGRESS_CLONE) {
-            build_cnp();
-            compute_icrc();
+        if (standard_metadata.instance_type == PKT_INSTANCE_TYPE_EGRESS_CLONE ||
+            standard_metadata.instance_type == PKT_INSTANCE_TYPE_INGRESS_CLONE) {
+            /* By kind, not instance type: a PAUSE is an ingress clone, an XON and a fast CNP are both
+             * egress clones. A clone of no known kind is not sent (none is made today). */
+            if (meta.clone_kind == CLONE_CNP) {
+                build_cnp();
+                compute_icrc();
+            } else if (meta.clone_kind == CLONE_PAUSE) {
+                build_pfc(meta.pfc_quanta);
+            } else if (meta.clone_kind == CLONE_XON) {
+                build_pfc(16w0);
+            } else {
+                mark_to_drop(standard_metadata);
+            }
             return;
+        }
+        /* Released before anything else returns: a lossless packet left the queue whatever egress does
+         * with it next (RED never drops it). BMv2 keeps only a pass's last clone call, so an XON here
+         * suppresses this packet's fast CNP below: a lost XON leaves the sender paused for a whole pause
+         * time, a lost fast CNP is one of a rate-limited stream. */
+        bool xon = false;
+        if (meta.pfc_len != 0) {
+            pfc_release();
+            if (meta.pfc_resume == 1) {
+                xon = true;
+                pfc_xon_sent.count((bit<32>) standard_metadata.ingress_port);
+                meta.clone_kind = CLONE_XON;
+                clone_preserving_field_list(CloneType.E2E, (bit<32>) standard_metadata.ingress_port, 1);
+            }
         }
         if (!hdr.ipv4.isValid()) {
             return;
@@ -296,7 +479,8 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta,
             return;
         }
         if (hdr.ipv4.ecn == 0) {
-            if (q >= meta.kmax) {
+            /* A lossless priority is never dropped by AQM: PFC holds its senders back instead. */
+            if (q >= meta.kmax && meta.pfc_lossless == 0) {
                 drops.count(DROP_QUEUE);
                 mark_to_drop(standard_metadata);
             }
@@ -328,6 +512,10 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta,
             cnp_skipped.count(SKIP_QP_UNKNOWN);
             return;
         }
+        if (xon) {
+            cnp_skipped.count(SKIP_PFC_XON);
+            return;
+        }
         bit<48> now = standard_metadata.egress_global_timestamp;
         bit<48> last;
         cnp_last_us.read(last, slot);
@@ -338,6 +526,7 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta,
         cnp_last_us.write(slot, now);
         cnps.count(port);
         note_signal(port);
+        meta.clone_kind = CLONE_CNP;
         clone_preserving_field_list(CloneType.E2E, (bit<32>) standard_metadata.ingress_port, 1);
     }
 }

@@ -191,7 +191,7 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
     netem_lost = replica_egress_drops(rep, dci) - netem0
     if netem_lost:   # the long haul models no loss: a netem drop is its queue overflowing, not the protocol
         sat.append(f"the netem long haul dropped {netem_lost} frames (tc -s: its queue limit)")
-    block = TL.metrics_block(results, sum(dropped["generated_by_switch"].values()), ev["link_stats"],
+    block = TL.metrics_block(results, sum(dropped["cnps_by_switch"].values()), ev["link_stats"],
                              {**dropped["by_switch"], "egress queues": {"tail": dropped["tail"]}},
                              ev["udp_rcvbuf_errors"], ev["switch_socket_drops"], watch.own_cpu(), hops=ev["hops"],
                              ring_drops=ev["ring_drops"])

@@ -2,6 +2,7 @@
  *
  *   ethernet --0x0800--> ipv4 --17--> udp --4791--> bth            (RoCEv2)
  *            \-0x0806--> arp   \--6--> tcp
+ *            \-0x8808--> pfc                                       (MAC Control: PFC, 802.3x PAUSE)
  *
  * Only IPv4 without options is forwarded: anything the parser cannot take (truncated headers, IPv4
  * version != 4 or IHL != 5, a BTH shorter than 12 bytes) reaches ingress with parser_error set and is
@@ -12,6 +13,8 @@
 
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_ARP = 0x0806;
+const bit<16> ETHERTYPE_MAC_CONTROL = 0x8808;
+const bit<16> MAC_CONTROL_OPCODE_PFC = 0x0101;
 const bit<8> PROTO_TCP = 6;
 const bit<8> PROTO_UDP = 17;
 const bit<16> ROCEV2_UDP_PORT = 4791;
@@ -100,6 +103,27 @@ header icrc_t {
     bit<32> crc;
 }
 
+/* MAC Control frame body (IEEE 802.1Qbb, 36.1.3): opcode, class-enable vector (bit p = priority p) and
+ * one pause time per priority in quanta of 512 bit times (0 = XON). An 802.3x PAUSE (opcode 0x0001)
+ * parses into the same 20 bytes (its single pause time lands in class_enable; it is only counted). */
+header pfc_t {
+    bit<16> opcode;
+    bit<16> class_enable;
+    bit<16> q0;
+    bit<16> q1;
+    bit<16> q2;
+    bit<16> q3;
+    bit<16> q4;
+    bit<16> q5;
+    bit<16> q6;
+    bit<16> q7;
+}
+
+/* Zero pad of a switch-made PFC frame up to the 60-byte minimum (14 + 20 + 26, FCS not counted). */
+header pfc_pad_t {
+    bit<208> zero;
+}
+
 struct headers_t {
     ethernet_t ethernet;
     arp_t arp;
@@ -109,6 +133,8 @@ struct headers_t {
     bth_t bth;
     cnp_pad_t cnp_pad;
     icrc_t icrc;
+    pfc_t pfc;
+    pfc_pad_t pfc_pad;
 }
 
 struct metadata_t {
@@ -123,11 +149,35 @@ struct metadata_t {
     bit<32> pmax_q16;
     bit<8> mode;
     bit<48> cnp_interval_us;
-    /* Preserved into the CNP clone. */
+    /* PFC of a lossless packet (tables pfc_priority, pfc_config): set by ingress, read by the same
+     * packet's egress, which releases exactly what ingress accounted (pfc_len at pfc_idx; 0 = none). */
+    bit<1> pfc_lossless;
+    bit<1> pfc_on;
+    bit<32> pfc_xoff;
+    bit<32> pfc_xon;
+    bit<32> pfc_limit;
+    bit<16> pfc_quanta_cfg;
+    bit<48> pfc_refresh_us;
+    bit<32> pfc_idx;
+    bit<32> pfc_len;
+    bit<1> pfc_drop;
+    bit<1> pfc_pause;
+    bit<1> pfc_resume;
+    /* Preserved into clones (one field list for every kind; clone_kind says which frame to build, since
+     * a PAUSE is an ingress clone but an XON and a fast CNP are both egress clones). BMv2 copies these
+     * at the end of the pipeline, so whatever the last clone call of a pass set is what the clone gets. */
     @field_list(1)
     bit<48> orig_smac;
     @field_list(1)
     bit<24> cnp_qp;
+    @field_list(1)
+    bit<8> clone_kind;
+    @field_list(1)
+    bit<3> pfc_prio;
+    @field_list(1)
+    bit<16> pfc_quanta;
+    @field_list(1)
+    bit<48> router_mac;
 }
 
 parser FabricParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
@@ -137,8 +187,13 @@ parser FabricParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
         transition select(hdr.ethernet.ether_type) {
             ETHERTYPE_IPV4: parse_ipv4;
             ETHERTYPE_ARP: parse_arp;
+            ETHERTYPE_MAC_CONTROL: parse_mac_control;
             default: accept;
         }
+    }
+    state parse_mac_control {
+        packet.extract(hdr.pfc);
+        transition accept;
     }
     state parse_arp {
         packet.extract(hdr.arp);
@@ -177,6 +232,8 @@ parser FabricParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
 control FabricDeparser(packet_out packet, in headers_t hdr) {
     apply {
         packet.emit(hdr.ethernet);
+        packet.emit(hdr.pfc);
+        packet.emit(hdr.pfc_pad);
         packet.emit(hdr.arp);
         packet.emit(hdr.ipv4);
         packet.emit(hdr.udp);

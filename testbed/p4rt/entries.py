@@ -1,9 +1,12 @@
-"""Pure builders of fabric.p4 table entries (no switch, no root): routes -> entries, ECN/fast-CNP config.
+"""Pure builders of fabric.p4 table entries (no switch, no root): routes -> entries, ECN/fast-CNP config, PFC.
 
     RoutingBrain Route(prefix, group, ports, dest) --route_entries--> ipv4_lpm   prefix -> set_ecmp_group(g, n)
                                                                       ecmp_nhop  (g, i)  -> set_nhop(port_i, smac, dmac)
     EcnConfig(kmin, kmax, pmax, mode, cnp_interval) --ecn_entries--> ecn_config (default or per port)
-    ports --mirror_sessions--> clone session p sends out of port p (fast CNPs leave by the ingress port)
+    PfcPortConfig(xoff, xon, limit, quanta, refresh) --pfc_entries--> pfc_config (per ingress port)
+    {DSCP: priority}, lossless priorities --pfc_priority_entries--> pfc_priority (DSCP -> lossless priority)
+    ports --mirror_sessions--> clone session p sends out of port p (fast CNPs, PFC PAUSE/XON leave by the
+                               ingress port)
 
 Every entry is a :class:`TableEntry` whose :meth:`TableEntry.render` is the ``simple_switch_CLI`` line,
 so a program can be dumped, diffed and replayed by hand; :meth:`testbed.p4rt.client.SwitchClient.apply`
@@ -29,8 +32,16 @@ PMAX_ONE = 1 << 16
 #: BMv2 enq_qdepth is 19 bits.
 MAX_QDEPTH = (1 << 19) - 1
 #: Counter indexes of fabric.p4 (``drops`` and ``cnp_skipped``).
-DROP_REASONS = {"malformed": 0, "no_route": 1, "ttl": 2, "queue": 3, "not_ip": 4}
-CNP_SKIP_REASONS = {"rate_limited": 0, "qp_unknown": 1}
+DROP_REASONS = {"malformed": 0, "no_route": 1, "ttl": 2, "queue": 3, "not_ip": 4, "pfc_headroom": 5}
+#: ``pfc_xon``: the congested packet's egress pass sent an XON, and BMv2 keeps one clone per pass.
+CNP_SKIP_REASONS = {"rate_limited": 0, "qp_unknown": 1, "pfc_xon": 2}
+#: fabric.p4's PFC counters, per port (``testbed.p4rt.fabric_stats`` reads them).
+PFC_COUNTERS = ("pfc_rx", "pfc_pause_sent", "pfc_xon_sent")
+#: IEEE 802.1Q priorities, DSCP values, largest pause time (16 bits), 32-bit action parameters.
+PRIORITIES = 8
+DSCPS = 64
+MAX_QUANTA = 0xFFFF
+MAX_U32 = (1 << 32) - 1
 
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 
@@ -100,6 +111,85 @@ class EcnConfig:
     def params(self) -> tuple[str, ...]:
         return (str(self.kmin_pkts), str(self.kmax_pkts), str(round(self.pmax * PMAX_ONE)),
                 str(MODES[self.mode]), str(round(self.cnp_interval_s * 1e6)))
+
+
+@dataclass(frozen=True)
+class PfcPortConfig:
+    """PFC thresholds of one ingress port of fabric.p4 (table ``pfc_config``), in bytes of lossless traffic
+    that came in by the port and has not left the switch's queue, per priority.
+
+    Args:
+        xoff_bytes: at or above, a PAUSE goes out of the port (upstream).
+        xon_bytes: at or below, after a PAUSE, an XON (pause time 0) follows.
+        limit_bytes: xoff + headroom; a packet that would take the priority above it is dropped
+            (``drops[pfc_headroom]``): headroom is what the upstream still sends after the PAUSE.
+        quanta: the pause time a PAUSE carries (512-bit times of the real line rate), 1..65535.
+        refresh_us: another PAUSE goes when the port is still at or above xoff and its last PAUSE is at
+            least this old, in the switch's (emulated) microseconds; choose it below the pause time so the
+            upstream never resumes while the queue is full.
+    """
+
+    xoff_bytes: int
+    xon_bytes: int
+    limit_bytes: int
+    quanta: int
+    refresh_us: int
+
+    def __post_init__(self):
+        for name, low in (("xoff_bytes", 1), ("xon_bytes", 0), ("limit_bytes", 1), ("refresh_us", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= MAX_U32:
+                raise SpecError(f"pfc.{name}", f"must be an integer in {low}..{MAX_U32}, got {v!r}")
+        q = self.quanta
+        if isinstance(q, bool) or not isinstance(q, int) or not 1 <= q <= MAX_QUANTA:
+            raise SpecError("pfc.quanta", f"must be an integer pause time in 1..{MAX_QUANTA}, got {q!r}")
+        if self.xon_bytes > self.xoff_bytes:
+            raise SpecError("pfc.xon_bytes", f"must not exceed xoff_bytes ({self.xoff_bytes}), got {self.xon_bytes}")
+        if self.limit_bytes <= self.xoff_bytes:
+            raise SpecError("pfc.limit_bytes", f"must exceed xoff_bytes ({self.xoff_bytes}): xoff + headroom, "
+                                               f"got {self.limit_bytes}")
+
+    def params(self) -> tuple[str, ...]:
+        """``set_pfc(xoff, xon, limit, quanta, refresh_us)``."""
+        return (str(self.xoff_bytes), str(self.xon_bytes), str(self.limit_bytes), str(self.quanta),
+                str(self.refresh_us))
+
+
+def _check_port(port, field: str) -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 512:
+        raise SpecError(field, f"port {port!r} is not in 0..511")
+    return port
+
+
+def pfc_entries(port: int, cfg: PfcPortConfig) -> list[TableEntry]:
+    """The ``pfc_config`` entry of ingress ``port``; a port without one does no PFC accounting."""
+    _check_port(port, "pfc.port")
+    return [TableEntry("pfc_config", "set_pfc", match=(str(port),), params=cfg.params())]
+
+
+def pfc_priority_entries(dscp_priority: Mapping[int, int], lossless: Iterable[int]) -> list[TableEntry]:
+    """``pfc_priority`` entries: one per DSCP whose priority is lossless, sorted by DSCP.
+
+    Args:
+        dscp_priority: {DSCP: priority} (e.g. ``dict(enumerate(PfcConfig.dscp_map))``).
+        lossless: the lossless priorities (``PfcConfig.priorities``).
+
+    Raises:
+        SpecError: a DSCP outside 0..63 or a priority outside 0..7.
+    """
+    lossless = set(lossless)
+    for p in lossless:
+        if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < PRIORITIES:
+            raise SpecError("pfc.priorities", f"expected priorities 0..{PRIORITIES - 1}, got {p!r}")
+    out = []
+    for dscp, prio in sorted(dscp_priority.items()):
+        if isinstance(dscp, bool) or not isinstance(dscp, int) or not 0 <= dscp < DSCPS:
+            raise SpecError(f"pfc.dscp.{dscp}", f"DSCP must be an integer 0..{DSCPS - 1}")
+        if isinstance(prio, bool) or not isinstance(prio, int) or not 0 <= prio < PRIORITIES:
+            raise SpecError(f"pfc.dscp.{dscp}", f"expected a priority 0..{PRIORITIES - 1}, got {prio!r}")
+        if prio in lossless:
+            out.append(TableEntry("pfc_priority", "set_lossless", match=(str(dscp),), params=(str(prio),)))
+    return out
 
 
 def ecn_config(entry) -> EcnConfig:
@@ -216,7 +306,10 @@ class FabricProgram:
 
 
 def fabric_program(G, switch, routes: Iterable, ecn: EcnConfig | None = None,
-                   port_ecn: Mapping[int, EcnConfig] | None = None) -> FabricProgram:
+                   port_ecn: Mapping[int, EcnConfig] | None = None,
+                   pfc_ports: Mapping[int, PfcPortConfig] | None = None,
+                   pfc_dscp: Mapping[int, int] | None = None,
+                   pfc_lossless: Iterable[int] = ()) -> FabricProgram:
     """Program of ``switch`` in fabric graph ``G`` from its routing-brain routes.
 
     Args:
@@ -225,6 +318,9 @@ def fabric_program(G, switch, routes: Iterable, ecn: EcnConfig | None = None,
         routes: its routes (``RoutingBrain.tables()[switch].values()``).
         ecn: default ECN/fast-CNP config for every port (None: mode off).
         port_ecn: per-port overrides.
+        pfc_ports: {ingress port: its PFC thresholds}; ports left out do no PFC accounting.
+        pfc_dscp: {DSCP: priority}; None: the "trust dscp" default, priority = DSCP >> 3.
+        pfc_lossless: lossless priorities; none (the default): no packet is lossless, no pfc_priority entry.
     """
     attrs = G.nodes[switch]
     if "dpid" not in attrs:
@@ -237,5 +333,9 @@ def fabric_program(G, switch, routes: Iterable, ecn: EcnConfig | None = None,
         entries += ecn_entries(ecn)
     for port, cfg in sorted((port_ecn or {}).items()):
         entries += ecn_entries(cfg, port)
+    dscp = pfc_dscp if pfc_dscp is not None else {d: d >> 3 for d in range(DSCPS)}
+    entries += pfc_priority_entries(dscp, pfc_lossless)
+    for port, cfg in sorted((pfc_ports or {}).items()):
+        entries += pfc_entries(port, cfg)
     ports = [G.edges[switch, nbr]["ports"][switch] for nbr in G.neighbors(switch)]
     return FabricProgram(entries=tuple(entries), mirrors=tuple(mirror_sessions(ports)))

@@ -2,8 +2,10 @@
 
     program_ecn(clients, plan)      every port's ecn_config entry from the replica plan (RED, fast CNP)
     reset(clients)                  counters and registers to zero before a trial
-    port_stats(client, port)        the congestion point's queue (peak, mean), marks, switch CNPs, first signal
+    port_stats(client, port)        the congestion point's queue (peak, mean), marks, switch CNPs, first signal,
+                                    PFC frames received and PAUSE/XON sent by the port
     drops(clients, plan)            every frame a switch lost, by reason, and the busiest switch's packets
+                                    (frames a switch made itself: fast CNPs, PFC PAUSE/XON; consumed: MAC Control)
     QueueSampler(client, port)      the congestion point's queue over time, read while the trial runs
     queue_series(samples)           (pure) those readings as the depth over time
 
@@ -14,8 +16,9 @@ from __future__ import annotations
 
 from testbed.p4rt import entries as E
 
-COUNTERS = ("marks", "cnps", "drops", "cnp_skipped", "to_port", "from_queue")
-REGISTERS = ("sender_qp", "cnp_last_us", "qdepth_last", "qdepth_peak", "qdepth_sum", "qdepth_pkts", "first_signal_us")
+COUNTERS = ("marks", "cnps", "drops", "cnp_skipped", "to_port", "from_queue", *E.PFC_COUNTERS)
+REGISTERS = ("sender_qp", "cnp_last_us", "qdepth_last", "qdepth_peak", "qdepth_sum", "qdepth_pkts", "first_signal_us",
+             "pfc_bytes", "pfc_paused_at")
 
 
 def program_ecn(clients: dict, plan) -> None:
@@ -58,16 +61,22 @@ def port_stats(client, port: int) -> dict:
             "marks": client.counter_read("marks", port).packets,
             "switch_cnps": client.counter_read("cnps", port).packets,
             "cnp_skipped": {k: client.counter_read("cnp_skipped", i).packets for k, i in E.CNP_SKIP_REASONS.items()},
-            "first_signal_us": client.register_read("first_signal_us", port)}
+            "first_signal_us": client.register_read("first_signal_us", port),
+            **{name: client.counter_read(name, port).packets for name in E.PFC_COUNTERS}}
 
 
 def drops(clients: dict, plan) -> dict:
     """``tail`` (queued minus dequeued, per port), ``red`` (early drops), ``by_switch`` (every reason),
     ``counted`` (all but not-IP), ``busiest_pkts`` (the most any one switch dequeued), and per switch
-    ``consumed_by_switch`` (tail + every reason) and ``generated_by_switch`` (its CNPs); ``marks_by_port``
-    {switch: {port: CE marks}} wherever a port marked (a second congestion point shows here)."""
+    ``consumed_by_switch`` (tail + every reason + MAC Control frames received) and ``generated_by_switch``
+    (its fast CNPs and PFC PAUSE/XON frames; ``cnps_by_switch``: the CNPs alone, frames of the flows);
+    ``marks_by_port`` {switch: {port: CE marks}} wherever a port marked (a second congestion point shows
+    here); ``pfc_by_switch`` {switch: {pfc_rx, pfc_pause_sent, pfc_xon_sent}} summed over its ports.
+
+    A PFC frame is a frame on the wire like any other: the hop ledger (testbed.links.hops) needs the ones a
+    switch sent among what it generated and the ones it received among what it consumed."""
     tail = busiest = 0
-    tail_by_switch, generated, sent_to, left_queue, marks = {}, {}, {}, {}, {}
+    tail_by_switch, generated, cnps, sent_to, left_queue, marks, pfc = {}, {}, {}, {}, {}, {}, {}
     for sw, c in clients.items():
         ports = [p.port for p in plan.switch(sw).ports]
         dequeued = {p: c.counter_read("from_queue", p).packets for p in ports}
@@ -76,22 +85,27 @@ def drops(clients: dict, plan) -> dict:
         tail_by_switch[sw] = sum(max(0, queued[p] - dequeued[p]) for p in ports)
         tail += tail_by_switch[sw]
         busiest = max(busiest, sum(dequeued.values()))
-        generated[sw] = sum(c.counter_read("cnps", p).packets for p in ports)
+        pfc[sw] = {name: sum(c.counter_read(name, p).packets for p in ports) for name in E.PFC_COUNTERS}
+        cnps[sw] = sum(c.counter_read("cnps", p).packets for p in ports)
+        generated[sw] = cnps[sw] + pfc[sw]["pfc_pause_sent"] + pfc[sw]["pfc_xon_sent"]
         marked = {p: c.counter_read("marks", p).packets for p in ports}
         marks[sw] = {p: n for p, n in marked.items() if n}
     by_switch = {sw: {k: c.counter_read("drops", i).packets for k, i in E.DROP_REASONS.items()}
                  for sw, c in clients.items()}
     red = sum(d["queue"] for d in by_switch.values())
     counted = tail + sum(n for d in by_switch.values() for k, n in d.items() if k != "not_ip")
-    # per switch, every frame it consumed itself (all reasons, not-IP included, and its full queues) and
-    # every frame it made (fast CNPs): what closes its balance in testbed.links.hops
-    consumed = {sw: tail_by_switch[sw] + sum(by_switch[sw].values()) for sw in clients}
-    # what the pipeline saw: ingress = routed + dropped in ingress; egress out = dequeued - early drops + CNPs
-    pipeline = {sw: {"ingress": sent_to[sw] + sum(n for k, n in by_switch[sw].items() if k != "queue"),
+    # per switch, every frame it consumed itself (all reasons, not-IP included, its full queues and the MAC
+    # Control frames it received) and every frame it made (fast CNPs, PFC PAUSE/XON): what closes its
+    # balance in testbed.links.hops
+    consumed = {sw: tail_by_switch[sw] + sum(by_switch[sw].values()) + pfc[sw]["pfc_rx"] for sw in clients}
+    # what the pipeline saw: ingress = routed + dropped in ingress + MAC Control consumed;
+    # egress out = dequeued - early drops + CNPs and PFC frames
+    pipeline = {sw: {"ingress": sent_to[sw] + sum(n for k, n in by_switch[sw].items() if k != "queue")
+                     + pfc[sw]["pfc_rx"],
                      "egress": left_queue[sw] - by_switch[sw]["queue"] + generated[sw]} for sw in clients}
     return {"pipeline_by_switch": pipeline, "tail": tail, "red": red, "by_switch": by_switch, "counted": counted, "busiest_pkts": busiest,
-            "consumed_by_switch": consumed, "generated_by_switch": generated,
-            "marks_by_port": {sw: m for sw, m in marks.items() if m}}
+            "consumed_by_switch": consumed, "generated_by_switch": generated, "cnps_by_switch": cnps,
+            "marks_by_port": {sw: m for sw, m in marks.items() if m}, "pfc_by_switch": pfc}
 
 
 def queue_series(samples) -> list[tuple[float, int | None]]:

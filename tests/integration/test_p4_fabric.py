@@ -12,12 +12,17 @@ Slow ports drain 20 packets/s, so a burst builds a queue whose depth at enqueue 
 index in the burst: the first ``kmax`` packets can never be marked, later ones can. "Nothing else came"
 is checked with a barrier packet sent after the others (the switch handles a port's packets in order).
 Every test uses its own addresses, and counters and registers are reset, so tests are independent.
+
+PFC: DSCP 26 is lossless in priority 3 (``pfc_priority``) for every test; a PFC test gives port 1 its own
+``pfc_config`` (thresholds of a few 1000-byte frames, so a burst to a 20 pps port crosses them at once and
+drains in tenths of a second); the table is cleared between tests, so elsewhere nothing is accounted.
 """
 
 from __future__ import annotations
 
 import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +31,10 @@ from testbed.poll import poll
 pytestmark = [pytest.mark.root, pytest.mark.bmv2]
 
 N_PORTS = 6
+PFC_DSCP, PFC_PRIO = 26, 3
+#: Bytes of every PFC test frame as BMv2 counts them (no FCS): the thresholds are multiples of it.
+FRAME = 1000
+QUANTA = 0x1234
 SLOW_PPS = 20
 ROUTER_MAC = "02:fe:00:00:00:01"
 SENDER_MAC = "02:0a:00:01:00:01"
@@ -108,6 +117,7 @@ def fabric(tmp_path_factory):
         prog += E.ecn_entries(E.EcnConfig(3, 6, pmax=0.0, mode="ecn"), port=4)
         prog += E.ecn_entries(E.EcnConfig(0, 1, mode="fast-cnp", cnp_interval_s=0.0), port=5)
         prog += E.ecn_entries(E.EcnConfig(0, 1, mode="fast-cnp", cnp_interval_s=30.0), port=6)
+        prog += E.pfc_priority_entries({PFC_DSCP: PFC_PRIO}, [PFC_PRIO])
         client.apply(prog)
         for session, port in E.mirror_sessions(ports):
             client.mirroring_add(session, port)
@@ -126,10 +136,11 @@ def fabric(tmp_path_factory):
 def sw(fabric):
     client, wire, proc = fabric
     proc.check_alive()
-    for name in ("marks", "cnps", "drops", "cnp_skipped"):
+    for name in ("marks", "cnps", "drops", "cnp_skipped", "pfc_rx", "pfc_pause_sent", "pfc_xon_sent"):
         client.counter_reset(name)
-    for name in ("sender_qp", "cnp_last_us"):
+    for name in ("sender_qp", "cnp_last_us", "pfc_bytes", "pfc_paused_at"):
         client.register_reset(name)
+    client.table_clear("pfc_config")
     wire.clear()
     return client, wire
 
@@ -141,12 +152,12 @@ def _udp(dst, sport=1000, src="10.0.1.1", ttl=64, tos=0, payload=b"x" * 64, iden
         UDP(sport=sport, dport=7000) / Raw(payload)
 
 
-def _roce(dst, src="10.0.1.1", qp=0x456, psn=0, opcode=0x04, ecn=2, sport=0xC000, ident=1):
+def _roce(dst, src="10.0.1.1", qp=0x456, psn=0, opcode=0x04, ecn=2, sport=0xC000, ident=1, dscp=0):
     from scapy.all import IP, UDP, Ether, Raw
 
     from testbed.roce.layers import BTH
 
-    return Ether(src=SENDER_MAC, dst=ROUTER_MAC) / IP(src=src, dst=dst, tos=ecn, id=ident) / \
+    return Ether(src=SENDER_MAC, dst=ROUTER_MAC) / IP(src=src, dst=dst, tos=dscp << 2 | ecn, id=ident) / \
         UDP(sport=sport, dport=4791) / BTH(opcode=opcode, dqpn=qp, psn=psn) / Raw(b"d" * 256)
 
 
@@ -392,6 +403,198 @@ def test_queue_registers_and_tail_drop_accounting(sw):
     assert pkts >= len(got) and client.register_read("qdepth_sum", 4) <= peak * pkts
     assert client.register_read("qdepth_last", 4) <= peak   # the latest packet's depth, after the burst
     assert client.register_read("first_signal_us", 4) == 0  # never reached kmax (6): never congested
+
+
+def _lossless(dst, ident, dscp=PFC_DSCP, ecn=2, src="10.0.1.1"):
+    """A FRAME-byte UDP packet of DSCP ``dscp`` (ECT(0) by default: port 4's RED then marks, never drops)."""
+    pkt = _udp(dst, src=src, tos=dscp << 2 | ecn, ident=ident, payload=b"")
+    return _udp(dst, src=src, tos=dscp << 2 | ecn, ident=ident, payload=b"p" * (FRAME - len(pkt)))
+
+
+def _pfc_on_port1(client, xoff=3, xon=1, limit=20, refresh_us=10_000_000, frame=FRAME):
+    """PFC thresholds of ingress port 1, in frames; a 10 s refresh (default) means one PAUSE per episode."""
+    from testbed.p4rt import entries as E
+
+    client.apply(E.pfc_entries(1, E.PfcPortConfig(xoff * frame, xon * frame, limit * frame, QUANTA, refresh_us)))
+
+
+def _pfc_frames(wire, port=1) -> list:
+    with wire.lock:
+        return [p for p in wire.got[port] if p.type == 0x8808]
+
+
+def _slot(port=1, prio=PFC_PRIO) -> int:
+    return port * 8 + prio
+
+
+def _drained(client, port=1, prio=PFC_PRIO) -> bool:
+    return client.register_read("pfc_bytes", _slot(port, prio)) == 0
+
+
+def test_pfc_pause_at_xoff_and_xon_once_the_queue_drained(sw, tmp_path):
+    from scapy.all import wrpcap
+
+    from testbed.pfc.state import PauseFrame
+    from testbed.pfc.wire import decode, encode
+    from tests.integration.pfcwire import decode_pfc
+
+    client, wire = sw
+    _pfc_on_port1(client)   # xoff 3 frames, xon 1
+    n = 6
+    wire.send(1, [_lossless("10.0.4.9", ident=i) for i in range(n)])
+    got = sorted(wire.wait(4, n, what="the lossless burst through slow port 4"), key=lambda p: p["IP"].id)
+    frames = poll(lambda: (f := _pfc_frames(wire)) and len(f) >= 2 and f, timeout=10, what="PAUSE and XON")
+    pause, xon = PauseFrame.of({PFC_PRIO: QUANTA}), PauseFrame.of({PFC_PRIO: 0})
+    assert [decode(bytes(f)) for f in frames] == [pause, xon]
+    # byte for byte what a link node sends (testbed/pfc/wire.py): 60 bytes, router MAC, zero pad
+    assert bytes(frames[0]) == encode(pause, ROUTER_MAC) and bytes(frames[1]) == encode(xon, ROUTER_MAC)
+    # the PAUSE left while the queue was full (the third frame needs 100 ms through a 20 pps port); the
+    # XON only after the fourth frame had left (at most xon = 1 frame accounted)
+    assert frames[0].time < got[2].time and frames[1].time > got[3].time
+    assert client.counter_read("pfc_pause_sent", 1).packets == 1      # 10 s refresh: once per episode
+    assert client.counter_read("pfc_xon_sent", 1).packets == 1
+    poll(lambda: _drained(client), timeout=5, what="pfc_bytes of (port 1, priority 3) back to 0")
+    assert client.register_read("pfc_paused_at", _slot()) == 0
+    assert client.counter_read("drops", 5).packets == 0
+    # an independent dissector reads the same: MAC Control PFC, class 3 enabled, its pause time
+    wrpcap(str(tmp_path / "pfc.pcap"), frames)
+    layers = decode_pfc(tmp_path / "pfc.pcap")
+    assert [(f["eth.dst"], f["macc.opcode"], f["macc.cbfc.enbv"], f["macc.cbfc.pause_time.c3"]) for f in layers] \
+        == [(["01:80:c2:00:00:01"], ["0x0101"], ["0x0008"], [str(q)]) for q in (QUANTA, 0)]
+
+
+def test_pfc_lossy_burst_sends_no_pause(sw):
+    client, wire = sw
+    _pfc_on_port1(client)
+    n = 6
+    wire.send(1, [_lossless("10.0.4.9", ident=i, dscp=0) for i in range(n)])
+    wire.wait(4, n, what="the lossy burst through slow port 4")
+    # a PAUSE would have left at admission, 200+ ms before the last frame got through the 20 pps port
+    assert _pfc_frames(wire) == []
+    assert client.counter_read("pfc_pause_sent", 1).packets == 0
+    assert client.register_read_all("pfc_bytes")[_slot(1, 0):_slot(1, 8)] == [0] * 8
+
+
+def test_pfc_past_limit_drops_as_headroom_after_pausing(sw):
+    from testbed.pfc.state import PauseFrame
+    from testbed.pfc.wire import decode
+
+    client, wire = sw
+    for name in ("to_port", "from_queue"):
+        client.counter_reset(name)
+    _pfc_on_port1(client, xoff=3, xon=1, limit=5)
+    n = 10
+    wire.send(1, [_lossless("10.0.4.9", ident=i) for i in range(n)])
+    drops = lambda: client.counter_read("drops", 5).packets   # noqa: E731
+    poll(lambda: drops() + len(wire.got[4]) >= n, timeout=15, what="burst forwarded or dropped")
+    poll(lambda: len(_pfc_frames(wire)) >= 2, timeout=10, what="PAUSE and XON")
+    forwarded = len(wire.got[4])
+    # a frame is refused only once 5 frames are held, so the 3 that crossed xoff were admitted first
+    assert drops() >= 1 and forwarded >= 5 and drops() + forwarded == n
+    assert [decode(bytes(f)) for f in _pfc_frames(wire)] == [PauseFrame.of({PFC_PRIO: q}) for q in (QUANTA, 0)]
+    assert client.counter_read("pfc_pause_sent", 1).packets == 1
+    # refused in ingress: never queued, so never a tail drop (to_port - from_queue) on top
+    poll(lambda: _drained(client), timeout=5, what="pfc_bytes back to 0")
+    assert client.counter_read("to_port", 4).packets == forwarded == client.counter_read("from_queue", 4).packets
+    assert client.counter_read("drops", 3).packets == 0
+
+
+def test_pfc_pause_is_refreshed_while_the_queue_stays_above_xoff(sw):
+    from testbed.pfc.wire import decode
+
+    client, wire = sw
+    refresh_us = 100_000
+    _pfc_on_port1(client, xoff=3, xon=1, limit=50, refresh_us=refresh_us)
+    sent = 10   # above xoff for ~350 ms at 20 pps
+    wire.send(1, [_lossless("10.0.4.9", ident=i) for i in range(sent)])
+    poll(lambda: _pfc_frames(wire), timeout=10, what="the first PAUSE")
+    first_at = client.register_read("pfc_paused_at", _slot())   # switch clock (us) of that PAUSE
+
+    def second_pause():
+        nonlocal sent
+        if len(_pfc_frames(wire)) >= 2:
+            return True
+        wire.send(1, _lossless("10.0.4.9", ident=sent))   # a PAUSE is only sent on an arriving packet
+        sent += 1
+        return False
+
+    poll(second_pause, timeout=5, interval=0.02, what="a refreshed PAUSE")
+    second_at = client.register_read("pfc_paused_at", _slot())
+    # not per packet (the burst's later frames came in right after the first PAUSE), not before refresh_us
+    assert first_at > 0 and second_at - first_at >= refresh_us
+    wire.wait(4, sent, what="every frame through slow port 4")
+    poll(lambda: _drained(client), timeout=5, what="pfc_bytes back to 0")
+    frames = poll(lambda: (f := _pfc_frames(wire)) and decode(bytes(f[-1])).quanta[PFC_PRIO] == 0 and f,
+                  timeout=5, what="the XON")
+    times = [decode(bytes(f)).quanta[PFC_PRIO] for f in frames]
+    # PAUSE, PAUSE (still paused: no XON between), ..., one XON at the end
+    assert times[:2] == [QUANTA, QUANTA] and times[-1] == 0 and times.count(0) == 1
+    assert client.counter_read("pfc_pause_sent", 1).packets == len(times) - 1
+    assert client.counter_read("pfc_xon_sent", 1).packets == 1
+    assert client.register_read("pfc_paused_at", _slot()) == 0
+
+
+def test_pfc_xon_wins_over_the_fast_cnp_of_the_same_packet(sw):
+    """The packet whose departure takes the slot down to xon is also congested on a fast-CNP port: BMv2
+    sends one clone per pass, and it must be the XON (a lost XON leaves the sender paused)."""
+    from testbed.p4rt import entries as E
+    from testbed.pfc.wire import decode
+    from testbed.roce.layers import BTH
+
+    client, wire = sw
+    client.apply([E.qp_map_entry("10.0.1.9", "10.0.5.9", 0x456, 0xAB)])
+    size = len(_roce("10.0.5.9", dscp=PFC_DSCP))
+    _pfc_on_port1(client, frame=size)
+    n = 6
+    wire.send(1, [_roce("10.0.5.9", src="10.0.1.9", ident=i, psn=i, dscp=PFC_DSCP) for i in range(n)])
+    wire.wait(5, n, what="the lossless RoCE burst through fast-CNP port 5")
+    frames = poll(lambda: (f := _pfc_frames(wire)) and len(f) >= 2 and f, timeout=10, what="PAUSE and XON")
+    assert [decode(bytes(f)).quanta[PFC_PRIO] for f in frames] == [QUANTA, 0]
+    assert client.counter_read("cnp_skipped", E.CNP_SKIP_REASONS["pfc_xon"]).packets == 1
+    # the other congested packets still made their CNPs, each one sent
+    cnps = client.counter_read("cnps", 5).packets
+    assert cnps >= 1 and len([p for p in wire.got[1] if BTH in p]) == cnps
+    poll(lambda: _drained(client), timeout=5, what="pfc_bytes back to 0")
+
+
+def _tx_packets() -> dict:
+    return {p: int(Path(f"/sys/class/net/p4fab-s{p}/statistics/tx_packets").read_text())
+            for p in range(1, N_PORTS + 1)}
+
+
+def test_pfc_and_pause_frames_received_are_counted_and_consumed(sw):
+    from scapy.all import Ether
+
+    from testbed.pfc.state import PauseFrame
+    from testbed.pfc.wire import MIN_FRAME_NO_FCS, encode
+
+    client, wire = sw
+    before = _tx_packets()
+    pfc = encode(PauseFrame.of({PFC_PRIO: 0xFFFF}), SENDER_MAC)
+    pause_8023x = bytes.fromhex("0180c2000001") + bytes.fromhex(SENDER_MAC.replace(":", "")) + \
+        bytes.fromhex("88080001ffff")
+    wire.send(1, [Ether(pfc), Ether(pause_8023x.ljust(MIN_FRAME_NO_FCS, b"\0"))])
+    wire.send(1, _udp("10.0.2.9", ident=77))   # barrier: after the MAC Control frames
+    poll(lambda: len(wire.got[2]) + len(wire.got[3]) >= 1, timeout=15, what="the barrier packet")
+    assert client.counter_read("pfc_rx", 1).packets == 2
+    # the switch sent the barrier and nothing else, on any port (the kernel counts what BMv2 transmits)
+    after = _tx_packets()
+    assert sum(after[p] - before[p] for p in after) == 1
+    assert client.counter_read("drops", 4).packets == 0   # consumed as MAC Control, not "not IP"
+
+
+def test_non_ect_lossless_packets_past_kmax_are_not_dropped(sw):
+    client, wire = sw
+    client.register_reset("qdepth_peak")
+    n = 24
+    wire.send(1, [_lossless("10.0.4.9", ident=i, ecn=0) for i in range(n)])
+    poll(lambda: client.counter_read("drops", 3).packets + len(wire.got[4]) >= n, timeout=20,
+         what="burst of non-ECT lossless packets to be forwarded or dropped")
+    got = list(wire.got[4])
+    assert sorted(p["IP"].id for p in got) == list(range(n))
+    assert client.register_read("qdepth_peak", 4) >= 6   # the queue did pass kmax (6)
+    assert client.counter_read("drops", 3).packets == 0
+    assert all(p["IP"].tos == PFC_DSCP << 2 for p in got)   # nor marked: not ECT
 
 
 def test_thrift_port_listens_on_loopback_only(fabric):

@@ -33,7 +33,9 @@ def _sample_entries():
     return (E.switch_config_entries("02:fe:00:00:00:01")
             + E.route_entries("10.0.0.0/24", 1, [1, 2], "02:fe:00:00:00:01", "02:00:00:00:00:01")
             + E.ecn_entries(cfg) + E.ecn_entries(cfg, port=1)
-            + [E.qp_map_entry("10.0.0.1", "10.0.0.2", 1, 2)])
+            + [E.qp_map_entry("10.0.0.1", "10.0.0.2", 1, 2)]
+            + E.pfc_entries(1, E.PfcPortConfig(3000, 1000, 6000, 100, 1000))
+            + E.pfc_priority_entries({26: 3}, [3]))
 
 
 def test_every_entry_names_a_table_action_with_matching_arity(program):
@@ -55,6 +57,11 @@ def test_parameter_widths_hold_the_values_builders_produce(program):
         assert int(value) < 1 << width
     nhop = [p["bitwidth"] for p in actions["set_nhop"]["runtime_data"]]
     assert nhop == [9, 48, 48]
+    widths = [p["bitwidth"] for p in actions["set_pfc"]["runtime_data"]]
+    top = E.PfcPortConfig(E.MAX_U32 - 1, E.MAX_U32 - 1, E.MAX_U32, E.MAX_QUANTA, E.MAX_U32)
+    for value, width in zip(top.params(), widths, strict=True):
+        assert int(value) < 1 << width
+    assert [p["bitwidth"] for p in actions["set_lossless"]["runtime_data"]] == [3]   # priority 0..7
 
 
 def test_counters_and_registers_the_tools_read_exist(program):
@@ -62,5 +69,10 @@ def test_counters_and_registers_the_tools_read_exist(program):
     assert counters["drops"] > max(E.DROP_REASONS.values())
     assert counters["cnp_skipped"] > max(E.CNP_SKIP_REASONS.values())
     assert counters["marks"] >= 512 and counters["cnps"] >= 512
-    registers = {r["name"].split(".")[-1] for r in program["register_arrays"]}
-    assert {"sender_qp", "cnp_last_us"} <= registers
+    registers = {r["name"].split(".")[-1]: r for r in program["register_arrays"]}
+    assert {"sender_qp", "cnp_last_us"} <= set(registers)
+    for name in E.PFC_COUNTERS:
+        assert counters[name] >= 512, name
+    # one slot per (port, priority): index = port * 8 + priority for ports 0..511
+    assert registers["pfc_bytes"]["size"] >= 512 * 8 and registers["pfc_paused_at"]["size"] >= 512 * 8
+    assert registers["pfc_bytes"]["bitwidth"] == 32 and registers["pfc_paused_at"]["bitwidth"] == 48

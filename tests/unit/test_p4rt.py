@@ -142,6 +142,50 @@ def test_router_mac_and_qp_map():
         E.qp_map_entry("10.0.0", "10.0.0.2", 1, 1)
 
 
+def test_pfc_port_config_renders_set_pfc():
+    cfg = E.PfcPortConfig(xoff_bytes=100_000, xon_bytes=97_000, limit_bytes=160_000, quanta=65535,
+                          refresh_us=20_000)
+    assert cfg.params() == ("100000", "97000", "160000", "65535", "20000")
+    assert [e.render() for e in E.pfc_entries(7, cfg)] == [
+        "table_add pfc_config set_pfc 7 => 100000 97000 160000 65535 20000"]
+    # xon == xoff is allowed (XON as soon as the queue is below PAUSE's threshold again)
+    assert E.PfcPortConfig(3000, 3000, 3001, 1, 1).xon_bytes == 3000
+    with pytest.raises(SpecError) as err:
+        E.pfc_entries(512, cfg)
+    assert err.value.field == "pfc.port"
+
+
+@pytest.mark.parametrize("bad,field", [
+    (dict(xon_bytes=100_001), "pfc.xon_bytes"), (dict(limit_bytes=100_000), "pfc.limit_bytes"),
+    (dict(quanta=0), "pfc.quanta"), (dict(quanta=65536), "pfc.quanta"), (dict(quanta=True), "pfc.quanta"),
+    (dict(refresh_us=0), "pfc.refresh_us"), (dict(xoff_bytes=1 << 32), "pfc.xoff_bytes"),
+    (dict(limit_bytes=1 << 32), "pfc.limit_bytes"), (dict(xon_bytes=-1), "pfc.xon_bytes"),
+    (dict(xoff_bytes=100e3), "pfc.xoff_bytes"), (dict(refresh_us=1 << 32), "pfc.refresh_us")])
+def test_pfc_port_config_rejects_bad_values_naming_the_field(bad, field):
+    with pytest.raises(SpecError) as err:
+        E.PfcPortConfig(**{"xoff_bytes": 100_000, "xon_bytes": 97_000, "limit_bytes": 160_000, "quanta": 65535,
+                           "refresh_us": 20_000, **bad})
+    assert err.value.field == field
+
+
+def test_pfc_priority_entries_one_per_lossless_dscp():
+    from testbed.pfc.config import default_dscp_map
+
+    default = dict(enumerate(default_dscp_map()))
+    lines = [e.render() for e in E.pfc_priority_entries(default, [3])]
+    assert lines == [f"table_add pfc_priority set_lossless {d} => 3" for d in range(24, 32)]
+    # an override moves DSCP 26 alone to priority 5; two lossless priorities, sorted by DSCP
+    custom = {26: 5, 0: 0, 48: 6, 10: 1}
+    assert [e.render() for e in E.pfc_priority_entries(custom, (5, 6))] == [
+        "table_add pfc_priority set_lossless 26 => 5", "table_add pfc_priority set_lossless 48 => 6"]
+    assert E.pfc_priority_entries(default, []) == []
+    for args, field in ((({64: 3}, [3]), "pfc.dscp.64"), (({26: 8}, [3]), "pfc.dscp.26"),
+                        (({26: 3}, [9]), "pfc.priorities")):
+        with pytest.raises(SpecError) as err:
+            E.pfc_priority_entries(*args)
+        assert err.value.field == field
+
+
 class _Route:
     def __init__(self, prefix, group, ports, dest):
         self.prefix, self.group, self.ports, self.dest = prefix, group, ports, dest
@@ -168,6 +212,25 @@ def test_fabric_program_from_routes():
     assert text[2] == "table_add ecmp_nhop set_nhop 1 0 => 1 02:fe:00:00:00:01 02:0a:00:00:00:01"
     assert "table_set_default ecn_config set_ecn 2 8 65536 3 50" in text
     assert text[-2:] == ["mirroring_add 1 1", "mirroring_add 2 2"]
+
+
+def test_fabric_program_with_pfc():
+    G = _graph()
+    cfg = E.PfcPortConfig(30_000, 27_000, 60_000, 65535, 10_000)
+    prog = E.fabric_program(G, "s1", [_Route("10.0.0.2/32", 2, (2,), "h2")], pfc_ports={2: cfg, 1: cfg},
+                            pfc_lossless=[3])
+    text = prog.render().splitlines()
+    # default DSCP map: DSCP 24..31 -> priority 3; the ports' thresholds in port order
+    assert [t for t in text if "pfc_priority" in t] == [
+        f"table_add pfc_priority set_lossless {d} => 3" for d in range(24, 32)]
+    assert [t for t in text if "pfc_config" in t] == [
+        "table_add pfc_config set_pfc 1 => 30000 27000 60000 65535 10000",
+        "table_add pfc_config set_pfc 2 => 30000 27000 60000 65535 10000"]
+    only26 = E.fabric_program(G, "s1", [], pfc_dscp={26: 3, 48: 6}, pfc_lossless=[3])
+    assert [e.render() for e in only26.entries if e.table == "pfc_priority"] == [
+        "table_add pfc_priority set_lossless 26 => 3"]
+    # no PFC asked for: no PFC entry (the program of a switch without PFC is unchanged)
+    assert not [e for e in E.fabric_program(G, "s1", []).entries if e.table.startswith("pfc_")]
 
 
 def test_fabric_program_with_the_routing_brain():

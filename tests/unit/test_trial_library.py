@@ -58,3 +58,36 @@ def test_drops_count_tail_red_and_every_reason():
     assert d["counted"] == 10 + 4 + 1  # not-IP drops are not losses of the flows
     assert d["busiest_pkts"] == 95
     assert d["by_switch"]["a"]["not_ip"] == 7
+
+
+def test_drops_book_pfc_frames_as_made_and_consumed_by_the_switch():
+    """The hop ledger balances frames: PAUSE/XON a switch sent are frames it made (beside its fast CNPs),
+    MAC Control frames it received are frames it consumed; a PFC headroom drop is a loss of the flow."""
+    plan = SimpleNamespace(switch=lambda sw: SimpleNamespace(ports=[SimpleNamespace(port=1), SimpleNamespace(port=2)]))
+    q = E.DROP_REASONS
+    a = FakeClient({("to_port", 2): 20, ("from_queue", 2): 20, ("cnps", 2): 3, ("drops", q["pfc_headroom"]): 2,
+                    ("pfc_pause_sent", 1): 4, ("pfc_xon_sent", 1): 3, ("pfc_rx", 1): 5, ("pfc_rx", 2): 1})
+    d = F.drops({"a": a}, plan)
+    assert d["generated_by_switch"] == {"a": 3 + 4 + 3} and d["cnps_by_switch"] == {"a": 3}
+    assert d["consumed_by_switch"] == {"a": 2 + 6}
+    assert d["pfc_by_switch"] == {"a": {"pfc_rx": 6, "pfc_pause_sent": 4, "pfc_xon_sent": 3}}
+    assert d["counted"] == 2 and d["tail"] == 0
+    assert d["pipeline_by_switch"]["a"] == {"ingress": 20 + 2 + 6, "egress": 20 + 10}
+
+
+class FakePortClient(FakeClient):
+    def __init__(self, counters, registers):
+        super().__init__(counters)
+        self.registers = registers
+
+    def register_read(self, name, index):
+        return self.registers.get((name, index), 0)
+
+
+def test_port_stats_read_the_pfc_counters_of_that_port():
+    c = FakePortClient({("pfc_pause_sent", 3): 2, ("pfc_xon_sent", 3): 1, ("pfc_rx", 3): 7, ("pfc_rx", 4): 9},
+                       {("qdepth_pkts", 3): 4, ("qdepth_sum", 3): 10, ("qdepth_peak", 3): 5})
+    s = F.port_stats(c, 3)
+    assert (s["pfc_pause_sent"], s["pfc_xon_sent"], s["pfc_rx"]) == (2, 1, 7)
+    assert s["queue_mean"] == 2.5 and s["cnp_skipped"]["pfc_xon"] == 0
+    assert {"pfc_bytes", "pfc_paused_at"} <= set(F.REGISTERS) and set(E.PFC_COUNTERS) <= set(F.COUNTERS)
