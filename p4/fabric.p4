@@ -1,7 +1,9 @@
 /* fabric.p4 -- L3 fabric switch for scaleout-testbed (v1model, BMv2 simple_switch).
  *
  *   ingress:  parser_error? -> drop (malformed)      ARP request -> proxy reply from router_mac
- *             MAC Control (PFC, PAUSE) -> counted per port (pfc_rx) and consumed, never forwarded
+ *             MAC Control (PFC, PAUSE) -> counted per port (pfc_rx); a PFC frame notes which priorities
+ *               the link node behind the port holds (pfc_egress_held) and is relayed to the port's
+ *               feeders (pfc_relay: multicast, queue 7) or consumed
  *             ACK/CNP seen  -> learn sender QP        ipv4_lpm -> ECMP group -> hash(5-tuple) -> member
  *             TTL check/decrement, MAC rewrite
  *             CNPs go to the strict-priority queue CNP_PRIORITY (see below)
@@ -10,7 +12,8 @@
  *               PAUSE out of the ingress port (I2E, session == ingress port), again every refresh_us
  *   egress:   clone? -> build what clone_kind says: fast CNP, or PFC PAUSE / XON (60 bytes)
  *             lossless packet accounted in ingress -> release its bytes; at or below xon after a
- *               PAUSE -> clone an XON out of the ingress port (E2E; wins over this packet's fast CNP)
+ *               PAUSE -> clone an XON out of the ingress port (E2E; wins over this packet's fast CNP),
+ *               unless its egress is held (pfc_xon_owed: the relayed XON of that link node resumes it)
  *             RED on enq_qdepth (kmin, kmax, pmax per port from ecn_config)
  *               mode ecn:      set CE on ECT packets
  *               mode fast-cnp: clone the RoCEv2 data packet, turn the clone into a CNP to the SENDER's QP,
@@ -95,6 +98,14 @@ counter(4, CounterType.packets) cnp_skipped;
  * ingress (admit) and egress (release): BMv2 locks every register an action uses for that action. */
 register<bit<32>>(PFC_SLOTS) pfc_bytes;
 register<bit<48>>(PFC_SLOTS) pfc_paused_at;
+/* Per (egress port, priority): the link node behind the port holds that priority (its PAUSE came in by
+ * the port, no XON since). BMv2 cannot stop its queue, so the frames it drains into a paused link node are
+ * still in the switch: while a port is held, a slot whose bytes left by it is owed its XON (pfc_xon_owed)
+ * and gets it from the link node's own XON, relayed (pfc_relay), not from the accounting here. */
+register<bit<1>>(PFC_SLOTS) pfc_egress_held;
+/* Per (ingress port, priority): the accounting reached xon while the egress was held; the slot's sender
+ * resumes on the relayed XON, and its next frame clears the slot's paused state (pfc_admit). */
+register<bit<1>>(PFC_SLOTS) pfc_xon_owed;
 /* Per port: MAC Control frames received (and consumed), PFC PAUSEs and XONs sent out of it. */
 counter(512, CounterType.packets) pfc_rx;
 counter(512, CounterType.packets) pfc_pause_sent;
@@ -186,12 +197,53 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
         bit<48> now = standard_metadata.ingress_global_timestamp;
         bit<48> at;
         pfc_paused_at.read(at, idx);
+        bit<1> owed;
+        pfc_xon_owed.read(owed, idx);
+        pfc_xon_owed.write(idx, 0);
+        at = owed == 1 ? 48w0 : at;           /* the relayed XON resumed the sender: not paused by us now */
         bool pause = !over && total >= meta.pfc_xoff && (at == 0 || now - at >= meta.pfc_refresh_us);
         pfc_paused_at.write(idx, pause ? (now == 0 ? 48w1 : now) : at);
         meta.pfc_idx = idx;
         meta.pfc_len = over ? 32w0 : len;
         meta.pfc_drop = over ? 1w1 : 1w0;
         meta.pfc_pause = pause ? 1w1 : 1w0;
+    }
+
+    /* A PFC frame from the link node behind ingress_port: each enabled class is held (pause time > 0) or
+     * released (0); the others keep their state (read and written back: no conditions in actions here). */
+    action note_held() {
+        bit<32> base = (bit<32>) standard_metadata.ingress_port << 3;
+        bit<16> v = hdr.pfc.class_enable;
+        bit<1> h;
+        pfc_egress_held.read(h, base | 0);
+        pfc_egress_held.write(base | 0, v[0:0] == 0 ? h : (hdr.pfc.q0 != 0 ? 1w1 : 1w0));
+        pfc_egress_held.read(h, base | 1);
+        pfc_egress_held.write(base | 1, v[1:1] == 0 ? h : (hdr.pfc.q1 != 0 ? 1w1 : 1w0));
+        pfc_egress_held.read(h, base | 2);
+        pfc_egress_held.write(base | 2, v[2:2] == 0 ? h : (hdr.pfc.q2 != 0 ? 1w1 : 1w0));
+        pfc_egress_held.read(h, base | 3);
+        pfc_egress_held.write(base | 3, v[3:3] == 0 ? h : (hdr.pfc.q3 != 0 ? 1w1 : 1w0));
+        pfc_egress_held.read(h, base | 4);
+        pfc_egress_held.write(base | 4, v[4:4] == 0 ? h : (hdr.pfc.q4 != 0 ? 1w1 : 1w0));
+        pfc_egress_held.read(h, base | 5);
+        pfc_egress_held.write(base | 5, v[5:5] == 0 ? h : (hdr.pfc.q5 != 0 ? 1w1 : 1w0));
+        pfc_egress_held.read(h, base | 6);
+        pfc_egress_held.write(base | 6, v[6:6] == 0 ? h : (hdr.pfc.q6 != 0 ? 1w1 : 1w0));
+        pfc_egress_held.read(h, base | 7);
+        pfc_egress_held.write(base | 7, v[7:7] == 0 ? h : (hdr.pfc.q7 != 0 ? 1w1 : 1w0));
+    }
+
+    /* Relay a PFC frame as it came to the ports that feed this one (multicast group from the plan's
+     * feeders), in the top priority queue: a MAC sends control frames ahead of data. */
+    action relay_pfc(bit<16> group) {
+        standard_metadata.mcast_grp = group;
+        standard_metadata.priority = 7;
+    }
+    table pfc_relay {
+        key = { standard_metadata.ingress_port: exact; }
+        actions = { relay_pfc; NoAction; }
+        default_action = NoAction();
+        size = 512;
     }
 
     action arp_reply() {
@@ -212,11 +264,18 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta,
             return;
         }
         if (hdr.pfc.isValid()) {
-            /* A MAC Control frame is for this switch's MAC, never to be forwarded. The switch does not
-             * pause its own queues on it (BMv2 has no per-priority transmit gate): in the testbed the link
-             * node between two switches honours PAUSE (testbed/pfc), and this counts what arrived. */
+            /* A MAC Control frame is for this switch's MAC. The switch does not pause its own queues on it
+             * (BMv2 has no per-priority transmit gate): in the testbed the link node behind the port
+             * honours PAUSE (testbed/pfc) and sends its own at its xoff. Here: count it, note which
+             * priorities the port's link node holds, and relay it to the ports that feed that port
+             * (pfc_relay, from the plan; no entry: consumed). */
             pfc_rx.count((bit<32>) standard_metadata.ingress_port);
-            mark_to_drop(standard_metadata);
+            if (hdr.pfc.opcode == MAC_CONTROL_OPCODE_PFC) {
+                note_held();
+            }
+            if (!pfc_relay.apply().hit) {
+                mark_to_drop(standard_metadata);
+            }
             return;
         }
         switch_config.apply();
@@ -325,8 +384,14 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta,
         pfc_bytes.write(meta.pfc_idx, left);
         bit<48> at;
         pfc_paused_at.read(at, meta.pfc_idx);
-        bool resume = at != 0 && left <= meta.pfc_xon;
+        bit<1> held_out;
+        pfc_egress_held.read(held_out, ((bit<32>) standard_metadata.egress_port << 3) | (bit<32>) meta.pfc_prio);
+        bool due = at != 0 && left <= meta.pfc_xon;
+        bool resume = due && held_out == 0;
         pfc_paused_at.write(meta.pfc_idx, resume ? 48w0 : at);
+        bit<1> owed;
+        pfc_xon_owed.read(owed, meta.pfc_idx);
+        pfc_xon_owed.write(meta.pfc_idx, due && held_out == 1 ? 1w1 : owed);
         meta.pfc_resume = resume ? 1w1 : 1w0;
     }
 

@@ -39,7 +39,7 @@ switches' drops by reason and PFC frames per port are in ``switches``.
     sudo testbed run pfc_fabric --quick --switches bmv2     # the same on BMv2 (fabric.p4's PFC)
     sudo testbed run pfc_fabric              # 4 s each, a victim stream (head-of-line blocking), and the
                                              # lossless incast with 100 m, 1 km, 10 km and 100 km
-                                             # uplinks, headroom from physics and a fixed 50 KB (~3 min)
+                                             # uplinks, headroom from physics and a fixed 50 KB (~8 min)
 """
 
 from __future__ import annotations
@@ -108,6 +108,23 @@ def row(trial: dict, receiver_port: str, by_dir: dict, peers: dict | None = None
             "senders_paused": sum(1 for c in nics if c.get("pause_received", 0) > 0),
             "sender_paused_s_mean": sum(c.get("paused_s", 0.0) for c in nics) / len(nics),
             "emulator_allowance_used_bytes": used, "victim": victim(trial), "valid": trial.get("valid")}
+
+
+def emulator_drops(trial: dict, by_dir: dict, headroom) -> list[str]:
+    """Why a trial's PFC drops are the emulator's (pure): with the headroom from physics (``auto``) a switch
+    queue only drops past xoff + physics + the emulator allowance, i.e. when the switch held frames back
+    longer than the allowance (a real switch drops nothing there). With a fixed, undersized headroom the
+    drops are the experiment's result."""
+    if headroom != "auto":
+        return []
+    out = []
+    for dirs in trial["hops"].values():
+        for d, c in dirs.items():
+            if c.get("drop_pfc_headroom") and (by_dir.get(d) or {}).get("role") == "switch":
+                out.append(f"{c['drop_pfc_headroom']} lossless frames dropped at {d} with the headroom from physics "
+                           f"(xoff + physics + emulator allowance exceeded: the switch held frames back longer than "
+                           f"the allowance)")
+    return out
 
 
 def victim(trial: dict) -> dict | None:
@@ -246,12 +263,15 @@ def _replica_trials(spec: dict, which, seconds: float, out_dir: Path, tag: str, 
                 install(c, prog)
         for h in SENDERS:   # the switches learn h4's MAC (it only receives): no flooding during the trial
             rep.host(RECEIVER).cmd(f"ping -c1 -W2 {rep.ip(h)}")
-        # the receivers' silence before they stop: a PAUSE and the XON after it cross the uplink cable (100 km
-        # is 5 s one way at scale 10000) before the paused frames arrive
-        idle = 4.0 + 2 * plan.link("l0", "s0").emulated.one_way_delay_s
+        # long uplinks (100 km is 5 s one way at scale 10000): the far leaf's senders' frames reach h4 two
+        # cables after they start, so every sender sends that much longer (they overlap at h4 for `seconds`;
+        # else at 100 km h3 alone would have finished before they arrive), and the receivers wait out a
+        # PAUSE and its XON crossing a cable before the paused frames arrive
+        one_way = plan.link("l0", "s0").emulated.one_way_delay_s
+        send_s, idle = seconds + 2 * one_way, 4.0 + 2 * one_way
         for label, tos, prio in which:
             label = f"{label} {tag}" if tag else label
-            console.print(f"4:1 incast, {label} (priority {prio}), {seconds:g} s")
+            console.print(f"4:1 incast, {label} (priority {prio}), {send_s:g} s")
             pps = LOAD * rep.plan.link(SENDERS[0], "l0").applied.rate_bps / (FRAME * 8)
             # the PFC frames on the wire: those h4's port (its link node) sends into l1; on BMv2 those l1 sends
             # out of its port to the spine (fabric.p4 pauses the ingress ports that fill h4's queue)
@@ -261,12 +281,12 @@ def _replica_trials(spec: dict, which, seconds: float, out_dir: Path, tag: str, 
                                                         (VICTIM_INCAST if "victim" in label else SENDERS)]
             if "victim" in label:
                 flows.append((*VICTIM, VICTIM_LOAD / LOAD * pps))
-            t = run_streams(rep, flows, tos, prio, seconds, pps, out_dir, label.replace(" ", "-"), idle=idle,
+            t = run_streams(rep, flows, tos, prio, send_s, pps, out_dir, label.replace(" ", "-"), idle=idle,
                             capture=(port, pcap) if pcap else None)
             if pcap:
                 t["pcap"] = {"file": pcap.name, "port": port}
             t["label"], t["config"] = label, tag
-            health[label] = judge(t)
+            health[label] = judge(t, emulator_drops(t, by_dir, spec["pfc"].get("headroom", "auto")))
             trials.append(t)
             r = row(t, f"l1>{RECEIVER}", by_dir, peers)
             r["physics_headroom_bytes"] = {d: by_dir[d]["physics_headroom_bytes"] for d in (f"l1>{RECEIVER}", "s0>l1")}

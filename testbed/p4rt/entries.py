@@ -297,19 +297,43 @@ class FabricProgram:
 
     entries: tuple[TableEntry, ...]
     mirrors: tuple[tuple[int, int], ...]
+    mc_groups: tuple[tuple[int, tuple[int, ...]], ...] = ()    # (group, ports): PFC relays
 
     def render(self) -> str:
         """The whole program as ``simple_switch_CLI`` input."""
         lines = [e.render() for e in self.entries]
         lines += [f"mirroring_add {s} {p}" for s, p in self.mirrors]
+        for i, (group, ports) in enumerate(self.mc_groups):
+            lines += [f"mc_mgrp_create {group}", f"mc_node_create 0 {' '.join(map(str, ports))}",
+                      f"mc_node_associate {group} {i}"]
         return "\n".join(lines) + "\n"
+
+
+def pfc_relay_group(port: int) -> int:
+    """The multicast group that relays PFC frames arriving by ``port`` (group 0 is none)."""
+    return _check_port(port, "pfc.relay.port") + 1
+
+
+def pfc_relay_entries(relays: Mapping[int, Iterable[int]]) -> tuple[list[TableEntry], list[tuple[int, tuple[int, ...]]]]:
+    """``pfc_relay`` entries and their multicast groups: a PFC frame arriving by port p (from the link node
+    behind p, at its xoff or xon) is relayed to ``relays[p]``, the ports whose traffic leaves by p."""
+    entries, groups = [], []
+    for port, targets in sorted(relays.items()):
+        targets = tuple(sorted({_check_port(t, "pfc.relay.target") for t in targets} - {port}))
+        if not targets:
+            continue
+        group = pfc_relay_group(port)
+        entries.append(TableEntry("pfc_relay", "relay_pfc", match=(str(port),), params=(str(group),)))
+        groups.append((group, targets))
+    return entries, groups
 
 
 def fabric_program(G, switch, routes: Iterable, ecn: EcnConfig | None = None,
                    port_ecn: Mapping[int, EcnConfig] | None = None,
                    pfc_ports: Mapping[int, PfcPortConfig] | None = None,
                    pfc_dscp: Mapping[int, int] | None = None,
-                   pfc_lossless: Iterable[int] = ()) -> FabricProgram:
+                   pfc_lossless: Iterable[int] = (),
+                   pfc_relays: Mapping[int, Iterable[int]] | None = None) -> FabricProgram:
     """Program of ``switch`` in fabric graph ``G`` from its routing-brain routes.
 
     Args:
@@ -321,6 +345,7 @@ def fabric_program(G, switch, routes: Iterable, ecn: EcnConfig | None = None,
         pfc_ports: {ingress port: its PFC thresholds}; ports left out do no PFC accounting.
         pfc_dscp: {DSCP: priority}; None: the "trust dscp" default, priority = DSCP >> 3.
         pfc_lossless: lossless priorities; none (the default): no packet is lossless, no pfc_priority entry.
+        pfc_relays: {port: ports fed out of it}: PFC frames from the link node behind the port go to those.
     """
     attrs = G.nodes[switch]
     if "dpid" not in attrs:
@@ -337,5 +362,7 @@ def fabric_program(G, switch, routes: Iterable, ecn: EcnConfig | None = None,
     entries += pfc_priority_entries(dscp, pfc_lossless)
     for port, cfg in sorted((pfc_ports or {}).items()):
         entries += pfc_entries(port, cfg)
+    relay_entries, groups = pfc_relay_entries(pfc_relays or {})
+    entries += relay_entries
     ports = [G.edges[switch, nbr]["ports"][switch] for nbr in G.neighbors(switch)]
-    return FabricProgram(entries=tuple(entries), mirrors=tuple(mirror_sessions(ports)))
+    return FabricProgram(entries=tuple(entries), mirrors=tuple(mirror_sessions(ports)), mc_groups=tuple(groups))

@@ -18,7 +18,7 @@ from testbed.p4rt import entries as E
 
 COUNTERS = ("marks", "cnps", "drops", "cnp_skipped", "to_port", "from_queue", *E.PFC_COUNTERS)
 REGISTERS = ("sender_qp", "cnp_last_us", "qdepth_last", "qdepth_peak", "qdepth_sum", "qdepth_pkts", "first_signal_us",
-             "pfc_bytes", "pfc_paused_at")
+             "pfc_bytes", "pfc_paused_at", "pfc_egress_held", "pfc_xon_owed")
 
 
 def program_ecn(clients: dict, plan) -> None:

@@ -5,7 +5,7 @@
     plan.pfc.config (DSCP map, lossless) --+
 
 One place turns a plan into switch programs, so a scenario on a BMv2 fabric gets the routes and the plan's
-PFC accounting together (testbed/plan/pfc.py says why BMv2 runs PFC in its program). ECN/fast-CNP config is
+PFC accounting and relays together (testbed/plan/pfc.py says why BMv2 runs PFC in its program). ECN/fast-CNP config is
 the scenarios' (``fabric_stats.program_ecn``).
 """
 
@@ -21,6 +21,19 @@ def pfc_port_config(p) -> E.PfcPortConfig:
                            quanta=int(p.quanta), refresh_us=int(p.refresh_us))
 
 
+def pfc_relays(plan, sw) -> dict:
+    """``{port: [feeder ports]}`` of BMv2 switch entry ``sw``: where fabric.p4 relays a PFC frame from the link
+    node behind each port (the plan's feeders, as the tc relay of an OVS switch does; here in the program,
+    so the switch knows which of its egresses are held)."""
+    port_of = {p.peer: p.port for p in sw.ports}
+    out = {}
+    for lk in plan.pfc.links:
+        for (node, peer), side in (((lk.u, lk.v), lk.ab), ((lk.v, lk.u), lk.ba)):
+            if node == sw.node and side.role == "switch" and side.feeders:
+                out[port_of[peer]] = [port_of[f] for f in side.feeders]
+    return out
+
+
 def replica_programs(plan, tables: dict) -> dict:
     """``{switch node: FabricProgram}`` of the plan's BMv2 switches: their routes (``tables``: the routing
     brain's ``tables()`` over ``plan.graph``), and where the plan applies PFC, every port's ingress
@@ -33,7 +46,8 @@ def replica_programs(plan, tables: dict) -> dict:
         kw = {}
         if pfc is not None:
             kw = {"pfc_ports": {p.port: pfc_port_config(p) for p in pfc.p4_ports(s.node)},
-                  "pfc_dscp": dict(enumerate(pfc.config.dscp_map)), "pfc_lossless": pfc.config.priorities}
+                  "pfc_dscp": dict(enumerate(pfc.config.dscp_map)), "pfc_lossless": pfc.config.priorities,
+                  "pfc_relays": pfc_relays(plan, s)}
         out[s.node] = E.fabric_program(plan.graph, s.node, tables.get(s.node, {}).values(), **kw)
     return out
 
@@ -44,3 +58,5 @@ def install(client, prog: E.FabricProgram) -> None:
     client.apply(prog.entries)
     for session, port in prog.mirrors:
         client.mirroring_add(session, port)
+    for group, ports in prog.mc_groups:
+        client.mc_group(group, ports)

@@ -95,10 +95,6 @@ class TrialCount:
         return led
 
 
-#: fabric.p4's PFC counters, per port (docs/p4.md).
-P4_PFC_COUNTERS = ("pfc_pause_sent", "pfc_xon_sent", "pfc_rx")
-
-
 def bmv2_snapshot(rep, switches) -> dict:
     """``{switch: {"drops": {reason: n}, "tail": {port: queued - dequeued}, "pfc_pause_sent": {port: n},
     ...}}`` of the replica's BMv2 ``switches`` now (fabric.p4's counters over Thrift)."""
@@ -111,7 +107,7 @@ def bmv2_snapshot(rep, switches) -> dict:
             doc = {"drops": {k: c.counter_read("drops", i).packets for k, i in E.DROP_REASONS.items()},
                    "tail": {p: c.counter_read("to_port", p).packets - c.counter_read("from_queue", p).packets
                             for p in ports}}
-            for name in P4_PFC_COUNTERS:
+            for name in E.PFC_COUNTERS:
                 doc[name] = {p: c.counter_read(name, p).packets for p in ports}
         out[str(sw)] = doc
     return out

@@ -34,8 +34,12 @@ queue is the congestion point, so the switch program runs PFC itself, as a real 
 port and priority it accounts the lossless bytes that entered there and have not left its queue, sends
 PAUSE out of that port at ``xoff`` and XON at ``xon``, and drops above ``xoff`` + headroom (fabric.p4's
 ``pfc_config``, one :class:`P4PfcPort` per port here). Its link nodes still do what they do beside OVS: a
-paused direction keeps what BMv2 keeps sending into it, and past its xoff relays PAUSE to the feeders. So
-on BMv2 the pause reaches exactly the ingress ports that filled the queue; on OVS, every feeder.
+paused direction keeps what BMv2 keeps sending into it (BMv2 cannot stop its queue: the direction's
+allowance holds all BMv2 may hold for it), and past its xoff sends PAUSE into the switch, which fabric.p4
+relays to the feeders (``pfc_relay``, a multicast group per port, instead of OVS's tc relay) and notes
+as that egress held: while it is, the accounting's XON to a feeder waits for the link node's own XON,
+relayed. So on BMv2 the pause reaches the ingress ports that filled the switch's queue, and every feeder
+of a paused egress; on OVS every feeder.
 
 PFC is applied when every link is a link node (``pfc:`` chooses the userspace backend for every link; the
 kernel's netem/tc cannot pause). Otherwise the plan carries the block with ``applied: false`` and the
@@ -73,12 +77,20 @@ PFC_APPLIED_NOTE = ("pfc: applied in the link nodes (egress accounting, PAUSE re
 #: kind of machine (pfc_fabric measured a 23 ms burst of ~75 KB reaching a paused port's queue after its
 #: PAUSE, sent by the feeders before it; docs/failures.md: 15-20 ms late under load). Frames held there are
 #: in flight from PFC's point of view, so each feeder's headroom gets this much of its emulated rate on top
-#: of the physics (reported apart: ``emulator_allowance_bytes``). A real switch has no such stall.
+#: of the physics (reported apart: ``emulator_allowance_bytes``). A real switch has no such stall. Behind a
+#: BMv2 switch the allowance also holds what BMv2's unstoppable queue keeps sending into a paused link
+#: node: each feeder's fabric.p4 limit (``pfc_fabric --switches bmv2`` dropped 463 frames at l0->s0 without it).
 SWITCH_LAG_S = 50e-3
 
 #: A PAUSE is repeated when this fraction of its pause time has passed and the port is still above xoff
 #: (the link node's ``PfcIngress`` default; fabric.p4 gets it as ``refresh_us``).
 REFRESH = 0.5
+
+#: fabric.p4 repeats a PAUSE at least this often (emulated time) while a port stays above xoff: a sender it
+#: paused may be resumed early by the XON of a link node it also feeds (one PFC state per upstream port, two
+#: agents speaking for a BMv2 switch), and must be paused again within the emulator allowance
+#: (SWITCH_LAG_S of its rate); half of it leaves room for the PAUSE's way out.
+P4_REFRESH_S = SWITCH_LAG_S / 2
 
 #: Switch kinds with egress buffers (an ``external`` switch, e.g. the optical circuit switch, has none).
 BUFFERED_KINDS = ("ovs", "bmv2")
@@ -267,25 +279,31 @@ def plan_pfc(pfc: PfcConfig, links, switches, mtu: int, buffer_bytes: float | No
         intf[(e.u, e.v)], intf[(e.v, e.u)] = e.intf_u, e.intf_v
         rate[(e.u, e.v)] = rate[(e.v, e.u)] = e.emulated.rate_bps or 0.0   # BMv2 drains it where the node does not
 
+    real = {(e.u, e.v): e.real.rate_bps for e in links} | {(e.v, e.u): e.real.rate_bps for e in links}
+    bmv2 = {s.node for s in switches if s.kind == "bmv2"}
+    p4 = {(p.node, p.peer): _p4_port(pfc, p, real[(p.node, p.peer)], rate[(p.node, p.peer)], scale)
+          for p in ports if p.node in bmv2}
+
     def side(node, peer) -> PfcSide:
         if node in hosts:
             return PfcSide("nic", NIC_XOFF_BYTES, NIC_XON_BYTES, NIC_HEADROOM_BYTES)
         who = tuple(sorted(feeds.get(node, {}).get(peer, ()), key=str))
         room = sum(hr[(node, f)] for f in who) or hr[(node, peer)]
         allowance = sum(rate[(node, f)] / 8 * SWITCH_LAG_S for f in who)
+        # BMv2 cannot stop its egress queue: a paused direction also receives all the switch holds for that
+        # egress, up to each feeder's xoff + headroom (fabric.p4's limit), after its PAUSE
+        allowance += sum(p4[(node, f)].limit_bytes for f in who if (node, f) in p4)
         return PfcSide("switch", pfc.xoff_bytes, pfc.xon_bytes, room + allowance, who, allowance)
 
     plinks = tuple(PfcLink(e.u, e.v, e.via, e.real.rate_bps, side(e.u, e.v), side(e.v, e.u),
                            e.applied.red is not None) for e in links)
-    relays = []
+    relays = []   # tc relays of OVS switches; a BMv2 switch relays in fabric.p4 (pfc_relay, the same feeders)
     for sw, outs in sorted(feeds.items(), key=lambda kv: str(kv[0])):
         for peer, who in sorted(outs.items(), key=lambda kv: str(kv[0])):
-            if who:
+            if who and sw not in bmv2:
                 relays.append(PauseRelay(sw, names[sw], peer, intf[(sw, peer)],
                                          tuple(intf[(sw, f)] for f in sorted(who, key=str))))
-    real = {(e.u, e.v): e.real.rate_bps for e in links} | {(e.v, e.u): e.real.rate_bps for e in links}
-    p4 = tuple(_p4_port(pfc, p, real[(p.node, p.peer)], rate[(p.node, p.peer)], scale) for p in ports
-               if p.node in {s.node for s in switches if s.kind == "bmv2"})
+    p4 = tuple(p4.values())
     note = PFC_P4_NOTE.format(n=len(p4)) + PFC_APPLIED_NOTE.removeprefix("pfc: applied ") if p4 else PFC_APPLIED_NOTE
     return PfcPlan(pfc, tuple(ports), applied=True, note=note, links=plinks, relays=tuple(relays), p4=p4)
 
@@ -296,8 +314,9 @@ def _p4_port(pfc: PfcConfig, p: PfcPortEntry, real_bps: float, emulated_bps: flo
     port's emulated rate: frames waiting in BMv2's input and in the PAUSE's path out of the switch)."""
     allowance = emulated_bps / 8 * SWITCH_LAG_S
     pause_s = quanta_seconds(pfc.quanta, real_bps, Dilation(scale))
+    refresh_s = min(REFRESH * pause_s, P4_REFRESH_S)
     return P4PfcPort(p.node, p.switch, p.port, p.peer, pfc.xoff_bytes, pfc.xon_bytes, p.headroom_bytes + allowance,
-                     allowance, pfc.quanta, max(1, round(REFRESH * pause_s * 1e6)))
+                     allowance, pfc.quanta, max(1, round(refresh_s * 1e6)))
 
 
 def feeders(G: nx.Graph) -> dict:

@@ -520,8 +520,10 @@ def _link_draft(G, u, v, real, emulated, bmv2, roles, buffer_bytes, frame, caps,
     both_p4 = u in bmv2 and v in bmv2
     if both_p4:
         # BMv2 drains each end's egress at the link rate and marks with fabric.p4's RED: the link itself
-        # only carries delay and loss, and a queue that never fills.
-        applied = replace(applied, rate_bps=None, red=None, limit=1e6, limit_unit=PACKETS)
+        # only carries delay and loss, and a queue that never fills. With PFC it keeps the rate: a paused
+        # direction holds what BMv2 still sends into it and drains it at the line rate after the XON.
+        applied = replace(applied, rate_bps=applied.rate_bps if pfc else None, red=None, limit=1e6,
+                          limit_unit=PACKETS)
     elif emulated.red is not None and not emulated.rate_bps:
         raise SpecError(f"{field}.red", "RED marking needs a rate (a queue only forms at a bottleneck)")
     shaped_ends = tuple(n for n in (u, v) if n not in bmv2)

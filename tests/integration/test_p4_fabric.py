@@ -32,6 +32,8 @@ pytestmark = [pytest.mark.root, pytest.mark.bmv2]
 
 N_PORTS = 6
 PFC_DSCP, PFC_PRIO = 26, 3
+#: PFC frames from the link node behind port 4 are relayed to port 1 (its feeder) in the relay test.
+RELAY = {4: [1]}
 #: Bytes of every PFC test frame as BMv2 counts them (no FCS): the thresholds are multiples of it.
 FRAME = 1000
 QUANTA = 0x1234
@@ -121,6 +123,8 @@ def fabric(tmp_path_factory):
         client.apply(prog)
         for session, port in E.mirror_sessions(ports):
             client.mirroring_add(session, port)
+        for group, members in E.pfc_relay_entries(RELAY)[1]:   # the relay test's group; its entry per test
+            client.mc_group(group, members)
         for p in (4, 5, 6):
             client.set_queue_rate(SLOW_PPS, port=p)
         wire = Wire({p: f"p4fab-t{p}" for p in ports})
@@ -138,9 +142,10 @@ def sw(fabric):
     proc.check_alive()
     for name in ("marks", "cnps", "drops", "cnp_skipped", "pfc_rx", "pfc_pause_sent", "pfc_xon_sent"):
         client.counter_reset(name)
-    for name in ("sender_qp", "cnp_last_us", "pfc_bytes", "pfc_paused_at"):
+    for name in ("sender_qp", "cnp_last_us", "pfc_bytes", "pfc_paused_at", "pfc_egress_held", "pfc_xon_owed"):
         client.register_reset(name)
     client.table_clear("pfc_config")
+    client.table_clear("pfc_relay")
     wire.clear()
     return client, wire
 
@@ -581,6 +586,48 @@ def test_pfc_and_pause_frames_received_are_counted_and_consumed(sw):
     after = _tx_packets()
     assert sum(after[p] - before[p] for p in after) == 1
     assert client.counter_read("drops", 4).packets == 0   # consumed as MAC Control, not "not IP"
+
+
+def test_pfc_from_the_link_node_behind_a_port_is_relayed_and_holds_back_the_accountings_xon(sw):
+    """A PFC frame arriving by port 4 (from the link node behind it, which holds what the switch drains into
+    it) is relayed unchanged to port 4's feeders (here port 1) and marks egress 4 held; the accounting of
+    ingress 1 then reaches xon while its frames sit behind that egress, so its XON is owed, not sent (it
+    would resume the sender the relayed PAUSE stopped). The link node's XON, relayed, resumes the sender;
+    its next frame clears the slot's paused state."""
+    from scapy.all import Ether
+
+    from testbed.p4rt import entries as E
+    from testbed.pfc.state import PauseFrame
+    from testbed.pfc.wire import decode, encode
+
+    client, wire = sw
+    entries, groups = E.pfc_relay_entries(RELAY)
+    assert groups == [(E.pfc_relay_group(4), (1,))]       # created by the fixture (a group outlives the test)
+    client.apply(entries)
+    _pfc_on_port1(client)   # xoff 3 frames, xon 1
+    held, owed = _slot(4), _slot(1)
+    node = DMAC[4]          # the link node's frames carry its own MAC
+    before = _tx_packets()
+    wire.socks[4].send(Ether(encode(PauseFrame.of({PFC_PRIO: QUANTA}), node)))
+    poll(lambda: client.register_read("pfc_egress_held", held) == 1, timeout=5, what="egress 4 held")
+    poll(lambda: _tx_packets()[1] - before[1] == 1, timeout=5, what="the PAUSE relayed out of port 1")
+    assert {p: n - before[p] for p, n in _tx_packets().items() if n != before[p]} == {1: 1}   # only there
+    n = 6
+    wire.send(1, [_lossless("10.0.4.9", ident=i) for i in range(n)])
+    wire.wait(4, n, what="the lossless burst through slow port 4")
+    poll(lambda: _drained(client), timeout=5, what="pfc_bytes of ingress 1 back to 0")
+    assert [decode(bytes(f)) for f in _pfc_frames(wire)] == [PauseFrame.of({PFC_PRIO: QUANTA})]   # no XON
+    assert client.register_read("pfc_xon_owed", owed) == 1 and client.register_read("pfc_paused_at", owed) != 0
+    assert client.counter_read("pfc_xon_sent", 1).packets == 0
+    # the link node drained: its XON, relayed, resumes the sender
+    mid = _tx_packets()
+    wire.socks[4].send(Ether(encode(PauseFrame.of({PFC_PRIO: 0}), node)))
+    poll(lambda: client.register_read("pfc_egress_held", held) == 0, timeout=5, what="egress 4 released")
+    poll(lambda: _tx_packets()[1] - mid[1] == 1, timeout=5, what="the XON relayed out of port 1")
+    wire.send(1, _lossless("10.0.4.9", ident=n))        # the resumed sender's next frame
+    wire.wait(4, n + 1, what="the resumed sender's frame")
+    assert client.register_read("pfc_xon_owed", owed) == 0 and client.register_read("pfc_paused_at", owed) == 0
+    assert len(_pfc_frames(wire)) == 1 and client.counter_read("pfc_rx", 4).packets == 2
 
 
 def test_non_ect_lossless_packets_past_kmax_are_not_dropped(sw):

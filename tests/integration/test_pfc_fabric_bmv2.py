@@ -50,10 +50,16 @@ def test_pfc_fabric_quick_on_bmv2(tmp_path, capsys):
     # the switches paused the ingress ports that filled their queues: l0's hosts (its uplink carries 1.2x),
     # and at l1 the spine's port or h3's (h4's queue); never h5, which sends nothing
     sw = lossless["switch_pause_sent"]
+    paused = set(lossless["directions_paused"])
     assert {"l0>h0", "l0>h1", "l0>h2"} <= set(sw), sw
     assert set(sw) & {"l1>s0", "l1>h3"}, sw
-    assert "l1>h5" not in sw and "h5>l1" not in lossless["directions_paused"], (sw, lossless["directions_paused"])
-    assert lossless["senders_paused"] == 4 and lossless["sender_paused_s_mean"] > 0
+    assert "l1>h5" not in sw and "h5>l1" not in paused, (sw, paused)
+    assert {"h0>l0", "h1>l0", "h2>l0"} <= paused and lossless["senders_paused"] >= 3, paused
+    assert "l1>s0" not in paused and "s0>l0" not in paused      # not feeders of the congested ports
+    # a paused link node behind a switch sent PAUSE into it, and the switch relayed it (fabric.p4's
+    # pfc_relay): the spine's queue towards l1 paused l0's uplink
+    if "s0>l1" in paused:
+        assert "l0>s0" in paused and trials["lossless"]["switches"]["s0"]["pfc_rx"]
     # lossy: BMv2's queues overflow, every loss one of the switches' counted drops
     assert lossy["dropped"] > 0 and lossy["pause_sent_total"] == 0 and lossy["switch_pause_sent"] == {}
     drops = trials["lossy"]["ledger"]["drops"]

@@ -103,3 +103,16 @@ def test_the_row_names_each_bmv2_pause_by_the_port_it_left():
     r = row(trial, "l1>h4", {}, {"l1": {1: "h5", 2: "s0"}, "l0": {3: "h0"}})
     assert r["switch_pause_sent"] == {"l1>s0": 4, "l0>h0": 1}
     assert r["pause_sent_total"] == 3 + 4 + 1          # the link node's and the switches'
+
+
+def test_pfc_drops_with_the_physics_headroom_are_the_emulators_and_with_a_fixed_one_the_results():
+    from scenarios.pfc_fabric import emulator_drops
+
+    by_dir = sides([{"u": "l0", "v": "s0", "ab": {"role": "switch"}, "ba": {"role": "switch"}},
+                    {"u": "h0", "v": "l0", "ab": {"role": "nic"}, "ba": {"role": "switch"}}])
+    trial = {"hops": {"dl3": {"l0>s0": {"drop_pfc_headroom": 350}, "s0>l0": {"drop_pfc_headroom": 0}},
+                      "dl0": {"h0>l0": {"drop_pfc_headroom": 2}}}}
+    reasons = emulator_drops(trial, by_dir, "auto")
+    assert len(reasons) == 1 and reasons[0].startswith("350 lossless frames dropped at l0>s0")
+    assert emulator_drops(trial, by_dir, "50KB") == []        # an undersized headroom: loss despite PFC
+    assert emulator_drops({"hops": {"dl3": {"l0>s0": {"drop_pfc_headroom": 0}}}}, by_dir, "auto") == []
