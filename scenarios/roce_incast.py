@@ -139,8 +139,9 @@ def distrust(t: dict) -> list[str]:
     return []
 
 
-def row(t: dict, senders, scale: float) -> dict:
-    """The trial's line in the table and summary (pure)."""
+def row(t: dict, senders, scale: float, hosts) -> dict:
+    """The trial's line in the table and summary (pure); ``hosts``: the replica's hosts (their directions
+    are the NICs)."""
     from testbed.rdma.flowstats import goodputs, jain
 
     served = [(f.get("server") or {}).get("device") or {} for f in t["flows"].values()]
@@ -149,7 +150,8 @@ def row(t: dict, senders, scale: float) -> dict:
     good = [common.get(f"{s}>{RECEIVER}", 0.0) * scale / 1e9 for s in senders]     # real Gb/s
     mean = sum(good) / len(good) if good else 0.0
     led = t["ledger"]
-    nics = [c for d, c in flat.items() if d.split(">")[0].startswith("h")]
+    hosts = {str(h) for h in hosts}
+    nics = [c for d, c in flat.items() if d.split(">")[0] in hosts]
     victim = common.get(">".join(VICTIM))
     return {"trial": t["label"], "senders": len(senders), "dcqcn": t["dcqcn"], "priority": t["priority"],
             "goodput_gbps": [round(g, 3) for g in good], "goodput_total_gbps": round(sum(good), 3),
@@ -230,7 +232,7 @@ def _run(plan, plan_: list, seconds: float, out_dir: Path):
             t["label"] = label
             health[label] = judge(t, distrust(t))
             out.append(t)
-            rows.append(row(t, senders, plan.scale))
+            rows.append(row(t, senders, plan.scale, [e.node for e in plan.endpoints]))
             r = rows[-1]
             console.print(f"  goodput {r['goodput_total_gbps']} Gb/s real (Jain {r['jain']}), dropped {r['dropped']}, "
                           f"resent {r['retransmissions']}, CNPs {r['cnps_rx']}, PAUSE {r['pause_sent']}, "

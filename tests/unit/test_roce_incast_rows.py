@@ -47,14 +47,18 @@ def test_row_goodput_fairness_and_pauses():
          "hops": {"dl0": {"l1>h9": _c(pause_sent=7, max_bytes=120e3, ce_marked=3), "h0>l0": _c(paused_real_s=2e-3,
                                                                                                  pause_received=1)}},
          "ledger": {"sent": 10, "dropped": 0, "unaccounted": 0, "lost_inside_emulator": 0}, "valid": True}
-    r = R.row(t, senders, scale=1000.0)
+    hosts = ("h0", "h1", "h9")
+    r = R.row(t, senders, scale=1000.0, hosts=hosts)
     assert r["goodput_gbps"] == pytest.approx([0.008, 0.024])            # 1 and 3 KB/s x 8 x 1000
     assert r["jain"] == pytest.approx(0.8) and r["max_deviation"] == pytest.approx(0.5)
     assert (r["pause_sent"], r["pause_sent_receiver_port"], r["ce_marked"]) == (7, 7, 3)
     assert r["directions_paused"] == ["h0>l0"] and r["receiver_port_max_kb"] == 120.0
     assert (r["retransmissions"], r["cnps_rx"]) == (5, 2)
+    assert r["nic_paused_real_ms_mean"] == pytest.approx(2.0)           # h0's NIC only: l1 is a switch
     lossy = dict(t, priority=1)
-    assert R.row(lossy, senders, 1000.0)["receiver_port_max_kb"] is None    # no lossless accounting there
+    assert R.row(lossy, senders, 1000.0, hosts)["receiver_port_max_kb"] is None    # no lossless accounting there
+    # a NIC is a host's direction by the plan, not by its name
+    assert R.row(t, senders, 1000.0, ("x0",))["nic_paused_real_ms_mean"] == 0
 
 
 def test_a_trial_whose_senders_barely_overlapped_is_distrusted():
