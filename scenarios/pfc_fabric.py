@@ -163,7 +163,8 @@ def _plot(trials: list, path: Path) -> None:
 
 
 def _plot_sweep(rows: list, path: Path) -> None:
-    """Lossless incast vs uplink length: lost datagrams and the h4 port's deepest queue, per headroom."""
+    """Lossless incast vs uplink length: the share of datagrams lost per headroom (each point labelled with
+    the count; trials send more at longer cables), and the headroom the spine's port needs by physics."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -171,15 +172,28 @@ def _plot_sweep(rows: list, path: Path) -> None:
 
     lossless = [r for r in rows if r["priority"] == 3 and "victim" not in r["trial"]]
     dists = list(dict.fromkeys(r["distance"] for r in lossless))
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6.5, 4))
     for h, marker in (("auto", "o"), ("50KB", "x")):
-        pts = [(dists.index(r["distance"]), r["lost"]) for r in lossless if r["headroom"] == h]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=f"headroom {h}")
+        pts = [(dists.index(r["distance"]), 100 * r["lost"] / r["sent"] if r["sent"] else 0.0, r["lost"])
+               for r in lossless if r["headroom"] == h]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=f"headroom {h}: lost")
+        for x, y, n in pts:
+            if n:
+                ax.annotate(f"{n:,}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.set_xticks(range(len(dists)), dists)
     ax.set_xlabel("leaf-spine cable")
-    ax.set_ylabel("datagrams lost on the lossless priority")
+    ax.set_ylabel("% of lossless datagrams lost")
+    need = {r["distance"]: r["physics_headroom_bytes"].get("s0>l1") for r in lossless if r["headroom"] == "auto"}
+    if any(need.values()):
+        right = ax.twinx()
+        xs = [i for i, d in enumerate(dists) if need.get(d)]
+        right.plot(xs, [need[dists[i]] / 1e6 for i in xs], color="grey", linestyle=":", marker=".",
+                   label="headroom needed at s0->l1 (physics)")
+        right.set_yscale("log")
+        right.set_ylabel("headroom needed, MB (log)", color="grey")
+        right.legend(fontsize=8, loc="center left")
     ax.set_title("4:1 incast with PFC: headroom from physics vs a fixed 50 KB per port", fontsize=9)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -97,7 +97,9 @@ class TrialCount:
 
 def bmv2_snapshot(rep, switches) -> dict:
     """``{switch: {"drops": {reason: n}, "tail": {port: queued - dequeued}, "pfc_pause_sent": {port: n},
-    ...}}`` of the replica's BMv2 ``switches`` now (fabric.p4's counters over Thrift)."""
+    ...}}`` of the replica's BMv2 ``switches`` now (fabric.p4's counters over Thrift). ``tail`` counts what a
+    queue still holds as well as what it dropped: read it once the queues drained (the trials' receivers
+    stop only after seconds of silence)."""
     from testbed.p4rt import entries as E
 
     out = {}
