@@ -117,13 +117,17 @@ def emulator_drops(trial: dict, by_dir: dict, headroom) -> list[str]:
     drops are the experiment's result."""
     if headroom != "auto":
         return []
+    why = "(xoff + physics + emulator allowance exceeded: the switch held frames back longer than the allowance)"
     out = []
     for dirs in trial["hops"].values():
         for d, c in dirs.items():
             if c.get("drop_pfc_headroom") and (by_dir.get(d) or {}).get("role") == "switch":
-                out.append(f"{c['drop_pfc_headroom']} lossless frames dropped at {d} with the headroom from physics "
-                           f"(xoff + physics + emulator allowance exceeded: the switch held frames back longer than "
-                           f"the allowance)")
+                out.append(f"{c['drop_pfc_headroom']} lossless frames dropped at {d} with the headroom from physics {why}")
+    for sw, doc in (trial.get("switches") or {}).items():   # a BMv2 switch's ingress accounting
+        n = (doc.get("drops") or {}).get("pfc_headroom", 0)
+        if n:
+            out.append(f"{n} lossless frames dropped by BMv2 {sw}'s ingress accounting with the headroom from "
+                       f"physics {why}")
     return out
 
 

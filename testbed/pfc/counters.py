@@ -152,8 +152,13 @@ SWITCH_MODELLED = ("tail", "queue", "pfc_headroom")
 def switch_delta(before: dict, after: dict) -> dict:
     """``after - before`` of BMv2 switch snapshots ``{switch: {counter: {key: n}}}`` (pure; key: a port or a
     drop reason)."""
-    return {sw: {name: {k: n - before.get(sw, {}).get(name, {}).get(k, 0) for k, n in vals.items()}
+    return {sw: {name: dict(vals) if name in SWITCH_STATES else
+                 {k: n - before.get(sw, {}).get(name, {}).get(k, 0) for k, n in vals.items()}
                  for name, vals in doc.items()} for sw, doc in after.items()}
+
+
+#: BMv2 values that are states of the moment (kept as read at the end of a trial).
+SWITCH_STATES = ("pfc_held_bytes",)
 
 
 def fold_switches(led: dict, switches: dict) -> dict:

@@ -73,7 +73,7 @@ class TrialCount:
     def __enter__(self) -> "TrialCount":
         self._before = snapshot(self.rep, self.priority)
         self._ovs_before, self._ovs_args = _ovs_snapshot(self.rep)
-        self._sw_before = bmv2_snapshot(self.rep, self._bmv2)
+        self._sw_before = bmv2_snapshot(self.rep, self._bmv2, self.priority)
         self._watch.__enter__()
         return self
 
@@ -83,7 +83,7 @@ class TrialCount:
             return
         self.hops = delta_all(self._before, snapshot(self.rep, self.priority))
         self.emulator = _ovs_losses(self._ovs_before, self._ovs_args)
-        self.switches = switch_delta(self._sw_before, bmv2_snapshot(self.rep, self._bmv2))
+        self.switches = switch_delta(self._sw_before, bmv2_snapshot(self.rep, self._bmv2, self.priority))
         self.cpu = self._watch.summary()
         self.stats = {dl.name: dl.stats() for dl in self.rep.link_nodes().values()}
 
@@ -95,7 +95,7 @@ class TrialCount:
         return led
 
 
-def bmv2_snapshot(rep, switches) -> dict:
+def bmv2_snapshot(rep, switches, priority: int) -> dict:
     """``{switch: {"drops": {reason: n}, "tail": {port: queued - dequeued}, "pfc_pause_sent": {port: n},
     ...}}`` of the replica's BMv2 ``switches`` now (fabric.p4's counters over Thrift). ``tail`` counts what a
     queue still holds as well as what it dropped: read it once the queues drained (the trials' receivers
@@ -111,6 +111,8 @@ def bmv2_snapshot(rep, switches) -> dict:
                             for p in ports}}
             for name in E.PFC_COUNTERS:
                 doc[name] = {p: c.counter_read(name, p).packets for p in ports}
+            # a state, not a counter: the bytes fabric.p4 still accounts per ingress port (0 once drained)
+            doc["pfc_held_bytes"] = {p: c.register_read("pfc_bytes", p * 8 + priority) for p in ports}
         out[str(sw)] = doc
     return out
 

@@ -20,8 +20,9 @@ from tests.integration.runhealth import check_health
 pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.bmv2, pytest.mark.slow]
 
 #: Runs the lossless claim may take: it holds only for a trial whose emulator reacted in time (the trial
-#: says INVALID, why, and where the frames went otherwise).
-ATTEMPTS = 2
+#: says INVALID, why, and where the frames went otherwise). 2 of ~20 quick runs on 2026-12-05 had BMv2's
+#: accounting drop lossless frames at l0 (docs/pfc.md "On BMv2": cause not yet found), hence three.
+ATTEMPTS = 3
 
 
 def _run(out, capsys):
@@ -47,6 +48,9 @@ def test_pfc_fabric_quick_on_bmv2(tmp_path, capsys):
     # lossless: every datagram arrives, nothing dropped anywhere (link node or switch)
     assert lossless["sent"] > 3000 and lossless["received"] == lossless["sent"] and lossless["dropped"] == 0
     assert all(s["lost"] == 0 for s in trials["lossless"]["streams"].values())
+    # once the queues drained, fabric.p4 accounts nothing any more (no bytes leaked in its registers)
+    held = {sw: doc["pfc_held_bytes"] for sw, doc in trials["lossless"]["switches"].items()}
+    assert all(v == 0 for ports in held.values() for v in ports.values()), held
     # the switches paused the ingress ports that filled their queues: l0's hosts (its uplink carries 1.2x),
     # and at l1 the spine's port or h3's (h4's queue); never h5, which sends nothing
     sw = lossless["switch_pause_sent"]
@@ -63,7 +67,9 @@ def test_pfc_fabric_quick_on_bmv2(tmp_path, capsys):
     # lossy: BMv2's queues overflow, every loss one of the switches' counted drops
     assert lossy["dropped"] > 0 and lossy["pause_sent_total"] == 0 and lossy["switch_pause_sent"] == {}
     drops = trials["lossy"]["ledger"]["drops"]
-    assert drops and all(" bmv2 " in k for k in drops), drops
+    # at BMv2's full queues; a link node behind one may also tail-drop what BMv2 bursts after a stall
+    assert any(" bmv2 tail" in k for k in drops), drops
+    assert all(" bmv2 " in k or k.endswith(" drop_tail") for k in drops), drops
     if lossy["valid"]:
         assert lossy["unaccounted"] == 0 and lossy["received"] + lossy["dropped"] == lossy["sent"]
     check_health(metrics, printed.out + printed.err, healthy=False, links=True)

@@ -116,3 +116,7 @@ def test_pfc_drops_with_the_physics_headroom_are_the_emulators_and_with_a_fixed_
     assert len(reasons) == 1 and reasons[0].startswith("350 lossless frames dropped at l0>s0")
     assert emulator_drops(trial, by_dir, "50KB") == []        # an undersized headroom: loss despite PFC
     assert emulator_drops({"hops": {"dl3": {"l0>s0": {"drop_pfc_headroom": 0}}}}, by_dir, "auto") == []
+    bmv2 = {"hops": {}, "switches": {"l0": {"drops": {"pfc_headroom": 60, "queue": 3}}, "s0": {"drops": {}}}}
+    assert [r.split(" with")[0] for r in emulator_drops(bmv2, by_dir, "auto")] == \
+        ["60 lossless frames dropped by BMv2 l0's ingress accounting"]
+    assert emulator_drops(bmv2, by_dir, "50KB") == []
