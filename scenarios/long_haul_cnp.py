@@ -79,6 +79,7 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
     from testbed.links.node import late_tolerance_at, node_class
     from testbed.p4rt import entries as E
     from testbed.p4rt.mininet_switch import plan_switch_factory
+    from testbed.p4rt.program import install
     from testbed.routing.brain import RoutingBrain
 
     r = S.roles(G)
@@ -100,10 +101,7 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
         brain.compute_all(0.0)
         tables = brain.tables()
         for sw, c in clients.items():
-            prog = E.fabric_program(plan.graph, sw, tables.get(sw, {}).values())
-            c.apply(prog.entries)
-            for session, port in prog.mirrors:
-                c.mirroring_add(session, port)
+            install(c, E.fabric_program(plan.graph, sw, tables.get(sw, {}).values()))
             if not args.learn_qp:
                 c.apply(S.qp_map_entries(plan, r))
         servers = [rep.popen(h, ENDPOINT + ["serve", "0.0.0.0"], stdout=open(out / f"server-{h}.log", "w"),  # noqa: SIM115

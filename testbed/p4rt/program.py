@@ -1,12 +1,13 @@
 """The fabric.p4 program of every BMv2 switch of a replica plan (pure), and installing one (Thrift glue).
 
-    RoutingBrain(plan.graph).tables() -+
-    plan.pfc.p4 (P4PfcPort per port)  -----+--> fabric_program --> {switch: FabricProgram}
-    plan.pfc.config (DSCP map, lossless) --+
+    RoutingBrain(plan.graph).tables() ----+
+    plan.pfc.p4 (P4PfcPort per port) -----+--> fabric_program --> {switch: FabricProgram} --install--> switch
+    plan.pfc.config (DSCP map, lossless) -+
+    plan.pfc.links (feeders: relays) -----+
 
 One place turns a plan into switch programs, so a scenario on a BMv2 fabric gets the routes and the plan's
-PFC accounting and relays together (testbed/plan/pfc.py says why BMv2 runs PFC in its program). ECN/fast-CNP config is
-the scenarios' (``fabric_stats.program_ecn``).
+PFC accounting and relays together (testbed/plan/pfc.py says why BMv2 runs PFC in its program); ``install``
+is the one way a program reaches a switch. ECN/fast-CNP config is the scenarios' (``fabric_stats.program_ecn``).
 """
 
 from __future__ import annotations
