@@ -37,6 +37,11 @@ DROP_WATCHDOG = "pfc_watchdog"
 SEND, HOLD, DROP = "send", "hold", "drop"
 
 
+#: A PAUSE is repeated when this fraction of its pause time has passed and the port is still above xoff
+#: (:class:`PfcIngress`'s default; the plan gives fabric.p4 the same, as ``refresh_us``).
+REFRESH = 0.5
+
+
 def quanta_seconds(quanta: int, rate_bps: float, dilation: Dilation | None = None) -> float:
     """Emulated duration of ``quanta`` pause quanta at the real ``rate_bps``: quanta * 512 / rate, dilated."""
     real = quanta * QUANTUM_BITS / rate_bps
@@ -106,7 +111,7 @@ class PfcIngress:
     """
 
     def __init__(self, config: PfcConfig, rate_bps: float, headroom_bytes: float, dilation: Dilation | None = None,
-                 refresh: float = 0.5):
+                 refresh: float = REFRESH):
         if not rate_bps > 0:
             raise ValueError(f"rate must be positive, got {rate_bps!r}")
         if not 0 < refresh < 1:

@@ -58,7 +58,7 @@ from testbed.pfc.config import NIC_HEADROOM_BYTES, NIC_XOFF_BYTES, NIC_XON_BYTES
 from testbed.pfc.headroom import port_headrooms
 from testbed.pfc.link import PfcPort
 from testbed.pfc.relay import relay_argv
-from testbed.pfc.state import quanta_seconds
+from testbed.pfc.state import REFRESH, quanta_seconds
 from testbed.topo.graph import HOST
 
 #: The plan note (and console warning) of a spec with ``pfc:`` that a replica cannot apply; ``{why}``.
@@ -81,10 +81,6 @@ PFC_APPLIED_NOTE = ("pfc: applied in the link nodes (egress accounting, PAUSE re
 #: BMv2 switch the allowance also holds what BMv2's unstoppable queue keeps sending into a paused link
 #: node: each feeder's fabric.p4 limit (``pfc_fabric --switches bmv2`` dropped 463 frames at l0->s0 without it).
 SWITCH_LAG_S = 50e-3
-
-#: A PAUSE is repeated when this fraction of its pause time has passed and the port is still above xoff
-#: (the link node's ``PfcIngress`` default; fabric.p4 gets it as ``refresh_us``).
-REFRESH = 0.5
 
 #: fabric.p4 repeats a PAUSE at least this often (emulated time) while a port stays above xoff: a sender it
 #: paused may be resumed early by the XON of a link node it also feeds (one PFC state per upstream port, two
