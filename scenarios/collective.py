@@ -13,7 +13,8 @@ What it shows:
   1. ring allreduce over a size sweep, tree allreduce, uniform and skewed all-to-all, reduce-scatter,
      all-gather, broadcast: time, algbw, busbw (nccl-tests' formulas), real-world and emulated
   2. (full) two jobs on one fabric, each with its own placement: JCT alone and together, per-link
-     utilisation (an ECMP collision shows as a link above the others)
+     utilisation (an ECMP collision shows as a link above the others); jobs.png: the JCTs and the fabric
+     links each job used alone and together, a link both used named (``shared_links``)
   3. a trace replay (compute gaps, an allreduce, point-to-point activations): step time per iteration
   4. acceptance after SONiC's RoCEv2 plan, on fat-tree-k4 with 8 ranks (testbed/collective/acceptance.py):
      a ring allreduce across a link failure (JCT without/with, #wrong 0), 7:1 incast per-QP fairness
@@ -291,7 +292,10 @@ def small_summary(r1: dict, r3: dict, rate: float, X) -> dict:
 
 
 def two_jobs(rate, out, X, P, CollectiveFabric, JobRun, quiet=False, sndbuf=None) -> dict:
-    """Two 4-rank ring allreduce jobs on a k=4 fat-tree in disjoint pods: alone, then together."""
+    """Two 4-rank ring allreduce jobs on a k=4 fat-tree in disjoint pods: alone, then together; ``jobs.png``
+    (testbed/collective/jobsfig.py) draws their JCTs and the fabric links each used."""
+    from testbed.collective import jobsfig
+
     G = X.fabric_graph("fat-tree-k4")
     pods = P.pods(G)
     a = P.place(G, 4, "packed", within=set(pods[0]))
@@ -305,14 +309,14 @@ def two_jobs(rate, out, X, P, CollectiveFabric, JobRun, quiet=False, sndbuf=None
     for r in alone + [both]:
         r.update(scale=fab.scale, fabric="fat-tree-k4", link_rate_bps=rate)
         X.print_report(r, quiet)
-    jct_alone = [alone[0]["jobs"][0]["jct_s"], alone[1]["jobs"][0]["jct_s"]]
-    jct_both = [j["jct_s"] for j in both["jobs"]]
-    summary = {"jct_alone_s": jct_alone, "jct_together_s": jct_both,
-               "slowdown": [round(t / a0, 3) for t, a0 in zip(jct_both, jct_alone, strict=True)],
-               "busiest_link_together": both["links"][0],
-               "emulator_ok": all(r["health"]["ok"] for r in alone + [both])}
-    data_console(quiet).print(f"two jobs on disjoint pods: JCT alone {jct_alone}, together {jct_both}, "
-                  f"slowdown {summary['slowdown']}")
+    a = X.alone_summary({"job1": alone[0], "job2": alone[1]}, both, G)
+    jct_alone, jct_both = list(a["jct_alone_s"].values()), [j["jct_s"] for j in both["jobs"]]
+    summary = {"jct_alone_s": jct_alone, "jct_together_s": jct_both, "slowdown": list(a["slowdown"].values()),
+               "busiest_link_together": both["links"][0], "shared_links": a["shared_links"],
+               "above_links": a["above_links"], "emulator_ok": all(r["health"]["ok"] for r in alone + [both])}
+    jobsfig.plot(a["jct_alone_s"], a["jct_together_s"], a["rows"], out / "jobs.png",
+                 title="two 4-rank ring allreduce jobs (1 MiB), job1 packed in pod 0, job2 spread in pod 1, fat-tree-k4")
+    data_console(quiet).print("two jobs on disjoint pods: " + X.alone_line(a))
     return {"alone": alone, "together": both, "summary": summary}
 
 

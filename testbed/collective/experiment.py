@@ -62,6 +62,7 @@ class Options:
     failures: tuple = ()          # testbed.failures.Event, sorted
     nic_rates: tuple = ()         # (rank, real NIC rate in bit/s): ranks slower than the fabric's host links
     ovs_send_buffer: int | None = None   # bytes: ovs-vswitchd's send buffer for the run (testbed.emu.ovssndbuf)
+    alone: bool = False           # each job alone first, then together: slowdowns and jobs.png (jobsfig)
 
     @classmethod
     def from_args(cls, a) -> "Options":
@@ -120,13 +121,20 @@ class Options:
             from testbed.failures import parse
 
             failures = tuple(parse(a.failures, fabric_graph(a.fabric)))
+        alone = bool(getattr(a, "alone", False))
+        if alone and (a.jobs < 2 or innetwork):
+            raise SpecError("--alone", "compares two or more jobs (--jobs 2 or more) of host collectives with "
+                                       "themselves run alone; leave it out")
+        if alone and failures:
+            raise SpecError("--alone", "a failure schedule would hit only the run together, so the slowdown "
+                                       "would mix in the failure: leave one of them out")
         ranks = a.ranks if trace is None else trace["ranks"]
         nics = () if innetwork else parse_nic_rates(getattr(a, "nic_rate", None), ranks,
                                                     host_link_rate(fabric_graph(a.fabric)), rate)
         return cls(a.fabric, a.collective, IN.ALGORITHM if innetwork else a.algorithm, ranks, tuple(sizes),
                    places * a.jobs if len(places) == 1 else places, a.jobs, bool(a.pods), a.chunks, a.iters,
                    a.warmup, float(a.skew), a.root, rate, trace, failures=failures, nic_rates=nics,
-                   ovs_send_buffer=send_buffer_arg(getattr(a, "ovs_send_buffer", None)))
+                   ovs_send_buffer=send_buffer_arg(getattr(a, "ovs_send_buffer", None)), alone=alone)
 
 
 def algorithms(collective: str) -> tuple:
@@ -138,21 +146,25 @@ def algorithms(collective: str) -> tuple:
 
 
 def send_buffer_arg(text) -> int | None:
-    """``--ovs-send-buffer SIZE`` (None: not given, the default: ovs-vswitchd's buffer left alone)."""
-    if text is None:
+    """``--ovs-send-buffer SIZE`` (None: not given or ``off``: ovs-vswitchd's buffer left alone)."""
+    if text is None or text == "off":
         return None
     from testbed.emu.ovssndbuf import parse_size_arg
 
     return parse_size_arg(text)
 
 
-def add_send_buffer_option(p) -> None:
-    """``--ovs-send-buffer SIZE``, the same on every command that runs collectives on a replica."""
+def add_send_buffer_option(p, default: str | None = None) -> None:
+    """``--ovs-send-buffer SIZE|off``, the same on every command that runs collectives on a replica. Off unless
+    ``default`` is named in the help (``testbed bench collective`` raises it by default: it measures what the
+    replica reaches; the command resolves a flag left out itself, so the argparse default stays None)."""
     p.add_argument("--ovs-send-buffer", metavar="SIZE",
                    help="raise ovs-vswitchd's one send socket's buffer to SIZE (e.g. 4MiB) for each run, restored "
                         "after: its default 208 KiB loses frames under all-to-all; with it a ring's QPs keep 128 frames "
                         "in flight, not 32. The daemon is shared by every "
-                        "OVS run on this machine; OVS userspace datapath only (docs/collectives.md)")
+                        "OVS run on this machine; OVS userspace datapath only (docs/collectives.md). "
+                        + (f"Default {default} where the switches run on that datapath; off leaves the buffer alone"
+                           if default else "Default off"))
 
 
 def host_link_rate(G) -> float:
@@ -283,8 +295,11 @@ def run(opts: Options, out_dir, tag: str = "run") -> dict:
     scale = host_link_rate(G0) / opts.link_rate_bps
     with CollectiveFabric(G, opts.link_rate_bps, out_dir, scale=scale, send_buffer=opts.ovs_send_buffer) as fab:
         fab.warm([h for p in placements for h in p])
+        alone = {j.name: fab.run([j], f"alone-{j.name}", opts.timeout_s) for j in jobs} if opts.alone else {}
         result = fab.run(jobs, tag, opts.timeout_s, failures=list(opts.failures) or None)
         result["scale"] = fab.scale
+    if alone:
+        result["alone"] = alone_summary(alone, result, G)
     for j in result["jobs"]:
         j["nics"] = nic_gating(j["hosts"], {h: nic_rate(G, h) for h in j["hosts"]}, result["links"], scale)
     result["fabric"] = opts.fabric
@@ -293,6 +308,30 @@ def run(opts: Options, out_dir, tag: str = "run") -> dict:
                                      "ring_switch_hops": P.ring_hops(G, list(j.hosts))}
                             for k, j in enumerate(jobs)}
     return result
+
+
+def alone_summary(alone: dict, together: dict, G) -> dict:
+    """``--alone``: each job's JCT alone and together, its slowdown, each alone run's health, and the fabric
+    links two jobs shared (:mod:`testbed.collective.jobsfig`: used by both alone, or above any job's busiest
+    link together); ``rows`` are what ``jobs.png`` draws."""
+    from testbed.collective import jobsfig
+    from testbed.topo.graph import hosts
+
+    rows = jobsfig.link_rows({k: r["links"] for k, r in alone.items()}, together["links"], set(hosts(G)))
+    both = {j["name"]: j["jct_s"] for j in together["jobs"]}
+    return {"jct_alone_s": {k: r["jobs"][0]["jct_s"] for k, r in alone.items()}, "jct_together_s": both,
+            "slowdown": {k: round(both[k] / r["jobs"][0]["jct_s"], 3) for k, r in alone.items()},
+            "health": {k: {"ok": r["health"]["ok"], "reasons": r["health"]["reasons"]} for k, r in alone.items()},
+            "shared_links": jobsfig.shared_links(rows), "above_links": jobsfig.above_links(rows), "rows": rows}
+
+
+def alone_line(a: dict) -> str:
+    """``# alone vs together ...``: the slowdowns and the links two jobs shared."""
+    jobs = "; ".join(f"{k} {a['jct_alone_s'][k]:.3f} -> {a['jct_together_s'][k]:.3f} s (x{a['slowdown'][k]:.3f}"
+                     + ("" if a["health"][k]["ok"] else ", alone run UNHEALTHY") + ")" for k in a["slowdown"])
+    return (f"# alone -> together (JCT, emulated): {jobs}; fabric links used by two jobs alone: "
+            f"{', '.join(a['shared_links']) or 'none'}, above any job's busiest link together: "
+            f"{', '.join(a['above_links']) or 'none'} (jobs.png)")
 
 
 def nic_rate(G, host) -> float:
@@ -320,11 +359,14 @@ def summary(result: dict) -> dict:
         jobs.append(doc)
     busiest = result["links"][0] if result["links"] else None
     fl = result.get("failures")
+    if result.get("alone"):
+        jobs_alone = {k: v for k, v in result["alone"].items() if k != "rows"}
     return {"fabric": result["fabric"], "scale": result["scale"], "link_rate_bps": result["link_rate_bps"],
             "jobs": jobs, "busiest_link": busiest, "emulator_ok": result["health"]["ok"],
             "health_reasons": result["health"]["reasons"], "load": result["health"]["load"],
             **({"failures": {k: fl[k] for k in ("log", "windows_s", "timeouts_inside", "timeouts_outside", "skipped",
-                                                "restored", "error")}} if fl else {})}
+                                                "restored", "error")}} if fl else {}),
+            **({"alone": jobs_alone} if result.get("alone") else {})}
 
 
 def nic_line(nics: dict) -> str:
@@ -379,6 +421,8 @@ def print_report(result: dict, quiet_stdout: bool = False) -> None:
         out.print(f"# failure windows (s after the start) {fl['windows_s']}: QP timeouts inside {fl['timeouts_inside']}"
                   f" (the experiment), outside {fl['timeouts_outside']}; not reached {fl['skipped'] or 'none'}; "
                   f"restored at the end {fl['restored'] or 'none'}" + (f"; ERROR {fl['error']}" if fl["error"] else ""))
+    if result.get("alone"):
+        out.print(alone_line(result["alone"]))
     links = result["links"][:6]
     out.print("# busiest links: " + ", ".join(f"{x['link']} {x['utilisation']:.2f}" for x in links))
     h = result["health"]

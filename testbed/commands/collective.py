@@ -63,6 +63,9 @@ def _common(p, run: bool) -> None:
                        help="fail links/switches during the job, e.g. 2s:down:t0-a0,4s:up:t0-a0 (times after the "
                             "start barrier, emulated; docs/failures.md)")
         add_send_buffer_option(p)
+        p.add_argument("--alone", action="store_true",
+                       help="with --jobs 2+: run each job alone first, then together: slowdowns, and jobs.png with the "
+                            "fabric links each job used (ECMP collisions named)")
         p.add_argument("--out", metavar="DIR", help="results folder (default results/collective/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
@@ -197,6 +200,13 @@ def run(args) -> int:
             raise EmulationError(f"failure schedule: {result['failures']['error']} (the fabric was restored)")
         if any(j.get("rows") for j in result["jobs"]):
             X.plot(result["jobs"], opts.link_rate_bps, res.dir / "busbw.png", scale=result["scale"])
+        if result.get("alone"):
+            from testbed.collective import jobsfig
+
+            a = result["alone"]
+            jobsfig.plot(a["jct_alone_s"], a["jct_together_s"], a["rows"], res.dir / "jobs.png",
+                         title=f"{opts.jobs} jobs of {opts.ranks} ranks on {opts.fabric}, placements "
+                               f"{','.join(opts.placement)}: alone, then together")
         wrong = sum(r["wrong"] for j in result["jobs"] for r in j.get("rows", [])) + \
             sum(j["trace"]["wrong"] for j in result["jobs"] if "trace" in j)
         res.finish(X.summary(result))

@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -103,3 +105,33 @@ def test_a_slow_nic_gates_the_ring_and_the_report_names_it(tmp_path):
     doc = X.summary(result)["jobs"][0]["nics"]
     assert doc["gate"] == 1 and doc["busbw_over_slowest_nic"] == pytest.approx(row["busbw_bps"] / slow, rel=1e-3)
     print(X.nic_line(nics), f"busbw {row['busbw_bps'] / 1e6:.3f} Mb/s", result["health"]["ok"])
+
+
+def test_two_jobs_alone_then_together_name_the_links_they_shared(tmp_path):
+    """``testbed collective run --jobs 2 --alone`` on fat-tree-k4, both jobs spread over the same four ToRs:
+    each job runs alone, then both; the summary has each job's JCTs and slowdown, jobs.png is drawn, and the
+    link attribution holds up: on a fat-tree every path between two hosts has the same number of fabric
+    hops whatever ECMP picks, so the fabric bytes of the run together equal the two alone runs' (within
+    10%) although the links they took may differ; a link named ``above`` carried both rings (twice a hop)."""
+    out = tmp_path / "res"
+    proc = subprocess.run([sys.executable, "-m", "testbed.cli", "collective", "run", "--fabric", "fat-tree-k4",
+                           "--ranks", "4", "--jobs", "2", "--placement", "spread", "--alone", "--sizes", "256KiB",
+                           "--iters", "1", "--warmup", "0", "--json", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)
+    alone = summary["alone"]
+    assert set(alone["slowdown"]) == {"job1", "job2"}
+    for job in summary["jobs"]:
+        assert job["wrong"] == 0
+        assert alone["slowdown"][job["name"]] == pytest.approx(job["jct_s"] / alone["jct_alone_s"][job["name"]],
+                                                               abs=1e-3)
+    rows = json.loads((out / "metrics.json").read_text())["alone"]["rows"]
+    alone_total = sum(sum(r["alone_bytes"].values()) for r in rows)
+    together_total = sum(r["together_bytes"] for r in rows)
+    assert alone_total > 4 * 2 * 262144            # two rings, each hop across the fabric
+    assert together_total == pytest.approx(alone_total, rel=0.10), (together_total, alone_total)
+    # a ring hop moves the same bytes on every link it takes: a link carrying both rings carried twice
+    hop = max(b for r in rows for b in r["alone_bytes"].values())
+    assert all(r["together_bytes"] > 1.5 * hop for r in rows if r["link"] in alone["above_links"])
+    assert (out / "jobs.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

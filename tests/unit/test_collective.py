@@ -321,6 +321,9 @@ def no_emulation(monkeypatch):
     (["collective", "run", "--ovs-send-buffer", "1GiB"], "--ovs-send-buffer"),
     (["run", "collective", "--ovs-send-buffer", "1KiB"], "--ovs-send-buffer"),
     (["bench", "collective", "--ovs-send-buffer", "65537"], "--ovs-send-buffer"),
+    (["bench", "collective", "--repeats", "0"], "--repeats"),
+    (["collective", "run", "--alone"], "--alone"),
+    (["collective", "run", "--ranks", "2", "--jobs", "2", "--alone", "--failures", "1s:down:s0-l0"], "--alone"),
 ])
 def test_bad_input_is_one_line_exit_2(no_emulation, argv, word, run_cli):
     code, out, err = run_cli(argv)
@@ -449,3 +452,28 @@ def test_a_ring_gets_the_larger_window_only_with_the_raised_send_buffer():
     assert qp_window(WINDOW, 1, True) == RING_WINDOW > WINDOW
     assert [qp_window(WINDOW, f, True) for f in (2, 7)] == [qp_window(WINDOW, f, False) for f in (2, 7)]
     assert qp_window(RING_WINDOW * 2, 1, True) == RING_WINDOW * 2      # never shrinks a larger one
+
+
+def test_alone_summary_slowdowns_and_the_links_two_jobs_shared():
+    """--alone: each job's JCT alone vs together, and a core link both jobs used alone named shared."""
+    from testbed.collective import experiment as X
+
+    G = X.fabric_graph("fat-tree-k4")
+
+    def run(jobs, links):
+        return {"jobs": [{"name": n, "jct_s": t} for n, t in jobs], "health": {"ok": True, "reasons": []},
+                "links": [{"link": k, "bytes": b, "utilisation": 0.0} for k, b in links.items()]}
+
+    alone = {"job1": run([("job1", 2.0)], {"t0->a0": 10**6, "a0->cr0": 10**6, "h0->t0": 10**6}),
+             "job2": run([("job2", 4.0)], {"t2->a2": 10**6, "a2->cr0": 10**6})}
+    alone["job2"]["health"] = {"ok": False, "reasons": ["machine CPU 97%"]}
+    alone["job1"]["links"].append({"link": "cr0->a1", "bytes": 10**6, "utilisation": 0.0})
+    alone["job2"]["links"].append({"link": "cr0->a1", "bytes": 10**6, "utilisation": 0.0})
+    both = run([("job1", 2.2), ("job2", 4.0)], {"t0->a0": 10**6, "t2->a2": 10**6, "cr0->a1": 2 * 10**6})
+    a = X.alone_summary(alone, both, G)
+    assert a["slowdown"] == {"job1": 1.1, "job2": 1.0}
+    assert a["shared_links"] == ["cr0->a1"] and a["above_links"] == ["cr0->a1"]
+    assert "h0->t0" not in {r["link"] for r in a["rows"]}
+    line = X.alone_line(a)
+    assert "job1 2.000 -> 2.200 s (x1.100)" in line and "job2 4.000 -> 4.000 s (x1.000, alone run UNHEALTHY)" in line
+    assert "used by two jobs alone: cr0->a1" in line
