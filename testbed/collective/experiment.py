@@ -428,8 +428,9 @@ def print_report(result: dict, quiet_stdout: bool = False) -> None:
     h = result["health"]
     out.print(f"# emulator health: {'ok' if h['ok'] else 'UNHEALTHY: ' + '; '.join(h['reasons'])} "
               f"(machine CPU {h['cpu'].get('machine_mean', 0):.0f}%, {h.get('switch', 'ovs-vswitchd')} max "
-              f"{h['cpu'].get('switch_max', 0):.0f}%, "
-              f"load {h['load']})")
+              f"{h['cpu'].get('switch_max', 0):.0f}%"
+              + (f", {h['cpu']['ovs_backlog']['max_bytes']:,} B waiting in its port sockets at the peak"
+                 if h["cpu"].get("ovs_backlog") else "") + f", load {h['load']})")
     led = h.get("losses")
     if led:
         out.print(f"# frames: {led['sent']} sent, {led['lost']} lost ({led['counted_drops']} counted by queues or "

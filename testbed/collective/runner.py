@@ -300,7 +300,7 @@ class CollectiveFabric:
             t0 = time.time()
             chaos = self.failure_driver(failures, folder / "start", len(procs), timeout) if failures else None
             try:
-                with CpuWatch({"ovs-vswitchd": pid} if pid else {}) as cpu:
+                with CpuWatch({"ovs-vswitchd": pid} if pid else {}) as cpu, backlog_watch(pid) as backlog:
                     poll(lambda: all(p.poll() is not None for _, _, _, p, _ in procs), timeout=timeout + 120,
                          interval=0.2, what=f"rank processes of {', '.join(j.name for j in jobs)}")
             finally:
@@ -309,7 +309,8 @@ class CollectiveFabric:
         after, drops_after = read_counters(intfs), self.drops(ports)
         ovs_after = ovsloss.snapshot(ports, edge, pid)
         return {"before": before, "after": after, "drops_before": drops_before, "drops_after": drops_after,
-                "ovs_before": ovs_before, "ovs_after": ovs_after, "cpu": cpu.summary(), "lost": losses.stop(),
+                "ovs_before": ovs_before, "ovs_after": ovs_after,
+                "cpu": {**cpu.summary(), "ovs_backlog": backlog.summary() if backlog else None}, "lost": losses.stop(),
                 "failed": failed, "wall": time.time() - t0}
 
     def failure_driver(self, events: list, start_dir: Path, ranks: int, timeout: float):
@@ -423,9 +424,7 @@ class CollectiveFabric:
         if timeouts:
             reasons.append(f"{timeouts} QP timeouts{' outside the failure windows' if failed else ''}: packets were "
                            "lost in a run that is lossless by construction")
-        if cpu_sum.get("switch_max", 0) >= 90:
-            reasons = [r for r in reasons if "BMv2" not in r] + [f"ovs-vswitchd at {cpu_sum['switch_max']:.0f}% "
-                                                                  "of a core"]
+        reasons = [r for r in reasons if "BMv2" not in r] + ovs_behind(cpu_sum)
         ledger["counted_by"] = drops
         ledger["machine_wide"] = ["ovs_upcalls_lost", "kernel_backlog"]
         ledger["ovs_send_buffer"] = emulator["send_socket"]    # its buffer: what all the queues share
@@ -439,6 +438,29 @@ class CollectiveFabric:
         block = assess(cpu=cpu_sum, unaccounted=unaccounted, lost_inside=ranks_inside, reasons=reasons)
         return {"ok": block["emulator_ok"], "reasons": block["emulator"]["reasons"], "cpu": cpu_sum, **lost,
                 "losses": ledger, "wall_s": wall, "load": _load(), "block": block}
+
+
+def backlog_watch(pid):
+    """:class:`testbed.emu.ovsbacklog.BacklogWatch` of ovs-vswitchd, or a null context without one."""
+    from contextlib import nullcontext
+
+    from testbed.emu.ovsbacklog import BacklogWatch
+
+    return BacklogWatch(pid) if pid else nullcontext()
+
+
+def ovs_behind(cpu: dict) -> list[str]:
+    """ovs-vswitchd saturated: its main loop busy (>= 90% of a core at some sample) *and* frames left
+    waiting in its ports' receive sockets (testbed.emu.ovsbacklog: busy alone is what it does with a core to
+    spare, measured at the ring's bound). Without a backlog reading (no OVS), the CPU alone decides."""
+    busy = cpu.get("switch_max", 0)
+    if busy < 90:
+        return []
+    backlog = cpu.get("ovs_backlog")
+    if backlog is not None and not backlog["behind"]:
+        return []
+    waiting = f", {backlog['max_bytes']:,} B waiting in its port sockets at the peak" if backlog else ""
+    return [f"ovs-vswitchd at {busy:.0f}% of a core{waiting}"]
 
 
 def _stop(procs: list[tuple]) -> None:
