@@ -104,7 +104,14 @@ def main(argv=None) -> int:
     if not 1e5 <= rate <= 1e9:
         raise SpecError("--link-rate", f"must be between 100k and 1G (emulated host-link rate), got {args.link_rate}")
     sndbuf = X.send_buffer_arg(args.ovs_send_buffer)
-    failures = parse_failures(args.failures, X.fabric_graph("small")) if args.failures else None
+    failures = None
+    if args.failures:
+        from testbed.plan import Overrides
+        from testbed.plan.gray import gray_links_of
+
+        small = X.fabric_graph("small")
+        failures = parse_failures(args.failures, small, gray_links=gray_links_of(
+            small, Overrides(scale=X.host_link_rate(small) / rate, links="rates")))
     if failures and args.acceptance_only:
         raise SpecError("--failures", "applies to the sweep (parts 1-3), which --acceptance-only leaves out")
     require_root(f"testbed run {NAME}")

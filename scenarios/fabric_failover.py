@@ -99,12 +99,16 @@ def default_schedule(link: tuple, duration: float) -> str:
 
 def events_of(G, args) -> tuple[str, list]:
     """The schedule to run (``--failures`` or the default) and its events, checked before anything is
-    built (field-named, exit 2). The links are tc HTB rates (no link nodes), so gray loss is refused."""
+    built (field-named, exit 2). The links are tc HTB rates on both ends, so gray loss runs as a random-drop
+    filter on each end (testbed.plan.gray)."""
     if args.failures and args.link:
         raise SpecError("--link", "picks the default schedule's link; with --failures the schedule names its "
                                   "links (drop --link)")
     text = args.failures or default_schedule(pick_link(G, args.link), args.duration)
-    events = F.parse(text, G, gray_links=set())
+    from testbed.plan import Overrides
+    from testbed.plan.gray import gray_links_of
+
+    events = F.parse(text, G, gray_links=gray_links_of(G, Overrides(links="rates", static_arp=False)))
     F.check_within(events, args.duration, "the traffic")
     return text, events
 
@@ -116,6 +120,7 @@ def run(G, res: Results, args, schedule: str, events: list) -> dict:
     from testbed.emu.failctl import FabricControl, FailureDriver
     from testbed.emu.ovsloss import switch_ports
     from testbed.plan import Overrides, plan_replica
+    from testbed.plan.gray import gray_tc
     from testbed.topo.graph import hosts
 
     hs = hosts(G)
@@ -137,7 +142,7 @@ def run(G, res: Results, args, schedule: str, events: list) -> dict:
                                   **kw) for h in hs}
             wait_bound({probe_dir / f"{h}-recv.ready": (recvs[h], f"udp probe receiver on {h}") for h in hs},
                        timeout=60)
-            control = FabricControl(rep, G, ctl, method="ifdown")   # a cable cut, as it looks to OVS
+            control = FabricControl(rep, G, ctl, method="ifdown", gray_tc=gray_tc)   # a cut, as OVS sees it
             ports = switch_ports(plan)[0]
             counters = [probewatch.snapshot(rep, hs, ports)]   # before the first datagram
             with CpuWatch(emulator_processes(rep, ctl)) as cpu:   # the traffic's span

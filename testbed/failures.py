@@ -120,8 +120,9 @@ def parse(text: str, graph, gray_links: set | None = None) -> list[Event]:
         if action == "gray":
             if gray_links is None or frozenset(link) not in gray_links:
                 raise SpecError(_field(i, "action"), f"gray loss on {link[0]}-{link[1]} needs a userspace link node "
-                                "(its loss changes at runtime); this replica shapes that link without one (tc "
-                                "HTB or netem), so use down/up/flap/crash there")
+                                "or tc HTB on both of its ends (its loss changes at runtime); this replica has "
+                                "neither there (netem, one shaped end, or not emulated), so use "
+                                "down/up/flap/crash there")
             events.append(Event(at, "gray", link, _loss(args[0], i), source=item, index=i))
         elif action == "flap":
             period = parse_duration(args[0], _field(i, "period"))
@@ -146,8 +147,10 @@ def parse(text: str, graph, gray_links: set | None = None) -> list[Event]:
 
 
 def gray_links(plan) -> set:
-    """The links of a replica plan carried by a userspace link node (``parse``'s ``gray_links``)."""
-    return {frozenset((e.u, e.v)) for e in plan.links if e.via}
+    """The links of a replica plan whose loss can change at runtime (``parse``'s ``gray_links``): those
+    carried by a userspace link node, and those tc HTB shapes on both ends (``testbed.plan.gray``)."""
+    return {frozenset((e.u, e.v)) for e in plan.links
+            if e.via or (e.backend == "htb" and {n for n, _ in e.tc} == {e.u, e.v})}
 
 
 def check_within(events: list[Event], horizon_s: float, what: str) -> None:

@@ -119,8 +119,12 @@ class Options:
         failures = ()
         if getattr(a, "failures", None):
             from testbed.failures import parse
+            from testbed.plan import Overrides
+            from testbed.plan.gray import gray_links_of
 
-            failures = tuple(parse(a.failures, fabric_graph(a.fabric)))
+            G = fabric_graph(a.fabric)    # gray loss where the replica's plan shapes both ends with tc HTB
+            failures = tuple(parse(a.failures, G, gray_links=gray_links_of(
+                G, Overrides(scale=host_link_rate(G) / rate, links="rates"))))
         alone = bool(getattr(a, "alone", False))
         if alone and (a.jobs < 2 or innetwork):
             raise SpecError("--alone", "compares two or more jobs (--jobs 2 or more) of host collectives with "

@@ -317,12 +317,14 @@ class CollectiveFabric:
         """A :class:`testbed.emu.failctl.FailureDriver` on this fabric (the controller's API, else ``ip
         link``) whose t0 is the ranks' start barrier: every barrier file there, the latest mtime."""
         from testbed.emu.failctl import FabricControl, FailureDriver
+        from testbed.plan.gray import gray_tc
 
         paths = [start_dir / f"barrier-start-{i}" for i in range(ranks)]
 
         def barrier() -> float | None:
             return max(p.stat().st_mtime for p in paths) if all(p.exists() for p in paths) else None
-        return FailureDriver(FabricControl(self.rep, self.G, self.ctl), events, barrier, timeout,
+
+        return FailureDriver(FabricControl(self.rep, self.G, self.ctl, gray_tc=gray_tc), events, barrier, timeout,
                              what="every rank at the start barrier")
 
     def _start_ranks(self, jobs: list[JobRun], folder: Path, timeout: float, failures) -> list[tuple]:
@@ -409,7 +411,8 @@ class CollectiveFabric:
         ovs = dict(emulator["losses"])
         # what ovs-vswitchd read and did not queue holds the drops it counts itself: named once, by those
         ovs["ovs_send_socket"] -= drops["ovs_ports"] + drops["ovs_upcalls_lost"]
-        if failed is not None:  # OVS's sends to a downed port fail too (ENETDOWN), uncounted like a full socket
+        if failed is not None:  # OVS's sends to a downed port fail too (ENETDOWN), uncounted like a full socket;
+            # after a gray tc drop (ENOBUFS) it drops the rest of that sendmmsg batch, uncounted too
             ovs = {k: v for k, v in ovs.items() if k != "ovs_send_socket"}
         ledger = R.loss_ledger(all_reports, sum(drops.values()), ovs, emulator["edge"], lost["udp_rcvbuf_errors"])
         ranks_inside, why = R.inside_emulator(ovs, ledger["others_lost"], ENTRIES)
@@ -432,8 +435,9 @@ class CollectiveFabric:
         ledger["kernel_backlog"] = emulator["kernel_backlog"]
         unaccounted = ledger["unattributed"]
         if failed is not None:
-            ledger["note"] = ("a failure schedule ran: frames on a downed port are counted nowhere (nor is "
-                              "ovs-vswitchd's send socket inferred: its sends to a downed port fail alike)")
+            ledger["note"] = ("a failure schedule ran: frames on a downed port are counted nowhere, nor the rest "
+                              "of ovs-vswitchd's send batch after a gray drop (nor is its send socket inferred: "
+                              "its sends to a downed port fail alike)")
             unaccounted = None
         block = assess(cpu=cpu_sum, unaccounted=unaccounted, lost_inside=ranks_inside, reasons=reasons)
         return {"ok": block["emulator_ok"], "reasons": block["emulator"]["reasons"], "cpu": cpu_sum, **lost,

@@ -13,7 +13,9 @@ control does what ``testbed fail`` does: ``portmod`` posts to the controller's A
 controller, as ``testbed fail`` on BMv2) takes the link down with ``ip link`` as a cable cut looks
 (:meth:`testbed.emu.replica.Replica.cut_interfaces`; a crashed switch: its own end of every link); gray
 loss changes the loss of the link's userspace link node both ways, as ``testbed fail gray`` does (its
-``set_loss``: :func:`testbed.links.wire.set_link_loss`; emu imports no links module, the node is handed in).
+``set_loss``: :func:`testbed.links.wire.set_link_loss`; emu imports no links module, the node is handed in),
+or, on a link tc HTB shapes on both ends, puts a random-drop filter on each end's egress (the plan's
+:func:`testbed.plan.gray.gray_tc`, handed in as ``gray_tc``, run in each end's namespace).
 """
 
 from __future__ import annotations
@@ -34,12 +36,16 @@ class FabricControl:
         ctl: the fabric controller's API client (``controllers.launch``), or None (no controller).
         method: ``portmod`` (the controller's API; the default of ``testbed fail``) or ``ifdown``
             (``ip link``, a cable cut as ``testbed fail --method ifdown``); without a controller, ``ifdown``.
+        gray_tc: :func:`testbed.plan.gray.gray_tc` to put gray loss on links tc HTB shapes on both ends;
+            None: gray loss only where a userspace link node carries the link.
     """
 
-    def __init__(self, rep, G, ctl=None, method: str = "portmod"):
+    def __init__(self, rep, G, ctl=None, method: str = "portmod", gray_tc=None):
         if method not in METHODS:
             raise ValueError(f"method {method!r}; allowed: {', '.join(METHODS)}")
         self.rep, self.G, self.ctl = rep, G, ctl
+        #: :func:`testbed.plan.gray.gray_tc`, handed in (emu imports no plan module): gray loss on tc HTB links
+        self.gray_tc = gray_tc
         self.method = method if ctl is not None else "ifdown"
         if self.method == "ifdown":
             from testbed.emu.ops import warm_netlink
@@ -63,8 +69,12 @@ class FabricControl:
     def gray(self, a, b, loss: float):
         try:
             node = self.rep.link_node(a, b)
-        except KeyError:
-            raise EmulationError(f"gray loss on {a}-{b}: no userspace link node carries that link") from None
+        except KeyError:    # tc HTB on both ends: a random-drop filter on each egress (testbed.plan.gray)
+            if self.gray_tc is None:
+                raise EmulationError(f"gray loss on {a}-{b}: no userspace link node carries that link") from None
+            for end, cmds in self.gray_tc(self.rep.plan, a, b, loss, self.rep.intf_name):
+                self.rep.run_tc(end, cmds)
+            return {"method": "tc", "loss_now": loss}
         doc = node.set_loss(loss, loss)     # both ways, as testbed fail gray: testbed.links.wire.set_link_loss
         return {"method": "link node", "node": node.name,
                 "loss_now": {d: doc["directions"][d].get("loss_rate_now") for d in ("a>b", "b>a")}}

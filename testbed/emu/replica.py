@@ -154,6 +154,18 @@ class Replica:
             return [f"{e.via}-eth1", f"{e.via}-eth2"], (ops.netns_of(dl.pid) if dl.inNamespace else None)
         return [self.intf_name(v, u)], ops.netns_of(self._nodes[v].pid)
 
+    def run_tc(self, node, cmds) -> None:
+        """Run ``tc`` argvs (a plan's, e.g. :func:`testbed.plan.gray.gray_tc`) in ``node``'s namespace, in order.
+
+        Raises:
+            EmulationError: a command failed (named, with tc's message).
+        """
+        for argv in cmds:
+            proc = self._nodes[node].popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            out, _ = proc.communicate(timeout=30)
+            if proc.returncode:
+                raise EmulationError(f"`{' '.join(argv)}` failed on {node}: {out.strip()[-300:]}")
+
     def popen(self, node, argv, **kwargs):
         """Start ``argv`` on a node (in its namespace) and record the process in the run registry."""
         proc = self._nodes[node].popen(list(argv), **kwargs)

@@ -77,6 +77,37 @@ def htb_cmds(dev: str, rate_bps: float, netns: str | None = None, limit: int | N
     return cmds
 
 
+#: gray loss on an HTB link end: frames a filter picks at random go to this class, whose queue holds none
+GRAY_CLASS = "5:99"
+#: the filter's priority under the HTB root (nothing else filters there)
+GRAY_PRIO = "1"
+#: classic BPF: ``ld rand`` (SKF_AD_OFF + SKF_AD_RANDOM), ``jgt #T`` -> pass, else ``ret #-1`` (the filter's
+#: class: drop); ``ret #0`` is no match (the default class 5:1). P(rand <= T) = T / 2^32, the loss.
+_GRAY_BPF = "4,32 0 0 4294963256,37 1 0 {threshold},6 0 0 4294967295,6 0 0 0"
+
+
+def gray_cmds(dev: str, rate_bps: float, loss: float) -> list[list[str]]:
+    """Gray loss on the egress of an HTB-shaped end (:func:`htb_cmds`): a fraction ``loss`` of its frames
+    is dropped at random, carrier up, counted as drops of the gray class's queue (``tc -s qdisc``: a
+    ``pfifo limit 0``). For machines without ``sch_netem``/``act_gact``: cls_bpf with a classic BPF program
+    that draws the kernel's per-frame random number. ``loss`` 0 removes the filter (the class stays, unused).
+
+    Raises:
+        SpecError: ``loss`` outside 0..1.
+    """
+    if not 0.0 <= loss <= 1.0:
+        raise SpecError("loss", f"gray loss must be a fraction 0..1, got {loss!r}")
+    if loss == 0.0:
+        return [["tc", "filter", "del", "dev", dev, "parent", "5:", "prio", GRAY_PRIO]]
+    rate = _rate(rate_bps)
+    threshold = min(round(loss * 2 ** 32), 2 ** 32 - 1)
+    return [["tc", "class", "replace", "dev", dev, "parent", "5:", "classid", GRAY_CLASS, "htb", "rate", rate,
+             "ceil", rate],
+            ["tc", "qdisc", "replace", "dev", dev, "parent", GRAY_CLASS, "handle", "99:", "pfifo", "limit", "0"],
+            ["tc", "filter", "replace", "dev", dev, "parent", "5:", "prio", GRAY_PRIO, "protocol", "all", "bpf",
+             "bytecode", _GRAY_BPF.format(threshold=threshold), "classid", GRAY_CLASS]]
+
+
 def tbf_cmd(dev: str, rate_bps: float, limit_bytes: float, parent: str | None = None, handle: str = "20:",
             netns: str | None = None) -> list[str]:
     """TBF at ``rate_bps`` with a queue of ``limit_bytes`` (at the root, or under ``parent``)."""

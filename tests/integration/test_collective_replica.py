@@ -84,6 +84,41 @@ def test_failure_schedule_stalls_the_ring_and_it_recovers_exact(tmp_path):
         assert not any("QP timeouts" in r for r in result["health"]["reasons"])
 
 
+def test_gray_loss_on_an_htb_link_drops_frames_counted_by_its_qdisc_and_the_ring_stays_exact(tmp_path):
+    """Gray loss (carrier up) on the spine link s0 - l1 of the small fabric, tc HTB on both ends: 20% of
+    its frames dropped both ways from 0.05 s to 0.5 s after the start barrier (a random-drop filter on each
+    end, testbed.plan.gray). The ring retransmits and finishes exact; most lost frames are counted by the
+    gray class's queue (the rest: ovs-vswitchd's send batch after a drop); the filters are gone after."""
+    import subprocess as sp
+
+    from testbed import failures as F
+    from testbed.plan import Overrides
+    from testbed.plan.gray import gray_links_of
+
+    G = fabric_graph("small")
+    hosts = place(G, 4, "packed")
+    runs = ({"collective": "allreduce", "algorithm": "ring", "bytes": SIZE, "chunks": 4},)
+    with CollectiveFabric(G, RATE, tmp_path) as fab:
+        events = F.parse("50ms:gray:s0-l1:20%,500ms:gray:s0-l1:0%", G,
+                         gray_links=gray_links_of(G, Overrides(scale=fab.scale, links="rates")))
+        fab.warm(hosts)
+        result = fab.run([JobRun("ar", tuple(hosts), runs=runs, iters=1, warmup=0)], "gray", timeout=120,
+                         failures=events)
+        left = [sp.run(["tc", "filter", "show", "dev", fab.rep.intf_name(x, y), "parent", "5:"], capture_output=True,
+                       text=True).stdout for x, y in (("s0", "l1"), ("l1", "s0"))]
+    job, fl, led = result["jobs"][0], result["failures"], result["health"]["losses"]
+    assert job["rows"][0]["wrong"] == 0
+    assert [(x["kind"], x["loss"]) for x in fl["log"]] == [("gray", 0.2), ("gray", 0.0)] and fl["error"] is None
+    assert fl["log"][0]["answer"]["method"] == "tc"
+    assert job["qp_stats"]["retransmissions"] > 0, "20% loss on the ring's spine link for 0.45 s lost nothing"
+    # the gray class's queue counted its drops; ovs-vswitchd drops the rest of a send batch after one
+    # (ENOBUFS), uncounted: the ledger is noted, not judged, under a schedule (docs/failures.md)
+    assert 0 < led["counted_drops"] <= led["lost"], led
+    assert led["counted_drops"] >= 0.5 * led["lost"], led
+    assert "gray drop" in led["note"]
+    assert not any("bpf" in x for x in left), left
+
+
 def test_a_slow_nic_gates_the_ring_and_the_report_names_it(tmp_path):
     """Rank 1 with a 25G NIC among 100G ones (``--nic-rate 1=25G``): its host link runs at a quarter of the
     others' emulated rate, so a ring allreduce, which moves the same bytes through every rank, cannot have

@@ -309,7 +309,7 @@ def no_emulation(monkeypatch):
     (["collective", "run", "--nic-rate", "1=400G"], "--nic-rate"),
     (["collective", "run", "--nic-rate", "1:25G"], "--nic-rate"),
     (["collective", "schedule", "--size", "5"], "--size"),
-    (["collective", "run", "--failures", "1s:gray:s0-l0:10%"], "--failures[0].action"),
+    (["collective", "run", "--failures", "1s:gray:s0-l0:150%"], "--failures[0].loss"),
     (["collective", "run", "--failures", "1s:down:l0-l1"], "--failures[0].target"),
     (["collective", "run", "--failures", "1s:down:s0-l0,soon:up:s0-l0"], "--failures[1].at"),
     (["collective", "place", "--fabric", "fat-tree-k4", "--ranks", "20"], "ranks"),

@@ -66,15 +66,66 @@ def test_events_after_the_horizon_are_refused_by_field(fat_tree):
     assert exc.value.field == "--failures[2].at" and "'2s:flap:a1-cr2:4s:1' runs at 6s" in exc.value.message
 
 
-def test_gray_links_of_a_plan_are_those_with_a_link_node():
+def test_gray_links_of_a_plan_are_those_with_a_link_node_or_htb_on_both_ends():
     class Link:
-        def __init__(self, u, v, via):
-            self.u, self.v, self.via = u, v, via
+        def __init__(self, u, v, via, backend="userspace", tc=()):
+            self.u, self.v, self.via, self.backend, self.tc = u, v, via, backend, tc
 
     class Plan:
-        links = [Link("s0", "l0", "dl0"), Link("s0", "l1", None)]
+        links = [Link("s0", "l0", "dl0"), Link("s0", "l1", None, "netem", (("s0", ()), ("l1", ()))),
+                 Link("s1", "l0", None, "htb", (("s1", ()), ("l0", ()))), Link("s1", "l1", None, "htb", (("l1", ()),)),
+                 Link("s1", "l2", None, "none")]
 
-    assert F.gray_links(Plan()) == {frozenset(("s0", "l0"))}
+    assert F.gray_links(Plan()) == {frozenset(("s0", "l0")), frozenset(("s1", "l0"))}
+
+
+def test_gray_links_of_the_fabric_failover_plan_are_every_link(fat_tree):
+    """fabric_failover's rates-only plan shapes every link with HTB on both ends (OVS switches, hosts)."""
+    from testbed.plan import Overrides
+    from testbed.plan.gray import gray_links_of
+
+    assert gray_links_of(fat_tree, Overrides(links="rates", static_arp=False)) == {
+        frozenset(e) for e in fat_tree.edges}
+
+
+def test_gray_tc_puts_a_random_drop_filter_on_each_ends_egress(fat_tree):
+    from testbed.links import tc
+    from testbed.plan import Overrides, plan_replica
+    from testbed.plan.capabilities import ASSUMED
+    from testbed.plan.gray import gray_tc
+
+    plan = plan_replica(fat_tree, ASSUMED, Overrides(links="rates", static_arp=False))
+    got = gray_tc(plan, "a0", "cr0", 0.25, lambda x, y: f"{x}-to-{y}")
+    assert [node for node, _ in got] == ["a0", "cr0"] or [node for node, _ in got] == ["cr0", "a0"]
+    for node, cmds in got:
+        other = "cr0" if node == "a0" else "a0"
+        assert all(argv[argv.index("dev") + 1] == f"{node}-to-{other}" for argv in cmds)
+        bpf = cmds[-1][cmds[-1].index("bytecode") + 1].split(",")
+        assert bpf[0] == "4" and bpf[2] == f"37 1 0 {2 ** 30}"     # 0.25 of 2^32: ld rand; jgt T
+        assert cmds[-1][-2:] == ["classid", tc.GRAY_CLASS] and cmds[1][-2:] == ["limit", "0"]
+    assert all(argv[:3] == ["tc", "filter", "del"] for _, cmds in gray_tc(plan, "a0", "cr0", 0, lambda x, y: x)
+               for argv in cmds)
+
+
+def test_gray_tc_refuses_a_link_not_shaped_on_both_ends(fat_tree):
+    from testbed.errors import EmulationError
+    from testbed.plan import Overrides, plan_replica
+    from testbed.plan.capabilities import ASSUMED
+    from testbed.plan.gray import gray_tc
+
+    plan = plan_replica(fat_tree, ASSUMED, Overrides(links="off", static_arp=False))
+    with pytest.raises(EmulationError, match="needs tc HTB on both ends"):
+        gray_tc(plan, "a0", "cr0", 0.1, lambda x, y: x)
+
+
+def test_gray_loss_out_of_range_is_refused_by_field():
+    from testbed.links import tc
+
+    with pytest.raises(SpecError) as exc:
+        tc.gray_cmds("x", 1e6, 1.5)
+    assert exc.value.field == "loss"
+    last = tc.gray_cmds("x", 1e6, 1.0)[-1]
+    assert last[last.index("bytecode") + 1].split(",")[2] == f"37 1 0 {2 ** 32 - 1}"   # every frame: never rand > T
 
 
 class FakeControl:
@@ -188,6 +239,24 @@ def test_control_paths_as_testbed_fail(fat_tree, monkeypatch):
                                              "loss_now": {"a>b": 0.1, "b>a": 0.1}}
     with pytest.raises(Exception, match="no userspace link node"):
         failctl.FabricControl(LinkRep(), fat_tree, ctl).gray("a1", "cr2", 0.1)
+    ran = []
+
+    class TcRep(LinkRep):
+        plan = object()
+
+        def intf_name(self, x, y):
+            return f"{x}-{y}"
+
+        def run_tc(self, node, cmds):
+            ran.append((node, cmds))
+
+    def gray_tc(plan, a, b, loss, intf_name):
+        assert plan is TcRep.plan
+        return [(a, [["tc", intf_name(a, b), str(loss)]]), (b, [["tc", intf_name(b, a), str(loss)]])]
+
+    got = failctl.FabricControl(TcRep(), fat_tree, ctl, gray_tc=gray_tc).gray("a1", "cr2", 0.1)
+    assert got == {"method": "tc", "loss_now": 0.1}
+    assert ran == [("a1", [["tc", "a1-cr2", "0.1"]]), ("cr2", [["tc", "cr2-a1", "0.1"]])]
     with pytest.raises(ValueError):
         failctl.FabricControl(Rep(), fat_tree, ctl, method="unplug")
 
@@ -206,7 +275,7 @@ def test_default_schedule_is_the_old_cut(scenario, fat_tree):
 @pytest.mark.parametrize("argv, field", [
     (["--failures", "1s:down:a0-cr3"], "--failures[0].target"),          # a0 reaches cr0, cr1 only
     (["--failures", "1s:down:a0-cr0,12s:up:a0-cr0"], "--failures[1].at"),  # after the 9 s of traffic
-    (["--failures", "1s:gray:a0-cr0:5%"], "--failures[0].action"),          # HTB links: no link node
+    (["--failures", "1s:gray:a0-cr0:150%"], "--failures[0].loss"),
     (["--failures", "1s:crash:cr2,2s:crash:cr2"], "--failures[1].action"),
     (["--failures", "1s:down:a0-cr0", "--link", "a0,cr0"], "--link"),
 ])
