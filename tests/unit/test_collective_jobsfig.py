@@ -74,3 +74,50 @@ def test_a_trickle_together_on_a_link_no_job_used_is_left_out():
     b = links(t2__a2=1_000_000)
     together = a + b + links(a0__t1=int(jobsfig.MIN_SHARE * 1_000_000) - 1)
     assert "a0->t1" not in {r["link"] for r in jobsfig.link_rows({"A": a, "B": b}, together, HOSTS)}
+
+
+def test_the_scenarios_two_jobs_part_reports_slowdowns_and_draws_jobs_png(tmp_path):
+    """scenarios/collective.py's two-jobs part with a stand-in fabric (the part takes its fabric class):
+    alone then together, the summary's slowdowns and link verdicts, and jobs.png in the part's folder."""
+    from scenarios.collective import two_jobs
+    from testbed.collective import experiment as X
+    from testbed.collective import placement as P
+
+    runs = []
+
+    class Fabric:
+        scale = 10000.0
+
+        def __init__(self, G, rate, out, send_buffer=None):
+            self.out = out
+
+        def __enter__(self):
+            self.out.mkdir(parents=True, exist_ok=True)
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def warm(self, hosts):
+            pass
+
+        def run(self, jobs, tag):
+            runs.append(tag)
+            jct = {"alone-job1": [2.0], "alone-job2": [3.0], "together": [2.2, 3.0]}[tag]
+            core = {"a0->cr0": 10**6} if tag != "alone-job2" else {"a2->cr0": 10**6}
+            if tag == "together":
+                core = {"a0->cr0": 10**6, "a2->cr0": 10**6, "cr0->a1": 2 * 10**6}
+            return {"jobs": [{"name": j.name, "jct_s": t, "real_jct_ms": t / 10, "hosts": list(j.hosts), "rows": []}
+                             for j, t in zip(jobs, jct, strict=True)],
+                    "links": [{"link": k, "bytes": b, "utilisation": 0.5} for k, b in core.items()],
+                    "health": {"ok": True, "reasons": [], "cpu": {}, "load": [0, 0, 0]}}
+
+    class JobRun:
+        def __init__(self, name, hosts, **kw):
+            self.name, self.hosts = name, hosts
+
+    part = two_jobs(10e6, tmp_path / "fat-tree", X, P, Fabric, JobRun, quiet=True)
+    assert runs == ["alone-job1", "alone-job2", "together"]
+    s = part["summary"]
+    assert s["slowdown"] == [1.1, 1.0] and s["above_links"] == ["cr0->a1"] and s["shared_links"] == []
+    assert (tmp_path / "fat-tree" / "jobs.png").read_bytes()[:4] == b"\x89PNG"
