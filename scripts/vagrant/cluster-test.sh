@@ -31,7 +31,7 @@ out=${OUT:-$repo/results/vagrant-cluster/$(date -u +%Y%m%d-%H%M%S)}
 cluster=$repo/vagrant/cluster
 say() { printf '%s vagrant-cluster: %s\n' "$(date -u +%T)" "$*"; }
 die() { say "FAILED: $*" >&2; exit 1; }
-stamp() { while IFS= read -r l; do printf '%(%T)T %s\n' -1 "$l"; done; }
+stamp() { while IFS= read -r l; do printf '%(%T)T %s\n' -1 "${l##*$'\r'}"; done; }   # progress bars: last frame
 [ "$(id -u)" -eq 0 ] || { echo "vagrant-cluster-test: run as root (sudo make vagrant-cluster-test)" >&2; exit 2; }
 mkdir -p "$out" "$state"; chmod 755 "$state" "$(dirname "$state")"
 exec > >(tee -a "$out/run.log") 2>&1
@@ -52,7 +52,7 @@ if [ -n "$missing" ]; then
 fi
 
 # --- 2. the box ------------------------------------------------------------------------------------
-image=$("$PY" -c 'from testbed.emu.vmimage import ensure_image; print(ensure_image(say=lambda *a: None).dir)')
+image=$("$PY" -c 'from testbed.emu.vmimage import ensure_image; print(ensure_image(say=lambda *a: None)[0].dir)')
 want="$(basename "$image") $(sha256sum "$repo/scripts/vagrant/local-box.sh" | cut -c1-16)"
 if [ "$(cat "$boxdir/recipe" 2>/dev/null)" != "$want" ] || [ ! -f "$boxdir/catalog.json" ]; then
   say "building the local box from $image (a few minutes)"
@@ -67,18 +67,20 @@ started=""; nets=""; pool=""
 teardown() {
   rc=$?
   trap - EXIT INT TERM
+  set +e      # every step is tried (vagrant-libvirt may already have removed a network, say)
   if [ -n "${KEEP_UP:-}" ]; then say "KEEP_UP: VMs and libvirt left running"; exit $rc; fi
   say "teardown"
   (cd "$cluster" && timeout 600 vagrant destroy -f 2>&1 | stamp) || say "WARNING: vagrant destroy failed"
   for v in $(virsh -q vol-list default 2>/dev/null | awk '/_vagrant_box_image_/ {print $1}'); do
     virsh -q vol-delete --pool default "$v" >/dev/null || true
   done
-  for n in $nets; do virsh -q net-destroy "$n" >/dev/null 2>&1; virsh -q net-undefine "$n" >/dev/null 2>&1 || true; done
-  if [ -n "$pool" ]; then virsh -q pool-destroy "$pool" >/dev/null 2>&1; virsh -q pool-undefine "$pool" >/dev/null 2>&1 || true; fi
+  for n in $nets; do virsh -q net-destroy "$n" >/dev/null 2>&1; virsh -q net-undefine "$n" >/dev/null 2>&1; done
+  if [ -n "$pool" ]; then virsh -q pool-destroy "$pool" >/dev/null 2>&1; virsh -q pool-undefine "$pool" >/dev/null 2>&1; fi
   for d in $started; do
     pid=$(cat "/run/$d.pid" 2>/dev/null || true)
     if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; timeout 30 tail --pid="$pid" -f /dev/null || true; fi
   done
+  rm -f "$state/kvm-node"
   left=$(pgrep -a -f "qemu-system-x86_64 -name guest=cluster_w" || true)
   [ -z "$left" ] || say "WARNING: QEMU left running: $left"
   say "exit $rc after $(( $(date +%s) - t_start )) s; log and results in $out"
@@ -86,9 +88,25 @@ teardown() {
 }
 trap teardown EXIT
 trap 'exit 130' INT TERM
+# libvirt caches QEMU's capabilities but drops the cache on every lookup when QEMU's probe finds KVM while
+# libvirt's qemu user cannot open /dev/kvm (root:root 0600 on this machine): each libvirt call then probes
+# QEMU again, 4-7 s a lookup, minutes per `vagrant up`. In libvirtd's own mount namespace /dev/kvm is the
+# same device with Debian's usual owner and mode (root:kvm 0660); the host's node is left as it is, and
+# the domains are TCG all the same (the box sets driver "qemu").
+start_libvirtd() {
+  local node=$state/kvm-node
+  if [ -c /dev/kvm ] && [ "$(stat -c %G:%a /dev/kvm)" = root:600 ] && getent group kvm >/dev/null; then
+    rm -f "$node"
+    mknod -m 660 "$node" c $((0x$(stat -c %t /dev/kvm))) $((0x$(stat -c %T /dev/kvm))) && chgrp kvm "$node"
+    unshare -m --propagation private sh -c "mount --bind '$node' /dev/kvm && exec /usr/sbin/libvirtd -d"
+  else
+    /usr/sbin/libvirtd -d
+  fi
+}
 for d in virtlogd libvirtd; do
   if ! pgrep -x "$d" >/dev/null; then
-    "/usr/sbin/$d" -d; started="$d $started"     # stopped in reverse order
+    if [ "$d" = libvirtd ]; then start_libvirtd; else /usr/sbin/virtlogd -d; fi
+    started="$d $started"     # stopped in reverse order
   fi
 done
 for _ in $(seq 100); do virsh -q version >/dev/null 2>&1 && break; sleep 0.2; done
@@ -123,7 +141,7 @@ t_up=$(( $(date +%s) - t0 ))
 say "vagrant up done in $t_up s"
 stamp=$(date -u +%Y%m%d-%H%M%S)
 run="cd /testbed && sudo .venv/bin/testbed cluster run fat-tree-k4 --workers root@10.99.0.11,root@10.99.0.12 \
---identity /root/.ssh/cluster_key --known-hosts /root/.ssh/known_hosts $RUN_ARGS --out results/cluster/vagrant-$stamp"
+--identity /root/.ssh/cluster_key $RUN_ARGS --out results/cluster/vagrant-$stamp"
 say "w0: $run"
 t0=$(date +%s)
 set +e
