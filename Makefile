@@ -17,7 +17,7 @@ help:
 	@echo "sudo make vm-test build/boot the test VM (Debian's kernel) and run the kernel-backend tests in it"
 	@echo "sudo make kernel-test  those kernel-backend tests here (a VM whose kernel has netem/RED/OVS/rxe)"
 	@echo "sudo make cluster-vm-test  a k=4 fat-tree split over two VMs with sshd (docs/cluster.md)"
-	@echo "sudo make vagrant-cluster-test  vagrant/cluster/Vagrantfile for real (local box, libvirt; ~15 min)"
+	@echo "sudo make vagrant-cluster-test  vagrant/cluster/Vagrantfile for real (local box, libvirt, TCG; ~8 min)"
 	@echo "make unit         unit tests only (no root)"
 	@echo "make lint         ruff"
 	@echo "sudo make clean   remove everything testbed runs left behind (testbed clean)"
@@ -44,7 +44,7 @@ cluster-vm-test: setup
 # stand-in for the pinned box built from the VM image, TCG), the partitioned scenario in it, then torn
 # down. Manual: not part of test or CI (too slow).
 vagrant-cluster-test: setup
-	bash scripts/vagrant/cluster-test.sh
+	PY=$(PY) bash scripts/vagrant/cluster-test.sh
 
 # docs/link-fidelity.md: kernel tc vs the userspace delay line (links, then the long haul), side by side in the test VM.
 link-fidelity: setup

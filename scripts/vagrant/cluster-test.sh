@@ -22,6 +22,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${PY:-$repo/.venv/bin/python}
+case $PY in /*) ;; *) PY=$PWD/$PY ;; esac     # used after the cd below
 boxdir=${TESTBED_VAGRANT_BOX_DIR:-/var/cache/scaleout-testbed/vagrant}
 state=/var/lib/scaleout-testbed/vagrant
 export VAGRANT_HOME=$state/home LIBVIRT_DEFAULT_URI=qemu:///system VAGRANT_DEFAULT_PROVIDER=libvirt
