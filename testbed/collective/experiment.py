@@ -315,7 +315,8 @@ def run(opts: Options, out_dir, tag: str = "run") -> dict:
 
 
 def alone_summary(alone: dict, together: dict, G) -> dict:
-    """``--alone``: each job's JCT alone and together, its slowdown, each alone run's health, and the fabric
+    """``--alone``: each job's JCT alone and together, its slowdown, each alone run's health and
+    retransmitted frames (they put bytes on the links a clean run would not), and the fabric
     links two jobs shared (:mod:`testbed.collective.jobsfig`: used by both alone, or above any job's busiest
     link together); ``rows`` are what ``jobs.png`` draws."""
     from testbed.collective import jobsfig
@@ -326,6 +327,7 @@ def alone_summary(alone: dict, together: dict, G) -> dict:
     return {"jct_alone_s": {k: r["jobs"][0]["jct_s"] for k, r in alone.items()}, "jct_together_s": both,
             "slowdown": {k: round(both[k] / r["jobs"][0]["jct_s"], 3) for k, r in alone.items()},
             "health": {k: {"ok": r["health"]["ok"], "reasons": r["health"]["reasons"]} for k, r in alone.items()},
+            "retransmissions": {k: r["jobs"][0].get("qp_stats", {}).get("retransmissions", 0) for k, r in alone.items()},
             "shared_links": jobsfig.shared_links(rows), "above_links": jobsfig.above_links(rows), "rows": rows}
 
 

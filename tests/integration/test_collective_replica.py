@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.root, pytest.mark.mininet, pytest.mark.ovs]
 
 RATE = 10e6
 SIZE = 262144
+FRAME_BYTES = 1082     # a RoCEv2 frame of 1,024 B payload on the wire (Ethernet, IP, UDP, BTH, ICRC)
 
 
 def test_ring_allreduce_exact_and_busbw_formula(tmp_path):
@@ -146,8 +147,9 @@ def test_two_jobs_alone_then_together_name_the_links_they_shared(tmp_path):
     """``testbed collective run --jobs 2 --alone`` on fat-tree-k4, both jobs spread over the same four ToRs:
     each job runs alone, then both; the summary has each job's JCTs and slowdown, jobs.png is drawn, and the
     link attribution holds up: on a fat-tree every path between two hosts has the same number of fabric
-    hops whatever ECMP picks, so the fabric bytes of the run together equal the two alone runs' (within
-    10%) although the links they took may differ; a link named ``above`` carried both rings (twice a hop)."""
+    hops whatever ECMP picks, so the fabric bytes of the run together equal the two alone runs' (within 5%
+    and the frames retransmitted) although the links they took may differ; a link named ``above`` carried
+    both rings (twice a hop)."""
     out = tmp_path / "res"
     proc = subprocess.run([sys.executable, "-m", "testbed.cli", "collective", "run", "--fabric", "fat-tree-k4",
                            "--ranks", "4", "--jobs", "2", "--placement", "spread", "--alone", "--sizes", "256KiB",
@@ -161,11 +163,15 @@ def test_two_jobs_alone_then_together_name_the_links_they_shared(tmp_path):
         assert job["wrong"] == 0
         assert alone["slowdown"][job["name"]] == pytest.approx(job["jct_s"] / alone["jct_alone_s"][job["name"]],
                                                                abs=1e-3)
-    rows = json.loads((out / "metrics.json").read_text())["alone"]["rows"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    rows = metrics["alone"]["rows"]
     alone_total = sum(sum(r["alone_bytes"].values()) for r in rows)
     together_total = sum(r["together_bytes"] for r in rows)
     assert alone_total > 4 * 2 * 262144            # two rings, each hop across the fabric
-    assert together_total == pytest.approx(alone_total, rel=0.10), (together_total, alone_total)
+    # a retransmitted frame (collisions overflow queues) crosses up to 4 fabric links once more
+    resent = sum(j["qp_stats"]["retransmissions"] for j in metrics["jobs"]) + sum(alone["retransmissions"].values())
+    slack = 0.05 * alone_total + resent * FRAME_BYTES * 4
+    assert abs(together_total - alone_total) <= slack, (together_total, alone_total, resent)
     # a ring hop moves the same bytes on every link it takes: a link carrying both rings carried twice
     hop = max(b for r in rows for b in r["alone_bytes"].values())
     assert all(r["together_bytes"] > 1.5 * hop for r in rows if r["link"] in alone["above_links"])
