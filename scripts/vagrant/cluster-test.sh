@@ -39,18 +39,9 @@ exec > >(tee -a "$out/run.log") 2>&1
 t_start=$(date +%s)
 
 # --- 1. host packages ------------------------------------------------------------------------------
-bash "$repo/scripts/vm/host-setup.sh"
-pkgs="vagrant vagrant-libvirt libvirt-daemon-system libvirt-daemon-system-sysv libvirt-daemon-driver-qemu
-      libvirt-clients dnsmasq-base qemu-utils qemu-system-x86 rsync e2fsprogs"
-missing=""
-for p in $pkgs; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  say "installing:$missing"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing >/dev/null \
-    || die "apt-get install$missing"
-fi
+bash "$repo/scripts/vm/host-setup.sh" vagrant vagrant-libvirt libvirt-daemon-system libvirt-daemon-system-sysv \
+  libvirt-daemon-driver-qemu libvirt-clients dnsmasq-base qemu-utils rsync e2fsprogs \
+  || die "host packages (scripts/vm/host-setup.sh)"
 
 # --- 2. the box ------------------------------------------------------------------------------------
 image=$("$PY" -c 'from testbed.emu.vmimage import ensure_image; print(ensure_image(say=lambda *a: None)[0].dir)')

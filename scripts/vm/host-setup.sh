@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Host tools `make vm-test` needs (root; idempotent): QEMU (TCG/KVM), debootstrap, cpio, zstd.
+# Host tools `make vm-test` needs (root; idempotent): QEMU (TCG/KVM), debootstrap, cpio, zstd, and any
+# further Debian packages named as arguments (scripts/vagrant/cluster-test.sh: Vagrant and libvirt).
 # A tool that cannot be installed fails loudly: the VM tests do not turn into skips.
 set -euo pipefail
-pkgs="qemu-system-x86 debootstrap cpio zstd"
+pkgs="qemu-system-x86 debootstrap cpio zstd $*"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
