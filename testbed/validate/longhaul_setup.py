@@ -185,9 +185,23 @@ def row(case: str, distance_km: float, mode: str, scale: float, t: dict, repetit
             "feedback_delay_ms": real_ms(t["feedback_delay_s"]), "drops": t["drops"],
             "marks": t["marks"], "switch_cnps": t["switch_cnps"], "cnps_at_senders": t["cnps_rx"],
             "retransmissions": t["retransmissions"], "window_pkts": t.get("window_pkts"), "emulator_saturated": bool(t["saturation"]),
+            "start_offsets_us": start_offsets_us(t.get("senders") or (), scale),
             "saturation": t["saturation"],
             "emulated": {"throughput_mbps": round(t["goodput_bps"] / 1e6, 3), "fct_p50_ms": _ms(t["fct_p50_s"]),
                          "fct_p99_ms": _ms(t["fct_p99_s"]), "feedback_delay_ms": _ms(t["feedback_delay_s"])}}
+
+
+def start_offsets_us(results, scale: float) -> list | None:
+    """Each sender's start after the first's, real us, in sender order (``started_at`` on the wall clock).
+
+    Why: at long distances the models' goodput jumps with a few us of start phase (which messages of a mix
+    overlap at line rate decides whether an early congestion episode happens), so ``testbed validate`` runs
+    them with the phases the trial had, not a simultaneous start."""
+    starts = [r.get("started_at") for r in results]
+    if not starts or any(s is None for s in starts):
+        return None
+    t0 = min(starts)
+    return [round((s - t0) / scale * 1e6, 3) for s in starts]
 
 
 def timeline(senders, results: list, queue: list, cnp_times: dict, scale: float) -> dict:

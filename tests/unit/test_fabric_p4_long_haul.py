@@ -155,6 +155,14 @@ def test_row_undoes_the_dilation():
     assert x["valid"] and x["repetition"] == 0
 
 
+def test_row_gives_each_senders_start_after_the_first_in_real_microseconds():
+    senders = [{"started_at": 100.050}, {"started_at": 100.010}, {"started_at": 100.030}]
+    x = lh.row("sender-dci", 30, "ecn", 2000.0, _trial(senders=senders))
+    assert x["start_offsets_us"] == [20.0, 0.0, 10.0]       # 40 ms of wall clock at scale 2000: 20 us real
+    assert lh.row("sender-dci", 30, "ecn", 2000.0, _trial())["start_offsets_us"] is None   # no senders: unknown
+    assert lh.start_offsets_us([{"started_at": 1.0}, {}], 2000.0) is None
+
+
 def test_row_carries_what_validate_long_haul_reads():
     from testbed.validate.longhaul import ROW_FIELDS, long_haul_rows
 
