@@ -288,7 +288,10 @@ def _document(rows: list, folder: Path, health: dict, args, seconds: float) -> d
                                      predicted=[{"distance_km": p["distance_km"], "gain": p["predicted"]}
                                                 for p in points], title=f"fast CNP gain over ECN, {case}",
                                      steady=[{"distance_km": p["distance_km"], "gain": p["steady_state"]}
-                                             for p in points if "steady_state" in p])
+                                             for p in points if "steady_state" in p],
+                                     discrete=[{"distance_km": p["distance_km"], "gain": p["discrete"],
+                                                "low": p["discrete_low"], "high": p["discrete_high"]}
+                                               for p in points if "discrete" in p])
         for d in docs:
             if d["metric"].startswith(case) and "goodput ratio" in d["metric"]:
                 d["plot"] = str(path)

@@ -129,11 +129,13 @@ def plot_long_haul_timeseries(modes: dict, path: Path, title: str = "") -> Path:
 
 
 def plot_gain_vs_distance(points: list[dict], path: Path, predicted: list[dict] | None = None,
-                          title: str = "fast CNP gain over ECN", steady: list[dict] | None = None) -> Path:
+                          title: str = "fast CNP gain over ECN", steady: list[dict] | None = None,
+                          discrete: list[dict] | None = None) -> Path:
     """``points``: ``{"distance_km", "mean", "low", "high"}`` (gain as a fraction); ``predicted``:
     ``{"distance_km", "gain"}``, the fluid model of the same flows
     (:func:`testbed.validate.trials.predicted_flow_gain`); ``steady``: the same for long flows
-    (:func:`testbed.validate.trials.predicted_gain`), drawn dotted."""
+    (:func:`testbed.validate.trials.predicted_gain`), drawn dotted; ``discrete``: ``{"distance_km", "gain",
+    "low", "high"}``, the discrete simulation's paired mean over seeds with its 5-95 % range (error bars)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     pts = sorted(points, key=lambda p: p["distance_km"])
@@ -147,6 +149,13 @@ def plot_gain_vs_distance(points: list[dict], path: Path, predicted: list[dict] 
         pr = sorted(predicted, key=lambda p: p["distance_km"])
         ax.plot([p["distance_km"] for p in pr], [p["gain"] * 100 for p in pr], "s--",
                 label="fluid model, the same flows")
+    if discrete:
+        ds = sorted(discrete, key=lambda p: p["distance_km"])
+        g = [p["gain"] * 100 for p in ds]
+        ax.errorbar([p["distance_km"] for p in ds], g, fmt="D", color="tab:green", capsize=3,
+                    yerr=[[v - p["low"] * 100 for v, p in zip(g, ds, strict=True)],
+                          [p["high"] * 100 - v for v, p in zip(g, ds, strict=True)]],
+                    label="discrete simulation, the same flows (5-95 %)")
     if steady:
         st = sorted(steady, key=lambda p: p["distance_km"])
         ax.plot([p["distance_km"] for p in st], [p["gain"] * 100 for p in st], "^:", color="grey",

@@ -218,39 +218,47 @@ def predicted_flow_gain(base: FluidParams, distance_km: float, case: str = "send
     :func:`predicted_gain` is the paper's steady state: long flows, the utilisation once the limit cycle has
     settled. The long-haul trials send a few messages of a few MB, over in a few RTTs, so their goodput is a
     transient: ECN's first cut arrives late, the queue overshoots past Kmax and the deep cuts that follow set
-    the completion time. This runs the same model with ``base.flow_bytes`` and ``base.messages`` (or a
-    flow-size mix, ``base.message_sizes``) (each
-    message paused for its acknowledgement, ``ack_delay_s``, the path's round trip), once per mode with that
-    mode's feedback delay (``base.feedback_delay_s`` + 5 us/km of :func:`feedback_paths_m` with ``local_m``),
-    and compares goodput as the replica counts it: every byte sent over the time the last flow completed
-    (``payload_bytes``, when the messages are given as :func:`wire_bytes`; default their sum).
+    the completion time. This runs :func:`flow_goodput` once per mode and compares.
 
     Returns:
         ``{"gain", "goodput_bps": {mode: ...}, "fct_p50_s": {mode: ...}, "queue_peak_bytes": {mode: ...},
         "feedback_s": {mode: ...}}``.
     """
+    out: dict = {"goodput_bps": {}, "fct_p50_s": {}, "queue_peak_bytes": {}, "feedback_s": {}}
+    for mode in MODES:
+        one = flow_goodput(base, distance_km, mode, case, local_m, ack_delay_s, payload_bytes)
+        for k in out:
+            out[k][mode] = one[k]
+    out["gain"] = out["goodput_bps"]["fast-cnp"] / out["goodput_bps"]["ecn"] - 1
+    return out
+
+
+def flow_goodput(base: FluidParams, distance_km: float, mode: str, case: str = "sender-dci", local_m: float = 0.0,
+                 ack_delay_s: float = 0.0, payload_bytes: float | None = None) -> dict:
+    """One mode's goodput for the finite flows of ``base`` in the fluid model: ``base.flow_bytes`` and
+    ``base.messages`` (or a flow-size mix, ``base.message_sizes``), each message paused for its
+    acknowledgement (``ack_delay_s``, the path's round trip), the flows starting at ``base.starts_s``, the
+    feedback delay ``base.feedback_delay_s`` + 5 us/km of :func:`feedback_paths_m` with ``local_m``. Goodput
+    as the replica counts it: every byte sent (``payload_bytes``, when the messages are given as
+    :func:`wire_bytes`; default their sum) over the time the last flow completed.
+
+    Returns ``{"goodput_bps", "fct_p50_s", "queue_peak_bytes", "feedback_s"}``.
+    """
     if base.flow_bytes is None:
         raise SpecError("fluid.flow_bytes", "predicted_flow_gain needs finite flows (flow_bytes)")
     step = min(base.cnp_interval_s, base.alpha_timer_s, base.rate_increase_timer_s) / 10
     ideal = _ideal_s(base, ack_delay_s)
-    total = payload_bytes or sum(base.flow_bytes)
-    out: dict = {"goodput_bps": {}, "fct_p50_s": {}, "queue_peak_bytes": {}, "feedback_s": {}}
-    for mode, path in feedback_paths_m(case, distance_km * 1e3, local_m).items():
-        tau = base.feedback_delay_s + propagation_s(path)
-        params = replace(base, feedback_delay_s=tau, ack_delay_s=ack_delay_s)
-        for factor in (4, 16, 64):          # long enough for every flow to finish (DCQCN can cut deep)
-            tr = simulate(params, factor * ideal, dt_s=step)
-            if not any(math.isnan(f) for f in tr.finish_s):
-                break
-        else:
-            raise SpecError("fluid.flow_bytes", f"{mode}: the flows did not finish in {64 * ideal:.3g} s of model time")
-        fcts = sorted(f for flow in tr.message_fct_s for f in flow)
-        out["goodput_bps"][mode] = total * 8 / max(tr.finish_s)
-        out["fct_p50_s"][mode] = statistics.median(fcts)
-        out["queue_peak_bytes"][mode] = float(tr.queue.max())
-        out["feedback_s"][mode] = tau
-    out["gain"] = out["goodput_bps"]["fast-cnp"] / out["goodput_bps"]["ecn"] - 1
-    return out
+    tau = base.feedback_delay_s + propagation_s(feedback_paths_m(case, distance_km * 1e3, local_m)[mode])
+    params = replace(base, feedback_delay_s=tau, ack_delay_s=ack_delay_s)
+    for factor in (4, 16, 64):          # long enough for every flow to finish (DCQCN can cut deep)
+        tr = simulate(params, factor * ideal, dt_s=step)
+        if not any(math.isnan(f) for f in tr.finish_s):
+            break
+    else:
+        raise SpecError("fluid.flow_bytes", f"{mode}: the flows did not finish in {64 * ideal:.3g} s of model time")
+    fcts = sorted(f for flow in tr.message_fct_s for f in flow)
+    return {"goodput_bps": (payload_bytes or sum(base.flow_bytes)) * 8 / max(tr.finish_s),
+            "fct_p50_s": statistics.median(fcts), "queue_peak_bytes": float(tr.queue.max()), "feedback_s": tau}
 
 
 def _ideal_s(base: FluidParams, ack_delay_s: float) -> float:
@@ -262,37 +270,46 @@ def _ideal_s(base: FluidParams, ack_delay_s: float) -> float:
 def discrete_flow_gain(base: FluidParams, distance_km: float, case: str = "sender-dci", local_m: float = 0.0,
                        ack_delay_s: float = 0.0, seeds: int = 20, payload_bytes: float | None = None) -> dict:
     """:func:`predicted_flow_gain`'s flows in the discrete simulation (:mod:`testbed.models.dcqcn_discrete`),
-    one run per mode and seed, paired by seed.
+    one run per mode and seed (:func:`discrete_flow_goodputs`), paired by seed.
 
     Why beside the fluid model: a short flow's goodput is set by how deep its first cuts go, and there the
     fluid mean can follow a path few realisations take (one CNP cuts R_C by alpha / 2, about half at the
     start; whether two senders' messages overlap at line rate decides whether a congestion episode happens
     at all). The replica is one realisation; this is the spread of the process it realises.
 
-    ``payload_bytes``: as in :func:`predicted_flow_gain`.
-
     Returns:
         ``{"ratios": [fast / ecn per seed], "goodput_bps": {mode: [per seed]}, "finish_s": {mode: [per seed,
         per flow]}, "median", "p5", "p95"}`` (quantiles of the ratios, nearest rank).
     """
+    out: dict = {"goodput_bps": {}, "finish_s": {}}
+    for mode in MODES:
+        one = discrete_flow_goodputs(base, distance_km, mode, case, local_m, ack_delay_s, seeds, payload_bytes)
+        out["goodput_bps"][mode], out["finish_s"][mode] = one["goodput_bps"], one["finish_s"]
+    ratios = [f / e for f, e in zip(out["goodput_bps"]["fast-cnp"], out["goodput_bps"]["ecn"], strict=True)]
+    return {**out, "ratios": ratios, "median": statistics.median(ratios), "p5": nearest_rank(ratios, 0.05),
+            "p95": nearest_rank(ratios, 0.95)}
+
+
+def discrete_flow_goodputs(base: FluidParams, distance_km: float, mode: str, case: str = "sender-dci",
+                           local_m: float = 0.0, ack_delay_s: float = 0.0, seeds: int = 20,
+                           payload_bytes: float | None = None) -> dict:
+    """One mode's goodput in the discrete simulation for seeds 0..``seeds``-1 (the flows and goodput as in
+    :func:`flow_goodput`): ``{"goodput_bps": [per seed], "finish_s": [per seed, per flow]}``."""
     if base.flow_bytes is None:
         raise SpecError("fluid.flow_bytes", "discrete_flow_gain needs finite flows (flow_bytes)")
     if seeds < 1:
         raise SpecError("seeds", f"needs at least one seed, got {seeds!r}")
     ideal = _ideal_s(base, ack_delay_s)
+    path = feedback_paths_m(case, distance_km * 1e3, local_m)[mode]
+    params = replace(base, feedback_delay_s=base.feedback_delay_s + propagation_s(path), ack_delay_s=ack_delay_s)
+    runs = [dcqcn_discrete.simulate(params, 64 * ideal, seed=s, sample_every_s=ideal / 100) for s in range(seeds)]
+    if any(math.isnan(f) for tr in runs for f in tr.finish_s):
+        raise SpecError("fluid.flow_bytes", f"{mode}: the flows did not finish in {64 * ideal:.3g} s of simulated time")
     total = payload_bytes or sum(base.flow_bytes)
-    out: dict = {"goodput_bps": {}, "finish_s": {}}
-    for mode, path in feedback_paths_m(case, distance_km * 1e3, local_m).items():
-        params = replace(base, feedback_delay_s=base.feedback_delay_s + propagation_s(path), ack_delay_s=ack_delay_s)
-        runs = [dcqcn_discrete.simulate(params, 64 * ideal, seed=s, sample_every_s=ideal / 100) for s in range(seeds)]
-        if any(math.isnan(f) for tr in runs for f in tr.finish_s):
-            raise SpecError("fluid.flow_bytes", f"{mode}: the flows did not finish in {64 * ideal:.3g} s of simulated time")
-        out["finish_s"][mode] = [tr.finish_s for tr in runs]
-        out["goodput_bps"][mode] = [total * 8 / max(tr.finish_s) for tr in runs]
-    ratios = [f / e for f, e in zip(out["goodput_bps"]["fast-cnp"], out["goodput_bps"]["ecn"], strict=True)]
-    ordered = sorted(ratios)
+    return {"goodput_bps": [total * 8 / max(tr.finish_s) for tr in runs], "finish_s": [tr.finish_s for tr in runs]}
 
-    def rank(q: float) -> float:
-        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
-    return {**out, "ratios": ratios, "median": statistics.median(ratios), "p5": rank(0.05), "p95": rank(0.95)}
+def nearest_rank(values, q: float) -> float:
+    """The ``q`` quantile of ``values`` by nearest rank (a value the runs took, not an interpolation)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]

@@ -18,6 +18,10 @@ def test_long_haul_timeseries_side_by_side_and_gain_band(tmp_path):
               for d, g in ((0, 0.0), (30, 0.06), (100, 0.4))]
     pred = [{"distance_km": d, "gain": g} for d, g in ((0, 0.0), (30, 0.058), (100, 0.42))]
     assert _png(plots.plot_gain_vs_distance(points, tmp_path / "gain.png", pred))
+    band = [{"distance_km": d, "gain": g, "low": g - 0.1, "high": g + 0.05} for d, g in ((30, 0.05), (100, 0.3))]
+    plain = (tmp_path / "gain.png").stat().st_size
+    assert _png(plots.plot_gain_vs_distance(points, tmp_path / "gain.png", pred, discrete=band))
+    assert (tmp_path / "gain.png").stat().st_size != plain           # the discrete band is drawn
     single = [{"distance_km": 30, "mean": 0.05, "low": None, "high": None}]
     assert _png(plots.plot_gain_vs_distance(single, tmp_path / "one.png"))
 

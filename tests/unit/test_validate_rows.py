@@ -2,6 +2,7 @@
 
 import functools
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -9,9 +10,9 @@ import pytest
 from testbed.errors import SpecError
 from testbed.models.dcqcn_fluid import FluidParams, simulate
 from testbed.validate import rows as R
-from testbed.validate.longhaul import gain_points, load, long_haul_rows
+from testbed.validate.longhaul import REF_GAIN, REF_GAIN_DISCRETE, gain_points, load, long_haul_rows
 from testbed.validate.replica import FRAME_BYTES, DcqcnRun
-from testbed.validate.trials import predicted_flow_gain
+from testbed.validate.trials import flow_goodput, predicted_flow_gain
 
 
 def test_goodput_reference_is_min_of_rate_and_window_over_rtt():
@@ -117,15 +118,55 @@ def _doc(ecn_fb_ms=0.32, fast_fb_ms=0.02, extra=()):
 
 def test_long_haul_rows_from_trials_that_agree_with_physics_and_the_model():
     rows = long_haul_rows(_doc(), MODEL_S)
-    by = {r.metric: r for r in rows}
+    by = {r.metric: r for r in rows if r.reference != REF_GAIN_DISCRETE}
     bound = by["sender-dci 30 km: ECN feedback >= bound"]
     assert bound.passed and bound.expected == pytest.approx(0.3 + (1082 + 78) * 8 / 10e9 * 1e3)
     saved = by["sender-dci 30 km: feedback saved by fast CNP"]
     assert saved.passed and saved.expected == pytest.approx(0.3)
     gain = by["sender-dci 30 km: goodput ratio fast/ECN"]
     assert gain.passed and gain.plot["low"] <= gain.plot["mean"] <= gain.plot["high"]
-    assert "discrete simulation of these flows (20 seeds): ratio" in gain.note
-    assert gain_points(rows)["sender-dci"][0]["distance_km"] == 30
+    assert "started together (offsets not recorded)" in gain.note
+    discrete = [r for r in rows if r.reference == REF_GAIN_DISCRETE][0]
+    assert discrete.metric == gain.metric and discrete.tolerance >= 0.10 and "10 seeds per trial" in discrete.note
+    assert discrete.passed       # the replica gains as the fluid model's mean; the process's median is near it
+    point = gain_points(rows)["sender-dci"][0]
+    assert point["distance_km"] == 30 and point["discrete_low"] <= point["discrete"] <= point["discrete_high"]
+
+
+def _with_offsets(doc, offsets):
+    """``doc``'s trials with each repetition's senders starting ``offsets[mode][rep]`` us apart (sender 2 late)."""
+    rows = [{**r, "start_offsets_us": [0.0, offsets[r["mode"]][r["repetition"]]]} for r in doc["rows"]]
+    return {**doc, "rows": rows}
+
+
+def test_the_gain_rows_run_the_models_with_each_trials_start_offsets_paired_by_repetition():
+    """Each trial's senders started some us apart (the row's ``start_offsets_us``): the fluid reference is the
+    mean over repetitions of the model's fast/ECN ratio for the two trials' own offsets, set up here by hand;
+    a replica far from the discrete process's band fails that row, one inside it passes."""
+    offsets = {"ecn": [0.0, 30.0, 0.0, 30.0, 0.0], "fast-cnp": [30.0, 0.0, 30.0, 0.0, 0.0]}
+    doc = _with_offsets(_doc(), offsets)
+    rows = long_haul_rows(doc, MODEL_S, discrete_seeds=3)
+    gain = {r.metric: r for r in rows if r.reference == REF_GAIN}["sender-dci 30 km: goodput ratio fast/ECN"]
+    base = FluidParams(capacity_bps=10e9, line_rate_bps=10e9, packet_bytes=1082, kmin_bytes=40e3, kmax_bytes=160e3,
+                       pmax=0.2, feedback_delay_s=5e-6, rate_ai_bps=4e6, min_rate_bps=10e6, queue_delay=True,
+                       flow_bytes=(2e6, 2e6), messages=2)
+
+    def model(mode, late_us):
+        return flow_goodput(replace(base, starts_s=(0.0, late_us / 1e6)), 30, mode, "sender-dci",
+                            ack_delay_s=2 * 30e3 * 5e-9)["goodput_bps"]
+
+    by_hand = sum(model("fast-cnp", f) / model("ecn", e) for e, f in zip(offsets["ecn"], offsets["fast-cnp"],
+                                                                          strict=True)) / 5
+    assert gain.expected == pytest.approx(by_hand, rel=1e-9)
+    assert "with each trial's start offsets (0-30 us)" in gain.note and "started together" in gain.note
+    discrete = [r for r in rows if r.reference == REF_GAIN_DISCRETE][0]
+    assert "3 seeds per trial, 4 distinct trial set-ups" in discrete.note   # each mode with 0 and with 30 us
+    lifted = _with_offsets(_doc(), offsets)
+    for r in lifted["rows"]:
+        if r["mode"] == "fast-cnp":
+            r["throughput_mbps"] *= 2 * discrete.expected
+    far = [r for r in long_haul_rows(lifted, MODEL_S, discrete_seeds=3) if r.reference == REF_GAIN_DISCRETE][0]
+    assert far.expected == pytest.approx(discrete.expected) and not far.passed
 
 
 def test_the_gain_row_models_the_frames_the_senders_sent_when_the_run_names_its_mtu():
@@ -145,12 +186,12 @@ def test_the_gain_row_models_the_frames_the_senders_sent_when_the_run_names_its_
 
 
 def test_long_haul_rows_catch_impossible_feedback_and_leave_invalid_trials_out():
-    too_fast = long_haul_rows(_doc(ecn_fb_ms=0.2), MODEL_S)
+    too_fast = long_haul_rows(_doc(ecn_fb_ms=0.2), MODEL_S, discrete_seeds=0)
     by = {r.metric: r for r in too_fast}
     assert not by["sender-dci 30 km: ECN feedback >= bound"].passed       # faster than light in fibre
     assert not by["sender-dci 30 km: feedback saved by fast CNP"].passed
     bogus = _trial("sender-dci", 30, "fast-cnp", 9, 5000.0, 0.01, switch_cnps=0, cnps_at_senders=0)
-    rows = long_haul_rows(_doc(extra=[bogus]), MODEL_S)
+    rows = long_haul_rows(_doc(extra=[bogus]), MODEL_S, discrete_seeds=0)
     info = [r for r in rows if r.kind == "info"][0]
     assert info.replica == 1.0 and "switch sent no CNP" in info.note
     assert {r.metric: r for r in rows}["sender-dci 30 km: goodput ratio fast/ECN"].passed   # the bogus 5x is out
@@ -170,13 +211,13 @@ def test_long_haul_input_errors_name_the_field(tmp_path):
 def test_feedback_excess_over_physics_flags_an_emulator_whose_own_transit_rivals_the_fibre():
     """30 km: ECN's loop is 0.3 ms of fibre; 20 us of emulator transit is inside a tenth of it, 50 us is not.
     0 km: the loop is a few metres, so the same 20 us of transit decides the feedback: the row fails."""
-    by = {r.metric: r for r in long_haul_rows(_doc(ecn_fb_ms=0.32), MODEL_S)}
+    by = {r.metric: r for r in long_haul_rows(_doc(ecn_fb_ms=0.32), MODEL_S, discrete_seeds=0)}
     ok = by["sender-dci 30 km: ecn feedback excess over physics"]
     assert ok.passed and ok.kind == "bound" and 0.01 < ok.replica < 0.03
-    slow = {r.metric: r for r in long_haul_rows(_doc(ecn_fb_ms=0.35), MODEL_S)}
+    slow = {r.metric: r for r in long_haul_rows(_doc(ecn_fb_ms=0.35), MODEL_S, discrete_seeds=0)}
     assert not slow["sender-dci 30 km: ecn feedback excess over physics"].passed
     near = [_trial("sender-dci", 0, m, rep, 1000.0, 0.02) for rep in range(3) for m in ("ecn", "fast-cnp")]
-    rows = {r.metric: r for r in long_haul_rows({"config": _doc()["config"], "rows": near}, MODEL_S)}
+    rows = {r.metric: r for r in long_haul_rows({"config": _doc()["config"], "rows": near}, MODEL_S, discrete_seeds=0)}
     assert not rows["sender-dci 0 km: ecn feedback excess over physics"].passed
     assert not rows["sender-dci 0 km: fast-cnp feedback excess over physics"].passed
 
@@ -186,7 +227,7 @@ def test_a_trial_over_the_excess_allowance_is_left_out_but_its_excess_row_shows_
     whose goodput would halve the ECN mean: it is no ECN result, so the gain row does not see it; the excess
     row still reports it and fails."""
     slow = _trial("sender-dci", 30, "ecn", 7, 500.0, 0.40)
-    rows = long_haul_rows(_doc(extra=[slow]), MODEL_S)
+    rows = long_haul_rows(_doc(extra=[slow]), MODEL_S, discrete_seeds=0)
     by = {r.metric: r for r in rows}
     info = [r for r in rows if r.kind == "info"][0]
     assert info.replica == 1.0 and "over physics" in info.note
