@@ -209,10 +209,12 @@ def _rows(groups: list, p: dict, raw: dict, long_haul: dict | None) -> list:
 
     out = []
     if "dcqcn" in groups:
-        from testbed.validate.discrete import discrete_rows
+        from testbed.validate.discrete import discrete_rows, discrete_runs, fluid_scope
 
         for r, d in zip(p["dcqcn"], raw["dcqcn"], strict=True):
-            rows = R.dcqcn_rows(d, r, FRAME_BYTES) + discrete_rows(d, r, FRAME_BYTES)
+            runs = discrete_runs(r, FRAME_BYTES)
+            rows = fluid_scope(R.dcqcn_rows(d, r, FRAME_BYTES), r, FRAME_BYTES, runs) + \
+                discrete_rows(d, r, FRAME_BYTES, runs=runs)
             for row in rows if d.get("link_seed") is not None else ():
                 row.note = "; ".join(filter(None, (row.note, f"link seed {d['link_seed']}")))
             out += rows
@@ -295,9 +297,9 @@ def _document(rows: list, folder: Path, health: dict, args, seconds: float) -> d
         for d in docs:
             if d["metric"].startswith(case) and "goodput ratio" in d["metric"]:
                 d["plot"] = str(path)
-    measured = [d for d in docs if d["kind"] not in ("missing", "info")]
+    measured = [d for d in docs if d["kind"] not in ("missing", "info") and not d["scope"]]
     return {"rows": docs, "passed": sum(d["passed"] for d in measured), "measured": len(measured),
-            "missing": sum(d["kind"] == "missing" for d in docs),
+            "missing": sum(d["kind"] == "missing" for d in docs), "out_of_scope": sum(bool(d["scope"]) for d in docs),
             # rows measured on an unhealthy emulator are shown, but the run is not a pass
             "all_passed": all(d["passed"] for d in measured) and health.get("healthy", True),
             "health": health, "quick": args.quick, "seconds": round(seconds, 1)}
@@ -320,18 +322,19 @@ def _print(doc: dict) -> None:
         t.add_column(col)
     for r in doc["rows"]:
         verdict = "missing" if r["kind"] == "missing" else ("info" if r["kind"] == "info" else
-                                                             ("yes" if r["passed"] else "NO"))
+                                                             "scope" if r["scope"] else ("yes" if r["passed"] else "NO"))
         err = "-" if r["error"] is None else f"{r['error'] * 100:.1f}%"
         t.add_row(r["reference"], r["metric"], _fmt(r["replica"]), _fmt(r["expected"]), r["unit"], err,
                   f"{r['tolerance'] * 100:g}%", verdict, ",".join(r["backends"]))
     out.print(t)
     h = doc["health"]
-    out.print(f"{doc['passed']}/{doc['measured']} measured rows pass, {doc['missing']} missing; emulator "
+    out.print(f"{doc['passed']}/{doc['measured']} measured rows pass, {doc['missing']} missing, "
+              f"{doc['out_of_scope']} out of their reference's scope (shown, not counted: see the notes); emulator "
               f"{'healthy' if h.get('healthy', True) else 'UNHEALTHY'}; load {h.get('load_average')}; "
               f"{doc['seconds']} s")
     out.print(f"seed {doc.get('seed')}" + "".join(
         f"; DCQCN {e['flows']} flows: link seed {e['link_seed']}, first CNP {e['first_cnp_real_ms']} ms, "
         f"first cut {e['first_cut_real_ms']} ms (real)" for e in doc.get("experiments", [])))
     for r in doc["rows"]:
-        if r["note"]:
-            console.print(f"  {r['metric']}: {r['note']}", markup=False)
+        if r["note"] or r["scope"]:
+            console.print(f"  {r['metric']}: {'; '.join(filter(None, (r['scope'], r['note'])))}", markup=False)

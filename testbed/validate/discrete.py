@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from testbed.models import dcqcn_fluid
 from testbed.models.dcqcn_discrete import DiscreteTrajectory, mean_trajectory, simulate
-from testbed.validate.rows import Row, _first_cut, dcqcn_rows, fluid_params_for
+from testbed.validate.rows import Row, _first_cut, dcqcn_rows, fluid_params_for, mark_scope
 from testbed.validate.stats import relative_error
 
 REFERENCE = "DCQCN discrete simulation"
@@ -93,10 +94,35 @@ def aligned_mean(runs: list[DiscreteTrajectory]) -> DiscreteTrajectory:
     return mean_trajectory(shifted)
 
 
-def discrete_rows(raw: dict, run, frame_bytes: int, seeds: int = SEEDS, runs=None) -> list[Row]:
-    """The replica's DCQCN rows against the discrete simulation (``runs``: precomputed, for tests)."""
+def discrete_runs(run, frame_bytes: int, seeds: int = SEEDS) -> list[DiscreteTrajectory]:
+    """``seeds`` runs of the discrete simulation of the experiment ``run`` (shared by :func:`discrete_rows`
+    and :func:`fluid_scope`)."""
     fp = fluid_params_for(run, frame_bytes)
-    runs = runs or [simulate(fp, run.duration_s * run.scale, seed=s) for s in range(seeds)]
+    return [simulate(fp, run.duration_s * run.scale, seed=s) for s in range(seeds)]
+
+
+def fluid_scope(fluid: list[Row], run, frame_bytes: int, runs: list[DiscreteTrajectory]) -> list[Row]:
+    """Mark the fluid rows of ``run`` that the discrete process itself fails (:func:`rows.mark_scope`).
+
+    Each discrete run is scored by the fluid rows exactly as the replica is; a row that fewer than 90 % of
+    them pass is outside the mean field's regime for this experiment (here: ~1.4 packets per flow per CNP
+    interval, where one CNP halves a rate and the averaging behind the fluid model does not hold), so it
+    cannot tell a right replica from a wrong one. Returns ``fluid``, marked in place."""
+    fp = fluid_params_for(run, frame_bytes)
+    model = dcqcn_fluid.simulate(fp, run.duration_s * run.scale, sample_every_s=fp.cnp_interval_s / 4)
+    verdicts: dict[str, list[bool]] = {}
+    for tr in runs:
+        for r in dcqcn_rows(as_raw(tr), run, frame_bytes, model=model):
+            verdicts.setdefault(r.metric, []).append(bool(r.passed))
+    for row in fluid:
+        mark_scope(row, verdicts.get(row.metric, []), "discrete simulation of this experiment")
+    return fluid
+
+
+def discrete_rows(raw: dict, run, frame_bytes: int, seeds: int = SEEDS, runs=None) -> list[Row]:
+    """The replica's DCQCN rows against the discrete simulation (``runs``: :func:`discrete_runs`, computed
+    here when not given)."""
+    runs = runs or discrete_runs(run, frame_bytes, seeds)
     own: dict[str, list[Row]] = {}
     for k, tr in enumerate(runs):
         others = runs[:k] + runs[k + 1:]

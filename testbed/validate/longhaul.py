@@ -25,8 +25,8 @@ from pathlib import Path
 
 from testbed.errors import SpecError
 from testbed.models.dcqcn_fluid import FluidParams
-from testbed.validate.rows import SCALAR_TOLERANCE, Row, scalar_row, skipped_row
-from testbed.validate.stats import confidence_interval
+from testbed.validate.rows import SCALAR_TOLERANCE, Row, mark_scope, scalar_row, skipped_row
+from testbed.validate.stats import confidence_interval, relative_error
 from testbed.validate.trials import (
     discrete_flow_goodputs,
     feedback_bound_s,
@@ -292,7 +292,7 @@ def _gain_point(config: dict, case: str, km: float, ecn: list, fast: list, backe
                 "predicted": model, "steady_state": steady, "case": case}
     out.append(row)
     if seeds:
-        out.append(_discrete_gain_row(metric, ecn, fast, starts, seeds, 1 + ci.mean, backends, row.plot,
+        out.append(_discrete_gain_row(row, ecn, fast, starts, seeds, backends,
                                       lambda t, n: discrete_flow_goodputs(
                                           replace(flows_base, starts_s=starts[id(t)] or base.starts_s), km,
                                           t["mode"], case, local, ack_delay_s=rtt, seeds=n,
@@ -300,13 +300,15 @@ def _gain_point(config: dict, case: str, km: float, ecn: list, fast: list, backe
     return out
 
 
-def _discrete_gain_row(metric: str, ecn: list, fast: list, starts: dict, seeds: int, replica: float, backends,
-                       plot: dict, goodputs) -> Row:
+def _discrete_gain_row(fluid: Row, ecn: list, fast: list, starts: dict, seeds: int, backends, goodputs) -> Row:
     """The gain row against the discrete simulation: per seed s, the mean over the paired repetitions of the
     model's ratio (each trial run with its own start offsets and seed s), as the replica's mean is formed;
     the reference is the median of those means, the tolerance the wider of 10 % and their 5-95 % range
     around it (a replica that realises the same process falls outside about 1 time in 10). ``goodputs(trial,
-    n)``: the trial's mode's goodput for seeds 0..n-1. Adds the band to ``plot`` (one figure per case)."""
+    n)``: the trial's mode's goodput for seeds 0..n-1.
+
+    The fluid row of the same point (``fluid``) gets the band on its plot (one figure per case) and is marked
+    out of scope where fewer than 90 % of those means pass it (:func:`rows.mark_scope`)."""
     runs: dict = {}
 
     def of(t):
@@ -321,8 +323,10 @@ def _discrete_gain_row(metric: str, ecn: list, fast: list, starts: dict, seeds: 
     med = statistics.median(means)
     low, high = nearest_rank(means, 0.05), nearest_rank(means, 0.95)
     tol = max(SCALAR_TOLERANCE, high / med - 1, 1 - low / med)
-    plot.update(discrete=med - 1, discrete_low=low - 1, discrete_high=high - 1)
-    return scalar_row(REF_GAIN_DISCRETE, metric, replica, med, "", tolerance=tol, backends=backends,
+    fluid.plot.update(discrete=med - 1, discrete_low=low - 1, discrete_high=high - 1)
+    mark_scope(fluid, [relative_error(m, fluid.expected) <= fluid.tolerance for m in means],
+               f"discrete simulation of these flows ({seeds} seeds, paired means)")
+    return scalar_row(REF_GAIN_DISCRETE, fluid.metric, fluid.replica, med, "", tolerance=tol, backends=backends,
                       note=f"{seeds} seeds per trial, {len(runs)} distinct trial set-ups; paired mean "
                            f"{med:.3f} [{low:.3f}, {high:.3f}] (5-95 %); tolerance {tol * 100:.0f}%")
 

@@ -44,6 +44,8 @@ class Row:
     kind: str = "scalar"            # scalar | trajectory | bound
     note: str = ""
     plot: dict = field(default_factory=dict, repr=False)
+    #: why the reference cannot judge this row here (:func:`mark_scope`); shown, not counted; "" = in scope
+    scope: str = ""
 
     def to_json(self) -> dict:
         doc = asdict(self)
@@ -57,6 +59,24 @@ def scalar_row(reference: str, metric: str, replica: float, expected: float, uni
     err = relative_error(replica, expected)
     return Row(reference, metric, replica, expected, unit, err, tolerance, bool(err <= tolerance), tuple(backends),
                "scalar", note, plot or {})
+
+
+#: a reference judges a row only where at least this share of the modelled process's own realisations pass it
+SCOPE_SHARE = 0.9
+
+
+def mark_scope(row: Row, passes: list[bool], process: str) -> Row:
+    """Mark ``row`` out of its reference's scope when fewer than :data:`SCOPE_SHARE` of ``passes`` are true.
+
+    ``passes``: the row's verdict for each realisation of the random process the reference approximates (the
+    discrete DCQCN simulation of the same experiment, scored by this row as if it were the replica). A mean
+    field that a correct implementation fails most of the time cannot tell a right replica from a wrong one
+    (docs/validation.md, "Open rows"): such a row stays in the table with its figures, says so, and is not
+    counted as a pass or a failure."""
+    if passes and sum(passes) < SCOPE_SHARE * len(passes):
+        row.scope = (f"out of this reference's scope here: {sum(passes)} of {len(passes)} runs of the {process} "
+                     f"pass it (needs {SCOPE_SHARE:.0%})")
+    return row
 
 
 def skipped_row(reference: str, metric: str, why: str) -> Row:

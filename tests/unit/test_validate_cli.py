@@ -43,7 +43,12 @@ def test_long_haul_rows_from_a_results_folder(tmp_path):
     res = _testbed("--rows", "long-haul", "--long-haul", str(src), "--json", "--out", str(tmp_path / "out"))
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
-    assert out["measured"] == 5 and out["all_passed"] and out["missing"] == 0   # bound, saved, 2 excess, gain
+    # bound, saved, 2 excess, the gain against both models (the fluid one counted where in its scope)
+    assert out["measured"] + out["out_of_scope"] == 6 and out["all_passed"] and out["missing"] == 0
+    gain = [r for r in out["rows"] if "goodput ratio" in r["metric"]]
+    assert {r["reference"] for r in gain} == {"DCQCN fluid model, feedback shortened",
+                                              "DCQCN discrete simulation, feedback shortened"}
+    assert all(r["passed"] or r["scope"] for r in gain)
     assert all(Path(r["plot"]).is_file() for r in out["rows"])
     assert any("gain-vs-distance" in r["plot"] for r in out["rows"])
     status = json.loads((tmp_path / "out" / "status.json").read_text())   # a completed run says so

@@ -8,7 +8,7 @@ import pytest
 
 from testbed.models.dcqcn_discrete import simulate
 from testbed.validate import rows as R
-from testbed.validate.discrete import REFERENCE, as_raw, discrete_rows
+from testbed.validate.discrete import REFERENCE, as_raw, discrete_rows, fluid_scope
 from testbed.validate.replica import FRAME_BYTES, DcqcnRun
 
 RUN = DcqcnRun(kmax_pkts=300, pmax=0.2, limit_pkts=1000, starts_s=(0.0, 0.05), duration_s=0.3)
@@ -64,3 +64,22 @@ def test_goodput_reference_is_the_median_of_the_runs_and_the_band_their_spread()
     assert rows["aggregate goodput"].tolerance == pytest.approx(max(R.SCALAR_TOLERANCE, band))
     # a replica exactly at the median passes; one a band and a half away does not
     assert rows["aggregate goodput"].passed == (rows["aggregate goodput"].error <= rows["aggregate goodput"].tolerance)
+
+
+def test_a_fluid_row_the_process_itself_fails_is_out_of_scope_one_it_passes_is_judged():
+    """At ~1.4 packets per flow per CNP interval the discrete process gets less goodput than the mean field
+    (docs/validation.md, "Open rows"), so the fluid goodput row cannot judge a replica here; the fair share
+    is the same in both, so that row stays in scope. The scope is shown, never counted as a pass."""
+    runs = list(_runs())
+    member = as_raw(simulate(R.fluid_params_for(RUN, FRAME_BYTES), RUN.duration_s * RUN.scale, seed=100))
+    fluid = _by(fluid_scope(R.dcqcn_rows(member, RUN, FRAME_BYTES), RUN, FRAME_BYTES, runs))
+    assert fluid["rate share"].scope == ""
+    assert fluid["aggregate goodput"].scope.startswith("out of this reference's scope here")
+    assert f"of {len(runs)} runs of the discrete simulation" in fluid["aggregate goodput"].scope
+
+
+def test_mark_scope_needs_nine_in_ten_realisations_to_pass():
+    row = R.scalar_row("ref", "m", 1.0, 1.0, "")
+    assert R.mark_scope(row, [True] * 9 + [False], "p").scope == ""
+    assert "8 of 10 runs of the p pass it" in R.mark_scope(row, [True] * 8 + [False] * 2, "p").scope
+    assert R.mark_scope(R.scalar_row("ref", "m", 1.0, 1.0, ""), [], "p").scope == ""   # nothing to judge by
