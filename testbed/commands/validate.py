@@ -43,8 +43,9 @@ def register(sub) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.add_argument("--out", metavar="DIR", help="results folder (default results/validate/<timestamp>)")
     parser.add_argument("--rows", default=",".join(GROUPS), help=f"row groups to run: {', '.join(GROUPS)}")
-    parser.add_argument("--long-haul", metavar="DIR",
-                        help="a 'testbed run long_haul_cnp' results folder for the physics and gain rows")
+    parser.add_argument("--long-haul", metavar="DIR", nargs="+",
+                        help="'testbed run long_haul_cnp' results folders for the physics and gain rows (several: "
+                             "e.g. one run per distance, merged; they must share the flows and scale)")
     parser.add_argument("--seed", type=_seed, metavar="N",
                         help="run seed the delay lines' seeds derive from (default: drawn and recorded; "
                              "the recorded seed repeats a run's RED draws)")
@@ -105,9 +106,9 @@ def run(args) -> int:
     replica_groups = [g for g in groups if g != "long-haul"]
     long_haul = None
     if "long-haul" in groups and args.long_haul:
-        from testbed.validate.longhaul import load
+        from testbed.validate.longhaul import load_all
 
-        long_haul = load(Path(args.long_haul))
+        long_haul = load_all(args.long_haul)
     if replica_groups:
         require_root("testbed validate")
     p = plan(args.quick)
@@ -130,6 +131,12 @@ def run(args) -> int:
         doc["experiments"] = _experiments(p, raw)
         res.write_json("validate.json", doc)
         if not args.json:
+            if long_haul is not None:   # the trials the long-haul rows read, one line per point
+                from testbed.validate import longhaul_report as report
+
+                groups = report.summarise(long_haul["rows"])
+                report.print_summary(groups, console)
+                report.print_fct_classes(groups, console)
             _print(doc)
         res.finish(doc)   # summary.json, the JSON on stdout with --json, status.json "ok": the run completed
     return 0 if doc["all_passed"] else 1
@@ -325,7 +332,7 @@ def _print(doc: dict) -> None:
                                                              "scope" if r["scope"] else ("yes" if r["passed"] else "NO"))
         err = "-" if r["error"] is None else f"{r['error'] * 100:.1f}%"
         t.add_row(r["reference"], r["metric"], _fmt(r["replica"]), _fmt(r["expected"]), r["unit"], err,
-                  f"{r['tolerance'] * 100:g}%", verdict, ",".join(r["backends"]))
+                  f"{r['tolerance'] * 100:.3g}%", verdict, ",".join(r["backends"]))
     out.print(t)
     h = doc["health"]
     out.print(f"{doc['passed']}/{doc['measured']} measured rows pass, {doc['missing']} missing, "

@@ -64,6 +64,44 @@ def load(path: Path) -> dict:
     return {"config": doc.get("config", {}), "rows": doc["rows"]}
 
 
+#: what the models of a run depend on: folders merged by :func:`load_all` must agree on these
+SHARED_CONFIG = ("scale", "frame_bytes", "ib_mtu", "line_rate_bps", "message_bytes", "message_sizes",
+                 "messages_per_sender", "incast", "local_fibre_m", "local_feedback_s", "red.rule")
+
+
+def _config_value(config: dict, key: str):
+    """``config[key]``, a dotted key read one level down (the RED block's thresholds follow each distance's
+    RTT under the BDP rule; its rule is what runs must share)."""
+    head, _, tail = key.partition(".")
+    value = config.get(head)
+    return (value or {}).get(tail) if tail else value
+
+
+def load_all(paths) -> dict:
+    """:func:`load` of several results folders (e.g. one run per distance), merged into one document.
+
+    Why refuse rather than merge anything: the gain rows pair trials by repetition within a case, distance and
+    mode, and model them with one run's configuration; two runs of the same point, or runs of different
+    flows, would be paired or modelled wrongly. Errors name ``--long-haul`` and the field that differs."""
+    docs = [(Path(p), load(Path(p))) for p in paths]
+    first_path, merged = docs[0][0], {"config": dict(docs[0][1]["config"]), "rows": []}
+    seen: dict = {}
+    for path, doc in docs:
+        for k in SHARED_CONFIG:
+            mine, theirs = _config_value(doc["config"], k), _config_value(merged["config"], k)
+            if mine != theirs:
+                raise SpecError("--long-haul", f"{path}: config.{k} is {mine!r} where {first_path} has {theirs!r}; "
+                                               "give folders of one experiment")
+        for r in doc["rows"]:
+            key = (r.get("case"), r.get("distance_km"), r.get("mode"), r.get("repetition"))
+            if key in seen and seen[key] != path:
+                raise SpecError("--long-haul", f"{path} and {seen[key]} both hold {key[0]} {key[1]} km {key[2]} "
+                                               f"repetition {key[3]}; give one run per point")
+            seen[key] = path
+        merged["rows"] += doc["rows"]
+    return merged
+
+
 def _check(rows: list) -> None:
     for i, r in enumerate(rows):
         missing = [f for f in ROW_FIELDS if f not in r]

@@ -10,7 +10,7 @@ import pytest
 from testbed.errors import SpecError
 from testbed.models.dcqcn_fluid import FluidParams, simulate
 from testbed.validate import rows as R
-from testbed.validate.longhaul import REF_GAIN, REF_GAIN_DISCRETE, gain_points, load, long_haul_rows
+from testbed.validate.longhaul import REF_GAIN, REF_GAIN_DISCRETE, gain_points, load, load_all, long_haul_rows
 from testbed.validate.replica import FRAME_BYTES, DcqcnRun
 from testbed.validate.trials import flow_goodput, predicted_flow_gain
 
@@ -236,3 +236,27 @@ def test_a_trial_over_the_excess_allowance_is_left_out_but_its_excess_row_shows_
     assert by["sender-dci 30 km: ECN feedback >= bound"].passed and "5 valid trials" in by[
         "sender-dci 30 km: ECN feedback >= bound"].note
     assert by["sender-dci 30 km: goodput ratio fast/ECN"].passed
+
+
+def _folder(path, config, rows):
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"config": config}))
+    (path / "rows.json").write_text(json.dumps(rows))
+    return path
+
+
+def test_several_results_folders_merge_into_one_experiment_or_are_refused_by_name(tmp_path):
+    """One run per distance is how a sweep holds the machine; validate reads them together. Folders of other
+    flows, or two runs of the same point (their repetitions would be paired across runs), are refused."""
+    doc = _doc()
+    near = [_trial("sender-dci", 10, m, rep, 1000.0, 0.12) for rep in range(2) for m in ("ecn", "fast-cnp")]
+    a = _folder(tmp_path / "30km", {**doc["config"], "red": {"rule": "per-25g", "rtt_s": 3e-4}}, doc["rows"])
+    b = _folder(tmp_path / "10km", {**doc["config"], "red": {"rule": "per-25g", "rtt_s": 1e-4}}, near)
+    merged = load_all([a, b])
+    assert len(merged["rows"]) == len(doc["rows"]) + 4 and merged["config"]["scale"] == 1000
+    other = _folder(tmp_path / "other", {**doc["config"], "scale": 2000}, near)
+    with pytest.raises(SpecError, match=r"--long-haul.*config.scale is 2000 .* has 1000"):
+        load_all([a, other])
+    again = _folder(tmp_path / "again", {**doc["config"], "red": {"rule": "per-25g"}}, doc["rows"][:2])
+    with pytest.raises(SpecError, match="both hold sender-dci 30 km ecn repetition 0"):
+        load_all([a, again])
