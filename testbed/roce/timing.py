@@ -17,17 +17,34 @@ def first_opcode_time(pcap: Path, opcode: int = CNP) -> tuple[float | None, str 
     return (times[0], None) if times else (None, why)
 
 
-def opcode_times(pcap: Path, opcode: int | None = CNP, ce: bool = False) -> tuple[list[float], str | None]:
+def opcode_times(pcap: Path, opcode: int | None = CNP, ce: bool = False,
+                 to: frozenset | None = None) -> tuple[list[float], str | None]:
     """(capture times of every RoCEv2 packet whose BTH opcode is ``opcode``, or of every one with None,
-    and only those marked CE with ``ce``; None) or (those read, why not all): a malformed record ends the
-    list and says where."""
+    only those marked CE with ``ce``, only those addressed to an IP in ``to`` when given; None) or (those
+    read, why not all): a malformed record ends the list and says where."""
     records, info = read_records(pcap)
     times = []
     try:
         for rec in records:
             pkt = roce_of(rec)
-            if pkt is not None and pkt.transport and opcode in (None, pkt.transport[0]) and (not ce or pkt.ecn == 3):
+            if pkt is not None and pkt.transport and opcode in (None, pkt.transport[0]) and (not ce or pkt.ecn == 3) \
+                    and (to is None or pkt.dst in to):
                 times.append(rec.ts)
     except Malformed as exc:
         return times, f"capture {pcap}: {exc}"
     return times, ("capture truncated" if info.get("truncated_file") else None)
+
+
+def destinations(pcap: Path, opcode: int | None = CNP) -> frozenset:
+    """The destination IPs of the capture's RoCEv2 packets with ``opcode`` (every one with None), as far as
+    the capture reads."""
+    records, _info = read_records(pcap)
+    out = set()
+    try:
+        for rec in records:
+            pkt = roce_of(rec)
+            if pkt is not None and pkt.transport and opcode in (None, pkt.transport[0]):
+                out.add(pkt.dst)
+    except Malformed:
+        pass
+    return frozenset(out)

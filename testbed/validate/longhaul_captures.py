@@ -24,7 +24,7 @@ from pathlib import Path
 
 from testbed.roce.opcodes import CNP
 from testbed.roce.sample import check_sample, retx_gap_for
-from testbed.roce.timing import opcode_times
+from testbed.roce.timing import destinations, opcode_times
 from testbed.validate import longhaul_setup as S
 
 
@@ -35,9 +35,14 @@ def capture_times(out: Path, case: str, r, lag: dict | None = None) -> dict:
     cnps = {s: opcode_times(out / f"cnp-{s}.pcap")[0] for s in r.senders}
     receivers = {h: (opcode_times(out / f"receiver-{h}.pcap", None, ce=True)[0],
                      opcode_times(out / f"receiver-{h}.pcap", CNP)[0]) for h in r.receivers}
+    # the switch's CNPs for the crossing senders only (their addresses, read from the CNPs they received):
+    # at the receiver's ToR every receiver port is a congestion point, and a CNP for another sender that
+    # leaves first is not this flow's signal (it made one trial's feedback 94 us real too long)
+    own = frozenset().union(*(destinations(out / f"cnp-{s}.pcap") for s in S.crossing(case, r))) or None
     return {"cnps": cnps, "receivers": receivers,
-            "signal": {k: [t - lag.get(f"signal-{k}", 0.0) for t in opcode_times(out / f"signal-{k}.pcap", op)[0]]
-                       for k, op in (("ce", None), ("cnp", CNP))},
+            "signal": {k: [t - lag.get(f"signal-{k}", 0.0)
+                           for t in opcode_times(out / f"signal-{k}.pcap", op, to=to)[0]]
+                       for k, op, to in (("ce", None, None), ("cnp", CNP, own))},
             "crossing": sorted(t for s in S.crossing(case, r) for t in cnps[s])}
 
 

@@ -120,3 +120,32 @@ def test_capture_times_read_every_capture_of_a_trial(tmp_path):
     assert parts["receiver_turnaround_s"] == pytest.approx(0.1) and parts["to_sender_s"] == pytest.approx(0.4)
     delay, parts = feedback(times, "fast-cnp")
     assert delay == pytest.approx(0.1) and parts is None
+
+
+def test_at_the_receivers_tor_the_first_signal_is_the_crossing_senders_own_cnp(tmp_path):
+    """Every receiver port of the ToR is a congestion point: its first CNP out may be for the other sender.
+    The feedback pairs the crossing sender's own first CNP out with its arrival (a sweep trial at 30 km read
+    245.7 us real for a 151-us loop when it paired the other sender's)."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    from testbed.roce.layers import cnp
+    from testbed.validate.longhaul_captures import capture_times, feedback
+
+    def to(dst, t):
+        f = Ether() / IP(src="10.1.0.1", dst=dst) / UDP(sport=49152, dport=4791) / cnp(7)
+        f.time = t
+        return f
+
+    r = S.roles(_long_haul_graph())
+    s0, s1 = r.senders
+    wrpcap(str(tmp_path / f"cnp-{s0}.pcap"), [to("10.0.0.1", 2.40), to("10.0.0.1", 2.50)])
+    wrpcap(str(tmp_path / f"cnp-{s1}.pcap"), [to("10.0.0.2", 2.20)])
+    wrpcap(str(tmp_path / "signal-ce.pcap"), [])
+    wrpcap(str(tmp_path / "signal-cnp.pcap"), [to("10.0.0.2", 1.90), to("10.0.0.1", 2.10), to("10.0.0.1", 2.20)])
+    for h in r.receivers:
+        wrpcap(str(tmp_path / f"receiver-{h}.pcap"), [])
+    times = capture_times(tmp_path, "receiver-tor", r)
+    assert times["signal"]["cnp"] == [2.10, 2.20] and times["crossing"] == [2.40, 2.50]
+    assert feedback(times, "fast-cnp")[0] == pytest.approx(0.30)          # not 0.50 from the other's 1.90
