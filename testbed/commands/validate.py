@@ -133,8 +133,9 @@ def run(args) -> int:
         if not args.json:
             if long_haul is not None:   # the trials the long-haul rows read, one line per point
                 from testbed.validate import longhaul_report as report
+                from testbed.validate.longhaul import judged
 
-                groups = report.summarise(long_haul["rows"])
+                groups = report.summarise(judged(long_haul))
                 report.print_summary(groups, console)
                 report.print_fct_classes(groups, console)
             _print(doc)

@@ -53,7 +53,10 @@ def load(path: Path) -> dict:
     try:
         if path.is_dir():
             config = json.loads((path / "config.json").read_text()).get("config", {})
-            return {"config": config, "rows": json.loads((path / "rows.json").read_text())}
+            rows = json.loads((path / "rows.json").read_text())
+            from testbed.validate.longhaul_captures import reread_feedback  # lazy: it imports the planner
+
+            return {"config": config, "rows": rows, "reread": reread_feedback(path, config, rows)}
         doc = json.loads(path.read_text())
     except FileNotFoundError as exc:
         raise SpecError("--long-haul", f"{exc.filename} does not exist; give a long_haul_cnp results folder") from None
@@ -84,7 +87,7 @@ def load_all(paths) -> dict:
     mode, and model them with one run's configuration; two runs of the same point, or runs of different
     flows, would be paired or modelled wrongly. Errors name ``--long-haul`` and the field that differs."""
     docs = [(Path(p), load(Path(p))) for p in paths]
-    first_path, merged = docs[0][0], {"config": dict(docs[0][1]["config"]), "rows": []}
+    first_path, merged = docs[0][0], {"config": dict(docs[0][1]["config"]), "rows": [], "reread": []}
     seen: dict = {}
     for path, doc in docs:
         for k in SHARED_CONFIG:
@@ -99,6 +102,7 @@ def load_all(paths) -> dict:
                                                f"repetition {key[3]}; give one run per point")
             seen[key] = path
         merged["rows"] += doc["rows"]
+        merged["reread"] += doc.get("reread", [])
     return merged
 
 
@@ -124,6 +128,17 @@ def _valid(rows: list, config: dict, physics: bool = True) -> tuple[list, list]:
                             "feedback_check": _feedback_check(config, r) if physics else None})
         (good if v["valid"] else bad).append((r, v["reasons"]))
     return [r for r, _ in good], bad
+
+
+def judged(doc: dict) -> list[dict]:
+    """The rows with ``valid`` and ``validity`` as validate judges them (the feedback check recomputed from the
+    row and the config, after :func:`load` read the captures again): what a summary of these trials shows."""
+    out = []
+    for r in doc["rows"]:
+        v = trial_validity({**r, "cnps_rx": r.get("cnps_rx", r.get("cnps_at_senders")),
+                            "feedback_check": _feedback_check(doc["config"], r)})
+        out.append({**r, "valid": v["valid"], "validity": v})
+    return out
 
 
 def _groups(rows: list) -> dict:
@@ -162,6 +177,11 @@ def long_haul_rows(doc: dict, model_duration_s: float | None = None, discrete_se
         out.append(Row("trial validity", "invalid trials left out", float(len(invalid)), 0.0, "trials", None,
                        SCALAR_TOLERANCE, True, (), "info",
                        "; ".join(sorted({reason for _, rs in invalid for reason in rs}))[:300]))
+    if doc.get("reread"):
+        out.append(Row("trial captures", "feedback delays read again from the captures", float(len(doc["reread"])),
+                       0.0, "trials", None, SCALAR_TOLERANCE, True, (), "info",
+                       "changed since the run (the reading was fixed; the captures are the record): "
+                       + "; ".join(doc["reread"])[:300]))
     groups = _groups(valid)
     local = float(config.get("local_fibre_m", 0.0))
     backends = tuple(config.get("backends", ("bmv2", "userspace")))

@@ -59,3 +59,37 @@ def data_check(out: Path, sender: str, cnp_interval_s: float, scale: float) -> d
     :func:`testbed.roce.sample.data_verdict`; ``cnp_interval_s``: the emulated CNP interval, ``scale``: the
     dilation (the resend gap is ``roce check``'s x scale)."""
     return check_sample(out / f"data-{sender}.pcap", cnp_interval_s, retx_gap_for(scale), S.DATA_SAMPLE_FRAMES)
+
+
+def reread_feedback(folder: Path, config: dict, rows: list) -> list[str]:
+    """Read each trial's feedback delay again from its captures, with this code; update the rows that differ.
+
+    Why: the captures are the trial's raw record and the rows a reading of them; a reading fixed later (as
+    the receiver's ToR pairing, 2026-12-05) must reach results taken before it, and ``testbed validate``
+    judges what the captures say. A trial whose folder (``<km>km/<case>-<mode>-<rep>``) or captures are gone,
+    or whose long haul was netem (its capture stamps need the run's plan to correct), keeps its row.
+    Changed rows keep the old value as ``feedback_delay_ms_stored``. Returns one line per changed trial.
+    """
+    from testbed.scenario import SCENARIO_DIR
+
+    spec = Path(config.get("spec") or "")
+    if not spec.is_file():
+        spec = SCENARIO_DIR / "specs" / (spec.name or "long-haul.yaml")
+    if not spec.is_file():
+        return []
+    r = S.roles(S.graph(spec, config.get("scale"), config.get("incast")))
+    scale = float(config.get("scale") or 1.0)
+    changed = []
+    for row in rows:
+        trial = folder / f"{float(row['distance_km']):g}km" / f"{row['case']}-{row['mode']}-{row.get('repetition', 0)}"
+        if row.get("long_haul_backend") == "netem" or not (trial / "signal-cnp.pcap").is_file():
+            continue
+        delay, _parts = feedback(capture_times(trial, row["case"], r), row["mode"])
+        new = None if delay is None else round(delay / scale * 1e3, 4)
+        old = row.get("feedback_delay_ms")
+        if new != old and (new is None or old is None or abs(new - old) > 1e-4):
+            row["feedback_delay_ms_stored"], row["feedback_delay_ms"] = old, new
+            row.pop("feedback_check", None)
+            changed.append(f"{row['case']} {float(row['distance_km']):g} km {row['mode']} #{row.get('repetition', 0)}: "
+                           f"{old} -> {new} ms")
+    return changed

@@ -149,3 +149,42 @@ def test_at_the_receivers_tor_the_first_signal_is_the_crossing_senders_own_cnp(t
     times = capture_times(tmp_path, "receiver-tor", r)
     assert times["signal"]["cnp"] == [2.10, 2.20] and times["crossing"] == [2.40, 2.50]
     assert feedback(times, "fast-cnp")[0] == pytest.approx(0.30)          # not 0.50 from the other's 1.90
+
+
+def test_validate_reads_a_stored_trials_feedback_again_from_its_captures(tmp_path):
+    """A results folder taken before the pairing fix: its row says 0.2457 ms real for the receiver-tor trial;
+    its captures say 0.15 ms (0.30 s emulated at scale 2000). ``load`` takes the captures' reading, keeps the
+    old value beside it and says so; a row whose trial folder is gone keeps its value."""
+    import json
+
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    from testbed.roce.layers import cnp
+    from testbed.validate.longhaul import load
+
+    def to(dst, t):
+        f = Ether() / IP(src="10.1.0.1", dst=dst) / UDP(sport=49152, dport=4791) / cnp(7)
+        f.time = t
+        return f
+
+    r = S.roles(_long_haul_graph())
+    trial = tmp_path / "30km" / "receiver-tor-fast-cnp-0"
+    trial.mkdir(parents=True)
+    wrpcap(str(trial / f"cnp-{r.senders[0]}.pcap"), [to("10.0.0.1", 2.40)])
+    wrpcap(str(trial / f"cnp-{r.senders[1]}.pcap"), [to("10.0.0.2", 2.20)])
+    wrpcap(str(trial / "signal-cnp.pcap"), [to("10.0.0.2", 1.90), to("10.0.0.1", 2.10)])
+    for name in ["signal-ce"] + [f"receiver-{h}" for h in r.receivers]:
+        wrpcap(str(trial / f"{name}.pcap"), [])
+    row = {"case": "receiver-tor", "distance_km": 30.0, "mode": "fast-cnp", "repetition": 0,
+           "feedback_delay_ms": 0.2457, "throughput_mbps": 1600.0, "valid": False}
+    gone = {**row, "repetition": 1}
+    (tmp_path / "config.json").write_text(json.dumps({"config": {"scale": 2000.0, "incast": 2,
+                                                                 "spec": "/elsewhere/long-haul.yaml"}}))
+    (tmp_path / "rows.json").write_text(json.dumps([row, gone]))
+    doc = load(tmp_path)
+    fresh, kept = doc["rows"]
+    assert fresh["feedback_delay_ms"] == pytest.approx(0.15) and fresh["feedback_delay_ms_stored"] == 0.2457
+    assert kept["feedback_delay_ms"] == 0.2457 and "feedback_delay_ms_stored" not in kept
+    assert doc["reread"] == ["receiver-tor 30 km fast-cnp #0: 0.2457 -> 0.15 ms"]

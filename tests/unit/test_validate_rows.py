@@ -260,3 +260,16 @@ def test_several_results_folders_merge_into_one_experiment_or_are_refused_by_nam
     again = _folder(tmp_path / "again", {**doc["config"], "red": {"rule": "per-25g"}}, doc["rows"][:2])
     with pytest.raises(SpecError, match="both hold sender-dci 30 km ecn repetition 0"):
         load_all([a, again])
+
+
+def test_the_summary_judges_each_trial_as_the_rows_do_not_as_stored():
+    """A trial stored INVALID for a feedback reading since fixed is valid on its numbers; one 99 us over the
+    fibre at 30 km is not, whatever it was stored as."""
+    from testbed.validate.longhaul import judged
+
+    doc = _doc()
+    fixed = {**doc["rows"][0], "valid": False}
+    slow = _trial("sender-dci", 30, "ecn", 7, 500.0, 0.40, valid=True)
+    out = judged({"config": doc["config"], "rows": [fixed, slow]})
+    assert out[0]["valid"] and not out[1]["valid"]
+    assert "over physics" in out[1]["validity"]["reasons"][0]
