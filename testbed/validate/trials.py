@@ -270,7 +270,7 @@ def _ideal_s(base: FluidParams, ack_delay_s: float) -> float:
 def discrete_flow_gain(base: FluidParams, distance_km: float, case: str = "sender-dci", local_m: float = 0.0,
                        ack_delay_s: float = 0.0, seeds: int = 20, payload_bytes: float | None = None) -> dict:
     """:func:`predicted_flow_gain`'s flows in the discrete simulation (:mod:`testbed.models.dcqcn_discrete`),
-    one run per mode and seed (:func:`discrete_flow_goodputs`), paired by seed.
+    one run per mode and seed (:func:`discrete_flow_goodputs`, each mode on its own seeds), paired by index.
 
     Why beside the fluid model: a short flow's goodput is set by how deep its first cuts go, and there the
     fluid mean can follow a path few realisations take (one CNP cuts R_C by alpha / 2, about half at the
@@ -290,11 +290,19 @@ def discrete_flow_gain(base: FluidParams, distance_km: float, case: str = "sende
             "p95": nearest_rank(ratios, 0.95)}
 
 
+#: Each mode's first seed in the discrete simulation. A replica's ECN trial and its fast-CNP trial draw their
+#: marks independently; two modes run on the same seed replay the same draws, and where the modes' loops are
+#: alike (the receiver's ToR: the same fibre both ways) they would give the same run, a ratio of exactly 1
+#: that no pair of independent trials shows.
+MODE_FIRST_SEED = {"ecn": 0, "fast-cnp": 100_000}
+
+
 def discrete_flow_goodputs(base: FluidParams, distance_km: float, mode: str, case: str = "sender-dci",
                            local_m: float = 0.0, ack_delay_s: float = 0.0, seeds: int = 20,
                            payload_bytes: float | None = None) -> dict:
-    """One mode's goodput in the discrete simulation for seeds 0..``seeds``-1 (the flows and goodput as in
-    :func:`flow_goodput`): ``{"goodput_bps": [per seed], "finish_s": [per seed, per flow]}``."""
+    """One mode's goodput in the discrete simulation for ``seeds`` seeds from the mode's
+    :data:`MODE_FIRST_SEED` (the flows and goodput as in :func:`flow_goodput`): ``{"goodput_bps": [per
+    seed], "finish_s": [per seed, per flow]}``."""
     if base.flow_bytes is None:
         raise SpecError("fluid.flow_bytes", "discrete_flow_gain needs finite flows (flow_bytes)")
     if seeds < 1:
@@ -302,7 +310,9 @@ def discrete_flow_goodputs(base: FluidParams, distance_km: float, mode: str, cas
     ideal = _ideal_s(base, ack_delay_s)
     path = feedback_paths_m(case, distance_km * 1e3, local_m)[mode]
     params = replace(base, feedback_delay_s=base.feedback_delay_s + propagation_s(path), ack_delay_s=ack_delay_s)
-    runs = [dcqcn_discrete.simulate(params, 64 * ideal, seed=s, sample_every_s=ideal / 100) for s in range(seeds)]
+    first = MODE_FIRST_SEED[mode]
+    runs = [dcqcn_discrete.simulate(params, 64 * ideal, seed=first + s, sample_every_s=ideal / 100)
+            for s in range(seeds)]
     if any(math.isnan(f) for tr in runs for f in tr.finish_s):
         raise SpecError("fluid.flow_bytes", f"{mode}: the flows did not finish in {64 * ideal:.3g} s of simulated time")
     total = payload_bytes or sum(base.flow_bytes)

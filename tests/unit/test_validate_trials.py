@@ -203,3 +203,15 @@ def test_a_message_on_the_wire_carries_every_frames_headers():
     assert wire_bytes(1024, 1024, 1082) == 1082
     with pytest.raises(SpecError, match="frame_bytes"):
         wire_bytes(1e6, 1024, 1024)
+
+
+def test_the_two_modes_draw_their_marks_independently_in_the_discrete_simulation():
+    """At the receiver's ToR both modes' feedback crosses the same fibre: on shared seeds they would replay
+    the same run (every ratio exactly 1), which two independent replica trials never show. One flow of
+    2 x 1 MB at 0 km into a 5G port: its goodput depends on where the random marks fall."""
+    base = FluidParams(capacity_bps=5e9, line_rate_bps=10e9, packet_bytes=1082, kmin_bytes=20e3, kmax_bytes=80e3,
+                       pmax=0.2, feedback_delay_s=5e-6, rate_ai_bps=4e6, min_rate_bps=10e6, queue_delay=True,
+                       starts_s=(0.0,), flow_bytes=(2e6,), messages=2)
+    sim = discrete_flow_gain(base, 0, "receiver-tor", ack_delay_s=1e-6, seeds=4)
+    assert len(set(sim["goodput_bps"]["ecn"])) > 1 and sim["goodput_bps"]["ecn"] != sim["goodput_bps"]["fast-cnp"]
+    assert max(abs(r - 1) for r in sim["ratios"]) > 0.1
