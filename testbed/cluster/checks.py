@@ -91,10 +91,11 @@ def iperf_cut(cluster, seconds: float = 10.0, tolerance: float = 0.10) -> dict:
         return {"passed": False, "why": "one worker: no cut to measure"}
     rate = bottleneck_bps(cluster.plan, src.node, dst.node)
     server = ["iperf3", "-s", "-1", "-p", "5201"]
-    # The client retries until the server listens (bounded: 100 tries), the server exits after one test.
-    client = ["sh", "-c", f"for i in $(seq 100); do iperf3 -c {dst.ip} -p 5201 -t {seconds:g} -J > /tmp/iperf-"
-                          f"{src.name}.json 2>&1 && cat /tmp/iperf-{src.name}.json && exit 0; sleep 0.2; done; "
-                          f"cat /tmp/iperf-{src.name}.json; exit 1"]
+    # The client retries until the server listens (bounded: 100 tries), the server exits after one test. A
+    # try counts only with a report: iperf 3.12 with -J can exit 0 on "Connection refused" (a CI run, 5 Dec)
+    out = f"/tmp/iperf-{src.name}.json"
+    client = ["sh", "-c", f"for i in $(seq 100); do iperf3 -c {dst.ip} -p 5201 -t {seconds:g} -J > {out} 2>&1; "
+                          f"grep -q sum_received {out} && cat {out} && exit 0; sleep 0.2; done; cat {out}; exit 1"]
     (rc_s, out_s), (rc_c, out_c) = cluster.exec_many([(dst.node, server), (src.node, client)],
                                                      timeout=seconds + 120)
     doc = {"src": src.name, "dst": dst.name, "seconds": seconds, "client_rc": rc_c, "server_rc": rc_s}
