@@ -17,6 +17,15 @@ def first_opcode_time(pcap: Path, opcode: int = CNP) -> tuple[float | None, str 
     return (times[0], None) if times else (None, why)
 
 
+def _packets(records, opcode: int | None):
+    """(record, RoCEv2 packet) of ``records`` whose BTH opcode is ``opcode`` (every one with None); raises
+    :class:`Malformed` at a malformed record, as :func:`roce_of` does."""
+    for rec in records:
+        pkt = roce_of(rec)
+        if pkt is not None and pkt.transport and opcode in (None, pkt.transport[0]):
+            yield rec, pkt
+
+
 def opcode_times(pcap: Path, opcode: int | None = CNP, ce: bool = False,
                  to: frozenset | None = None) -> tuple[list[float], str | None]:
     """(capture times of every RoCEv2 packet whose BTH opcode is ``opcode``, or of every one with None,
@@ -25,10 +34,8 @@ def opcode_times(pcap: Path, opcode: int | None = CNP, ce: bool = False,
     records, info = read_records(pcap)
     times = []
     try:
-        for rec in records:
-            pkt = roce_of(rec)
-            if pkt is not None and pkt.transport and opcode in (None, pkt.transport[0]) and (not ce or pkt.ecn == 3) \
-                    and (to is None or pkt.dst in to):
+        for rec, pkt in _packets(records, opcode):
+            if (not ce or pkt.ecn == 3) and (to is None or pkt.dst in to):
                 times.append(rec.ts)
     except Malformed as exc:
         return times, f"capture {pcap}: {exc}"
@@ -38,13 +45,10 @@ def opcode_times(pcap: Path, opcode: int | None = CNP, ce: bool = False,
 def destinations(pcap: Path, opcode: int | None = CNP) -> frozenset:
     """The destination IPs of the capture's RoCEv2 packets with ``opcode`` (every one with None), as far as
     the capture reads."""
-    records, _info = read_records(pcap)
     out = set()
     try:
-        for rec in records:
-            pkt = roce_of(rec)
-            if pkt is not None and pkt.transport and opcode in (None, pkt.transport[0]):
-                out.add(pkt.dst)
+        for _rec, pkt in _packets(read_records(pcap)[0], opcode):
+            out.add(pkt.dst)
     except Malformed:
         pass
     return frozenset(out)

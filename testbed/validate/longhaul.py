@@ -120,25 +120,26 @@ def _feedback_check(config: dict, r: dict) -> dict | None:
                           float(config.get("local_fibre_m", 0.0)), _rate(config, r), _frame(config))
 
 
+def _verdict(config: dict, r: dict, physics: bool = True) -> dict:
+    """:func:`trial_validity` of one row, its feedback check recomputed from the row and the config
+    (``physics=False``: the feedback excess is not judged)."""
+    return trial_validity({**r, "cnps_rx": r.get("cnps_rx", r.get("cnps_at_senders")),
+                           "feedback_check": _feedback_check(config, r) if physics else None})
+
+
 def _valid(rows: list, config: dict, physics: bool = True) -> tuple[list, list]:
     """(valid rows, [(invalid row, reasons)]); ``physics=False``: the feedback excess is not judged."""
     good, bad = [], []
     for r in rows:
-        v = trial_validity({**r, "cnps_rx": r.get("cnps_rx", r.get("cnps_at_senders")),
-                            "feedback_check": _feedback_check(config, r) if physics else None})
+        v = _verdict(config, r, physics)
         (good if v["valid"] else bad).append((r, v["reasons"]))
     return [r for r, _ in good], bad
 
 
 def judged(doc: dict) -> list[dict]:
-    """The rows with ``valid`` and ``validity`` as validate judges them (the feedback check recomputed from the
-    row and the config, after :func:`load` read the captures again): what a summary of these trials shows."""
-    out = []
-    for r in doc["rows"]:
-        v = trial_validity({**r, "cnps_rx": r.get("cnps_rx", r.get("cnps_at_senders")),
-                            "feedback_check": _feedback_check(doc["config"], r)})
-        out.append({**r, "valid": v["valid"], "validity": v})
-    return out
+    """The rows with ``valid`` and ``validity`` as validate judges them (:func:`_verdict`, after :func:`load`
+    read the captures again): what a summary of these trials shows."""
+    return [{**r, "valid": v["valid"], "validity": v} for r in doc["rows"] for v in (_verdict(doc["config"], r),)]
 
 
 def _groups(rows: list) -> dict:
@@ -246,7 +247,7 @@ def _paired_gain(ecn: list, fast: list, value=lambda t: t["throughput_mbps"]) ->
     by_rep = {t.get("repetition"): value(t) for t in ecn}
     if all(t.get("repetition") in by_rep for t in fast) and None not in by_rep:
         return [value(t) / by_rep[t["repetition"]] - 1 for t in fast if by_rep[t["repetition"]] > 0]
-    mean = sum(by_rep.values()) / len(ecn) if None not in by_rep else sum(value(t) for t in ecn) / len(ecn)
+    mean = sum(value(t) for t in ecn) / len(ecn)
     return [value(t) / mean - 1 for t in fast] if mean > 0 else []
 
 

@@ -244,12 +244,9 @@ def flow_goodput(base: FluidParams, distance_km: float, mode: str, case: str = "
 
     Returns ``{"goodput_bps", "fct_p50_s", "queue_peak_bytes", "feedback_s"}``.
     """
-    if base.flow_bytes is None:
-        raise SpecError("fluid.flow_bytes", "predicted_flow_gain needs finite flows (flow_bytes)")
+    params = _mode_params(base, distance_km, mode, case, local_m, ack_delay_s, "predicted_flow_gain")
     step = min(base.cnp_interval_s, base.alpha_timer_s, base.rate_increase_timer_s) / 10
     ideal = _ideal_s(base, ack_delay_s)
-    tau = base.feedback_delay_s + propagation_s(feedback_paths_m(case, distance_km * 1e3, local_m)[mode])
-    params = replace(base, feedback_delay_s=tau, ack_delay_s=ack_delay_s)
     for factor in (4, 16, 64):          # long enough for every flow to finish (DCQCN can cut deep)
         tr = simulate(params, factor * ideal, dt_s=step)
         if not any(math.isnan(f) for f in tr.finish_s):
@@ -258,7 +255,18 @@ def flow_goodput(base: FluidParams, distance_km: float, mode: str, case: str = "
         raise SpecError("fluid.flow_bytes", f"{mode}: the flows did not finish in {64 * ideal:.3g} s of model time")
     fcts = sorted(f for flow in tr.message_fct_s for f in flow)
     return {"goodput_bps": (payload_bytes or sum(base.flow_bytes)) * 8 / max(tr.finish_s),
-            "fct_p50_s": statistics.median(fcts), "queue_peak_bytes": float(tr.queue.max()), "feedback_s": tau}
+            "fct_p50_s": statistics.median(fcts), "queue_peak_bytes": float(tr.queue.max()),
+            "feedback_s": params.feedback_delay_s}
+
+
+def _mode_params(base: FluidParams, distance_km: float, mode: str, case: str, local_m: float, ack_delay_s: float,
+                 caller: str) -> FluidParams:
+    """``base`` for one mode's finite flows (both models): its feedback delay, the local part plus 5 us/km of
+    the fibre its feedback crosses (:func:`feedback_paths_m`), and the acknowledgements' delay."""
+    if base.flow_bytes is None:
+        raise SpecError("fluid.flow_bytes", f"{caller} needs finite flows (flow_bytes)")
+    tau = base.feedback_delay_s + propagation_s(feedback_paths_m(case, distance_km * 1e3, local_m)[mode])
+    return replace(base, feedback_delay_s=tau, ack_delay_s=ack_delay_s)
 
 
 def _ideal_s(base: FluidParams, ack_delay_s: float) -> float:
@@ -303,13 +311,10 @@ def discrete_flow_goodputs(base: FluidParams, distance_km: float, mode: str, cas
     """One mode's goodput in the discrete simulation for ``seeds`` seeds from the mode's
     :data:`MODE_FIRST_SEED` (the flows and goodput as in :func:`flow_goodput`): ``{"goodput_bps": [per
     seed], "finish_s": [per seed, per flow]}``."""
-    if base.flow_bytes is None:
-        raise SpecError("fluid.flow_bytes", "discrete_flow_gain needs finite flows (flow_bytes)")
+    params = _mode_params(base, distance_km, mode, case, local_m, ack_delay_s, "discrete_flow_gain")
     if seeds < 1:
         raise SpecError("seeds", f"needs at least one seed, got {seeds!r}")
     ideal = _ideal_s(base, ack_delay_s)
-    path = feedback_paths_m(case, distance_km * 1e3, local_m)[mode]
-    params = replace(base, feedback_delay_s=base.feedback_delay_s + propagation_s(path), ack_delay_s=ack_delay_s)
     first = MODE_FIRST_SEED[mode]
     runs = [dcqcn_discrete.simulate(params, 64 * ideal, seed=first + s, sample_every_s=ideal / 100)
             for s in range(seeds)]
