@@ -86,29 +86,31 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
     out = res.dir / f"{distance_km:g}km"
     out.mkdir(parents=True, exist_ok=True)
     caps = plan_capabilities()
-    plan = plan_replica(G, caps, S.overrides(link_backend=args.link_backend, red=args.red,
-                                             rtt_s=S.path_rtt_s(G, r.senders[0], r.receivers[0])))
-    backend, why = S.long_haul_backend(plan, r)
-    window = args.window or S.default_window(G, r)
-    console.print(f"long haul: {backend} ({why}); window {window} packets per QP (BDP {S.worst_bdp_pkts(G, r):.0f}); "
-                  + S.describe_red(S.red_rule(G, args.red)))
-    factory = plan_switch_factory(plan, log_dir=out, pcap_dir=out / "pcap" if args.pcap else None)
     rows, timelines = [], {}
-    with Replica(plan, out_dir=out, name=NAME, switch_factory=factory,
-                 link_node_class=node_class(late_tolerance_at(plan.scale))) as rep:
-        clients = {s.node: rep.switch(s.node).client() for s in plan.switches}
-        brain = RoutingBrain(plan.graph)
-        brain.compute_all(0.0)
-        tables = brain.tables()
-        for sw, c in clients.items():
-            install(c, E.fabric_program(plan.graph, sw, tables.get(sw, {}).values()))
-            if not args.learn_qp:
-                c.apply(S.qp_map_entries(plan, r))
-        servers = [rep.popen(h, ENDPOINT + ["serve", "0.0.0.0"], stdout=open(out / f"server-{h}.log", "w"),  # noqa: SIM115
-                             stderr=subprocess.STDOUT) for h in r.receivers]
-        nodes = rep.link_nodes()
-        try:
-            for case in cases:
+    for case in cases:
+        # one replica per case, from the case's own plan: its link nodes serialise at the case's rates
+        # (the bottleneck moves between cases; a node's rate is fixed while it runs)
+        plan = S.case_plan(G, case, modes[0], caps, args.link_backend, args.red)
+        backend, why = S.long_haul_backend(plan, r)
+        window = args.window or S.default_window(G, r)
+        console.print(f"[bold]{distance_km:g} km, {case}[/bold]: long haul {backend} ({why}); window {window} packets "
+                      f"per QP (BDP {S.worst_bdp_pkts(G, r):.0f}); " + S.describe_red(S.red_rule(G, args.red)))
+        rep_dir = out / f"replica-{case}"
+        factory = plan_switch_factory(plan, log_dir=rep_dir, pcap_dir=rep_dir / "pcap" if args.pcap else None)
+        with Replica(plan, out_dir=rep_dir, name=NAME, switch_factory=factory,
+                     link_node_class=node_class(late_tolerance_at(plan.scale))) as rep:
+            clients = {s.node: rep.switch(s.node).client() for s in plan.switches}
+            brain = RoutingBrain(plan.graph)
+            brain.compute_all(0.0)
+            tables = brain.tables()
+            for sw, c in clients.items():
+                install(c, E.fabric_program(plan.graph, sw, tables.get(sw, {}).values()))
+                if not args.learn_qp:
+                    c.apply(S.qp_map_entries(plan, r))
+            servers = [rep.popen(h, ENDPOINT + ["serve", "0.0.0.0"], stdout=open(rep_dir / f"server-{h}.log", "w"),  # noqa: SIM115
+                                 stderr=subprocess.STDOUT) for h in r.receivers]
+            nodes = rep.link_nodes()
+            try:
                 for mode in modes:
                     for rep_i in range(args.repetitions):
                         trial_plan = S.case_plan(G, case, mode, caps, args.link_backend, args.red)
@@ -121,11 +123,11 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
                         res.write_json(f"{distance_km:g}km/{tag}/trial.json", t)
                         console.print(report.trial_line(t))
                         timelines.setdefault((case, mode), t["timeline"])  # the first repetition's
-        finally:
-            for p in servers:
-                p.terminate()
-            for c in clients.values():
-                c.close()
+            finally:
+                for p in servers:
+                    p.terminate()
+                for c in clients.values():
+                    c.close()
     report.plot_timeline(timelines, out / "timeline.png", f"{distance_km:g} km: one trial of each case and mode")
     return rows
 

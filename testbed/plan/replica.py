@@ -86,6 +86,12 @@ class Overrides:
         cnp_interval_s: the real fabric's CNP interval (DCQCN's and the switch's).
         thrift_base: first Thrift port tried.
         p4_program: run every switch as BMv2 with this program (None: the spec's ``switches:``).
+        serialise: every link with a rate runs through a link node that serialises each frame at the rate
+            (store and forward: a frame reaches the next hop ``len * 8 / rate`` after its turn began). BMv2's
+            queues and tc's HTB/TBF pace frames but hand each one over whole at the start of its turn, so
+            without it every hop is one serialisation early: microseconds that matter where the feedback
+            loop itself is microseconds (long_haul_cnp at 0-10 km; docs/validation.md). Costs a link node
+            per link; on netem links tbf paces as before (noted in the plan).
     """
 
     scale: float | None = None
@@ -101,6 +107,7 @@ class Overrides:
     thrift_base: int = 9090
     p4_program: str | None = None
     external_roles: tuple = EXTERNAL_ROLES
+    serialise: bool = False
 
     def __post_init__(self):
         backend = "netem" if self.link_backend == "kernel" else self.link_backend
@@ -413,7 +420,7 @@ def plan_replica(G: nx.Graph, capabilities: Capabilities = ASSUMED, overrides: O
                         prof = _profile(ov, e.real.rate_bps, frame)
                         depth = max(depth, prof.packets(prof.buffer_bytes) or 0)
                 rate = e.emulated.rate_bps if ov.links != "off" else None
-                pps = max(1, round(rate / (8 * frame))) if rate else None
+                pps = _bmv2_pps(rate, frame) if rate else None
                 ports.append(PortEntry(number, nbr, depth, source, e.real.rate_bps, rate, pps, ecn))
             else:
                 ports.append(PortEntry(number, nbr, depth, source, e.real.rate_bps,
@@ -518,39 +525,66 @@ def _link_draft(G, u, v, real, emulated, bmv2, roles, buffer_bytes, frame, caps,
             notes.append(f"{', '.join(left)} not emulated (overrides.links=rates)")
         applied = replace(applied, delay_s=0.0, jitter_s=0.0, red=None, loss=None)
     both_p4 = u in bmv2 and v in bmv2
+    serialise = ov.serialise and bool(applied.rate_bps)
+    if serialise and (u in bmv2 or v in bmv2):
+        # the node serialises what BMv2 hands over at BMv2's own drain rate (whole packets per second),
+        # never slower: the queue stays in BMv2, where fabric.p4 marks, and each frame is one
+        # serialisation later, as on a wire
+        applied = replace(applied, rate_bps=max(applied.rate_bps, bmv2_drain_bps(applied.rate_bps, frame)))
     if both_p4:
         # BMv2 drains each end's egress at the link rate and marks with fabric.p4's RED: the link itself
         # only carries delay and loss, and a queue that never fills. With PFC it keeps the rate: a paused
         # direction holds what BMv2 still sends into it and drains it at the line rate after the XON.
-        applied = replace(applied, rate_bps=applied.rate_bps if pfc else None, red=None, limit=1e6,
-                          limit_unit=PACKETS)
+        # With ``serialise`` too: the node adds each frame's serialisation.
+        applied = replace(applied, rate_bps=applied.rate_bps if pfc or serialise else None, red=None,
+                          limit=1e6, limit_unit=PACKETS)
     elif emulated.red is not None and not emulated.rate_bps:
         raise SpecError(f"{field}.red", "RED marking needs a rate (a queue only forms at a bottleneck)")
     shaped_ends = tuple(n for n in (u, v) if n not in bmv2)
-    if not applied.needs_delay_line and not pfc:
+    node = pfc or serialise   # a link node whatever the delay: PAUSE, or each frame's serialisation
+    if not applied.needs_delay_line and not node:
         if not applied.rate_bps or not shaped_ends:
             return {"u": u, "v": v, "real": real, "emulated": emulated, "applied": applied, "backend": "none",
                     "reason": "both ends are BMv2 (their egress queues drain at the rate)" if both_p4
                     else "no rate, delay or loss", "notes": notes, "shaped_ends": ()}
         return _htb(u, v, real, emulated, applied, field, notes, shaped_ends, bmv2)
-    backend, reason = (("userspace", "pfc: lossless accounting and PAUSE run in the link node") if pfc
-                       else _backend(applied, caps, ov))
+    if pfc:
+        backend, reason = "userspace", "pfc: lossless accounting and PAUSE run in the link node"
+    elif serialise and not applied.needs_delay_line:
+        backend, reason = "userspace", "serialise: the link node adds each frame's serialisation"
+    else:
+        backend, reason = _backend(applied, caps, ov)
     floor = DELAY_FLOOR_S[backend]
     if 0 < applied.delay_s < floor and not applied.jitter_s:
         notes.append(f"delay {applied.delay_s * 1e6:.3g} us (emulated) is below the {backend} floor of "
                      f"{floor * 1e6:g} us: not emulated")
         applied = replace(applied, delay_s=0.0)
-        if not applied.needs_delay_line and not pfc:
+        if serialise and not applied.needs_delay_line:
+            backend, reason = "userspace", "serialise: the link node adds each frame's serialisation"
+        if not applied.needs_delay_line and not node:
             if not applied.rate_bps or not shaped_ends:
                 return {"u": u, "v": v, "real": real, "emulated": emulated, "applied": applied,
                         "backend": "none", "reason": "only a delay below the floor", "notes": notes,
                         "shaped_ends": ()}
             return _htb(u, v, real, emulated, applied, field, notes, shaped_ends, bmv2)
+    if serialise and backend == "netem":
+        notes.append("serialisation latency not emulated: netem's tbf paces frames and hands each over whole")
     if applied.rate_bps is not None and applied.rate_bps < tc.MIN_RATE_BPS and backend == "netem":
         raise SpecError(f"{field}.rate", f"emulated rate {applied.rate_bps:g} bit/s is below tc's 8 kbit/s; "
                                          "use a smaller scale")
     return {"u": u, "v": v, "real": real, "emulated": emulated, "applied": applied, "backend": backend,
             "reason": reason, "notes": notes, "shaped_ends": (u, v) if backend == "netem" else ()}
+
+
+def _bmv2_pps(rate_bps: float, frame: int) -> int:
+    """BMv2's ``set_queue_rate`` (packets per second) of an egress draining ``rate_bps`` in ``frame``-byte frames."""
+    return max(1, round(rate_bps / (8 * frame)))
+
+
+def bmv2_drain_bps(rate_bps: float, frame: int) -> float:
+    """The bit rate BMv2 drains ``frame``-byte frames at for a link of ``rate_bps`` (:func:`_bmv2_pps`
+    rounds, so up to half a packet per second above the link's rate)."""
+    return _bmv2_pps(rate_bps, frame) * 8.0 * frame
 
 
 def _htb(u, v, real, emulated, applied, field, notes, shaped_ends, bmv2) -> dict:

@@ -15,6 +15,7 @@ import yaml
 from testbed.errors import SpecError
 from testbed.links.model import LinkParams, RedParams
 from testbed.plan import DELAY_FLOOR_S, Capabilities, Overrides, plan_replica
+from testbed.topo.builder import set_link
 from testbed.topo.spec import build_graph, load_spec, shipped_specs
 from testbed.units import parse_distance, parse_rate, parse_size
 
@@ -148,6 +149,31 @@ def test_p4_replica_gets_bmv2_queue_rate_and_depth_from_the_plan():
     # both ends BMv2: they drain their own queues; the delay line only delays
     assert long_haul.backend == "userspace" and long_haul.applied.rate_bps is None
     assert long_haul.applied.one_way_delay_s == pytest.approx(30e3 * 5e-9 * plan.scale)
+
+
+def test_serialise_puts_a_link_node_that_serialises_on_every_link_with_a_rate():
+    """Without it a 0 km long haul between two BMv2 switches is a plain veth (BMv2 paces, the frame arrives
+    at the start of its turn); with it, a link node at BMv2's own drain rate (whole packets per second from
+    the frame size, computed here) adds each frame's serialisation, and a 3 m host link gets one too."""
+    G = build_graph(load_spec(SPECS["long-haul"]))
+    for u, v, d in G.edges(data=True):
+        if d.get("tier") == "dci":
+            set_link(G, u, v, distance_m=0.0)
+    plain = plan_replica(G)
+    haul = next(e for e in plain.links if e.tier == "dci")
+    assert haul.backend == "none" and haul.via is None
+    plan = plan_replica(G, overrides=Overrides(serialise=True))
+    haul = next(e for e in plan.links if e.tier == "dci")
+    pps = round(10e9 / plan.scale / (8 * plan.frame_bytes))
+    assert haul.backend == "userspace" and haul.via is not None and "serialis" in haul.reason
+    assert haul.applied.rate_bps == pytest.approx(pps * 8 * plan.frame_bytes)
+    assert haul.applied.rate_bps >= 10e9 / plan.scale          # never slower than BMv2 drains: its queue stays
+    hosts = [e for e in plan.links if e.tier == "host"]
+    assert hosts and all(e.backend == "userspace" and e.via is not None and e.applied.rate_bps for e in hosts)
+    # a netem link paces with tbf: the plan says the latency is not there
+    netem = plan_replica(G, NETEM, Overrides(serialise=True))
+    assert all(any("serialisation latency not emulated" in n for n in e.notes)
+               for e in netem.links if e.backend == "netem")
 
 
 def _two_switches(**link) -> nx.Graph:
