@@ -20,6 +20,8 @@ def register(sub) -> None:
     parser.add_argument("--link-backend", default="auto", help="auto | netem | userspace (default auto)")
     parser.add_argument("--assume", action="store_true",
                         help="do not ask testbed doctor: plan for a machine without netem/RED/OVS kernel datapath")
+    parser.add_argument("--serialise", action="store_true",
+                        help="every link with a rate through a link node that serialises each frame at the rate (store and forward: BMv2 and tc HTB only pace, so a frame reaches the next hop one serialisation early); costs a link node per link")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(func=_plan)
 
@@ -39,7 +41,8 @@ def _plan(args) -> int:
         from testbed.doctor import plan_capabilities
 
         caps = plan_capabilities()
-    plan = plan_replica(G, caps, Overrides(scale=args.scale, link_backend=args.link_backend))
+    plan = plan_replica(G, caps, Overrides(scale=args.scale, link_backend=args.link_backend,
+                                           serialise=args.serialise))
     for warning in plan.warnings:   # stderr: the data (and its notes) stay on stdout
         console.print(f"[yellow]warning: {warning}[/yellow]")
     if args.json:

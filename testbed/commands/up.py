@@ -58,6 +58,8 @@ def register(sub) -> None:
     parser.add_argument("--scale", type=float, metavar="N", help="time dilation (default: the spec's)")
     parser.add_argument("--link-backend", choices=("auto", "netem", "userspace"), default="auto",
                         help="links with delay, loss or RED: tc netem where the kernel has it (auto), or this one")
+    parser.add_argument("--serialise", action="store_true",
+                        help="every link with a rate through a link node that serialises each frame at the rate (store and forward: BMv2 and tc HTB only pace, so a frame reaches the next hop one serialisation early); costs a link node per link")
     parser.add_argument("--out", metavar="DIR", help="logs and replica.json (default results/up/<timestamp>)")
     parser.add_argument("--wait", action="store_true", help="no shell: stay up until `testbed down` or a signal")
     parser.set_defaults(func=_up)
@@ -110,7 +112,7 @@ def _up(args) -> int:
 
     with RunRegistry(f"up-{G.graph.get('name', 'replica')}") as run:
         out_dir.mkdir(parents=True, exist_ok=True)
-        with _replica(G, run, out_dir, args.controller, args.link_backend) as rep:
+        with _replica(G, run, out_dir, args.controller, args.link_backend, args.serialise) as rep:
             doc = _session_doc(rep, G, args.spec, out_dir)
             session.write(doc)
             try:
@@ -133,8 +135,9 @@ class _replica:
     """The Replica of ``G`` with what its spec asks for: link emulation, P4 switches (programmed by the
     routing brain) or the fabric controller. Uses only the Replica's public API."""
 
-    def __init__(self, G, run, out_dir: Path, controller: bool, link_backend: str = "auto"):
+    def __init__(self, G, run, out_dir: Path, controller: bool, link_backend: str = "auto", serialise: bool = False):
         self.G, self.run, self.out_dir, self.link_backend = G, run, out_dir, link_backend
+        self.serialise = serialise
         self.p4 = any(d.get("p4") for _, d in G.nodes(data=True) if d["role"] != "host")
         self.controller = not self.p4 and (controller or needs_controller(G))
         self.rep = None
@@ -149,7 +152,7 @@ class _replica:
 
         G = self.G
         kwargs: dict = {}
-        overrides: dict = {"link_backend": self.link_backend}
+        overrides: dict = {"link_backend": self.link_backend, "serialise": self.serialise}
         if self.p4:
             programs = {d["p4"] for _, d in G.nodes(data=True) if d.get("p4")}
             if programs - set(UP_P4_PROGRAMS):

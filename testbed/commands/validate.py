@@ -336,13 +336,15 @@ def _print(doc: dict) -> None:
                   f"{r['tolerance'] * 100:.3g}%", verdict, ",".join(r["backends"]))
     out.print(t)
     h = doc["health"]
+    emulator = (f"emulator {'healthy' if h.get('healthy', True) else 'UNHEALTHY'}; load {h.get('load_average')}"
+                if h else "no replica runs here (the long-haul rows read stored trials, valid ones only)")
     out.print(f"{doc['passed']}/{doc['measured']} measured rows pass, {doc['missing']} missing, "
-              f"{doc['out_of_scope']} out of their reference's scope (shown, not counted: see the notes); emulator "
-              f"{'healthy' if h.get('healthy', True) else 'UNHEALTHY'}; load {h.get('load_average')}; "
-              f"{doc['seconds']} s")
-    out.print(f"seed {doc.get('seed')}" + "".join(
-        f"; DCQCN {e['flows']} flows: link seed {e['link_seed']}, first CNP {e['first_cnp_real_ms']} ms, "
-        f"first cut {e['first_cut_real_ms']} ms (real)" for e in doc.get("experiments", [])))
+              f"{doc['out_of_scope']} out of their reference's scope (shown, not counted: see the notes); "
+              f"{emulator}; {doc['seconds']} s")
+    if h:   # the seed decides the replica runs' draws only
+        out.print(f"seed {doc.get('seed')}" + "".join(
+            f"; DCQCN {e['flows']} flows: link seed {e['link_seed']}, first CNP {e['first_cnp_real_ms']} ms, "
+            f"first cut {e['first_cut_real_ms']} ms (real)" for e in doc.get("experiments", [])))
     for r in doc["rows"]:
         if r["note"] or r["scope"]:
             console.print(f"  {r['metric']}: {'; '.join(filter(None, (r['scope'], r['note'])))}", markup=False)

@@ -568,7 +568,8 @@ def _link_draft(G, u, v, real, emulated, bmv2, roles, buffer_bytes, frame, caps,
                         "shaped_ends": ()}
             return _htb(u, v, real, emulated, applied, field, notes, shaped_ends, bmv2)
     if serialise and backend == "netem":
-        notes.append("serialisation latency not emulated: netem's tbf paces frames and hands each over whole")
+        notes.append("serialisation latency not emulated on a netem link: tbf or BMv2 paces frames and "
+                     "hands each over whole")
     if applied.rate_bps is not None and applied.rate_bps < tc.MIN_RATE_BPS and backend == "netem":
         raise SpecError(f"{field}.rate", f"emulated rate {applied.rate_bps:g} bit/s is below tc's 8 kbit/s; "
                                          "use a smaller scale")

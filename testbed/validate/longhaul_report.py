@@ -117,7 +117,7 @@ def summarise(rows) -> list[dict]:
         valid = [t for t in trials if t["valid"]]
         doc = {"case": case, "distance_km": km, "mode": mode, "trials": len(trials), "valid": len(valid)}
         for key in METRICS:
-            values = [t[key] for t in valid if t[key] is not None]
+            values = [t[key] for t in valid if t.get(key) is not None]   # rows of older runs may lack one
             if values:
                 doc[key] = _interval(values)
         classes = fct_classes(valid)

@@ -81,3 +81,18 @@ def test_plan_of_a_pfc_spec_shows_headroom_and_that_it_is_applied(tmp_path, caps
         assert "PFC in the link nodes: 8 links, 12 switch ports relay PAUSE" in out   # where it runs
         assert re.search(r"l0 > s0\W+switch\W+100 KB\W+60\.33 KB \+ [\d.]+ [KM]B\W+h0, h1", out), out
         assert re.search(r"1\.28 MB\W+8\W+no\W", out) and re.search(r"30\.16 KB\W+4\W+yes\W", out)
+
+
+def test_plan_serialise_puts_every_rated_link_of_a_bmv2_fabric_in_a_link_node(capsys):
+    """``testbed plan --serialise``: the 3 m host links (below the delay line's floor, so without it plain
+    veths shaped by HTB) become link nodes at the rate, and the plan says why."""
+    import json
+
+    assert cli.main(["plan", "long-haul", "--assume", "--json"]) == 0
+    plain = {e["tier"]: e for e in json.loads(capsys.readouterr().out)["links"]}
+    assert plain["host"]["backend"] == "htb"
+    assert cli.main(["plan", "long-haul", "--assume", "--json", "--serialise"]) == 0
+    links = json.loads(capsys.readouterr().out)["links"]
+    assert {e["backend"] for e in links} == {"userspace"}
+    host = [e for e in links if e["tier"] == "host"]
+    assert all("serialis" in e["reason"] for e in host), [e["reason"] for e in host]

@@ -54,3 +54,19 @@ def test_long_haul_rows_from_a_results_folder(tmp_path):
     status = json.loads((tmp_path / "out" / "status.json").read_text())   # a completed run says so
     assert status["status"] == "ok", status
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["all_passed"]
+
+
+def test_long_haul_only_run_prints_no_replica_health_or_seed(tmp_path):
+    """A run that read stored trials made no draws and ran no emulator: it says so instead of printing a
+    seed that decided nothing and "emulator healthy; load None"."""
+    doc = _doc()
+    src = tmp_path / "long_haul"
+    src.mkdir()
+    (src / "config.json").write_text(json.dumps({"config": doc["config"]}))
+    (src / "rows.json").write_text(json.dumps(doc["rows"]))
+    res = _testbed("--rows", "long-haul", "--long-haul", str(src), "--out", str(tmp_path / "out"))
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.split())
+    assert "no replica runs here" in text, res.stdout
+    assert "load None" not in text and "emulator healthy" not in text
+    assert not any(line.startswith("seed ") for line in res.stdout.splitlines()), res.stdout

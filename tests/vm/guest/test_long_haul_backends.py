@@ -71,7 +71,7 @@ def test_plan_and_config_say_which_backend_carries_the_long_haul(runs, backend):
     config = json.loads((folder / "config.json").read_text())
     assert backend in config["config"]["backends"], config["config"]   # ["bmv2", <long haul's>, "soft-rdma"]
     assert config["config"]["link_backend"] == V.LINK_BACKEND_FLAG[backend]
-    plan = json.loads((folder / "30km" / "plan.json").read_text())
+    plan = json.loads((folder / "30km" / "sender-dci-ecn" / "plan.json").read_text())   # the trial's own plan
     (haul,) = [e for e in plan["links"] if {e["u"], e["v"]} == {"d0", "d1"}]
     assert haul["backend"] == backend and haul["reason"], haul
     if backend == "netem":   # picked by the plan itself (--link-backend auto) because the kernel has netem
