@@ -90,7 +90,7 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
     for case in cases:
         # one replica per case, from the case's own plan: its link nodes serialise at the case's rates
         # (the bottleneck moves between cases; a node's rate is fixed while it runs)
-        plan = S.case_plan(G, case, modes[0], caps, args.link_backend, args.red)
+        plan = S.case_plan(G, case, modes[0], caps, args.link_backend, args.red, not args.no_serialise)
         backend, why = S.long_haul_backend(plan, r)
         window = args.window or S.default_window(G, r)
         console.print(f"[bold]{distance_km:g} km, {case}[/bold]: long haul {backend} ({why}); window {window} packets "
@@ -113,7 +113,8 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
             try:
                 for mode in modes:
                     for rep_i in range(args.repetitions):
-                        trial_plan = S.case_plan(G, case, mode, caps, args.link_backend, args.red)
+                        trial_plan = S.case_plan(G, case, mode, caps, args.link_backend, args.red,
+                                                 not args.no_serialise)
                         tag = f"{case}-{mode}" + (f"-{rep_i}" if args.repetitions > 1 else "")
                         console.print(f"[bold]{distance_km:g} km, {case}, {mode}[/bold]"
                                       + (f", repetition {rep_i + 1}/{args.repetitions}" if args.repetitions > 1 else ""))
@@ -244,12 +245,16 @@ def main(argv=None) -> int:
                         help="time dilation (default: the spec's, 2000); a slower emulator needs more (docs/vm.md)")
     parser.add_argument("--link-backend", choices=("auto", "netem", "userspace"), default="auto",
                         help="the long haul: auto (default) = tc netem where doctor finds it, else the link node")
+    parser.add_argument("--no-serialise", action="store_true",
+                        help="links hand each frame over at the start of its turn, as BMv2 and HTB pace, instead of "
+                             "serialising it in a link node (for comparison; one serialisation early per hop)")
     args = parser.parse_args(argv)
     distances, modes, cases = S.checked_args(args)
     from testbed.doctor import plan_capabilities
 
     G0 = S.graph(SPEC, args.scale, args.incast)
-    long_haul, _why = S.long_haul_backend(plan_replica(G0, plan_capabilities(), S.overrides(link_backend=args.link_backend)),
+    long_haul, _why = S.long_haul_backend(plan_replica(G0, plan_capabilities(), S.overrides(link_backend=args.link_backend,
+                                                                                  serialise=not args.no_serialise)),
                                           S.roles(G0))
     config = S.run_config(G0, SPEC, args, distances, modes, cases, long_haul)
     with Results(NAME, args, config) as res:

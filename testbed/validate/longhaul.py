@@ -69,14 +69,16 @@ def load(path: Path) -> dict:
 
 #: what the models of a run depend on: folders merged by :func:`load_all` must agree on these
 SHARED_CONFIG = ("scale", "frame_bytes", "ib_mtu", "line_rate_bps", "message_bytes", "message_sizes",
-                 "messages_per_sender", "incast", "local_fibre_m", "local_feedback_s", "red.rule")
+                 "messages_per_sender", "incast", "local_fibre_m", "local_feedback_s", "red.rule", "serialise")
+#: the value of a key a run's config.json lacks: runs before 2026-12-05 handed frames over unserialised
+CONFIG_DEFAULTS = {"serialise": False}
 
 
 def _config_value(config: dict, key: str):
     """``config[key]``, a dotted key read one level down (the RED block's thresholds follow each distance's
     RTT under the BDP rule; its rule is what runs must share)."""
     head, _, tail = key.partition(".")
-    value = config.get(head)
+    value = config.get(head, CONFIG_DEFAULTS.get(head))
     return (value or {}).get(tail) if tail else value
 
 

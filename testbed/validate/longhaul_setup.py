@@ -116,18 +116,19 @@ def case_graph(G, case: str):
 
 
 def overrides(mode: str = "ecn", link_backend: str = "auto", red: str = "per-25g",
-              rtt_s: float | None = None) -> Overrides:
+              rtt_s: float | None = None, serialise: bool = True) -> Overrides:
     """The run's choices on top of the spec: RoCE frames, the RED rule, the CNP interval, and the long
     haul's backend: ``auto`` lets the plan choose from the capabilities (tc netem where ``doctor`` finds it,
     the userspace link node otherwise; the plan's link entry says which and why), ``netem`` or
     ``userspace`` force one (``--link-backend``). ``red``: ``per-25g`` (Alibaba's rule) or ``bdp``
     (Juniper's, relative to the round trip ``rtt_s``: :func:`path_rtt_s`). Every link serialises each frame
     (``Overrides.serialise``): the feedback loops here are microseconds at 0-10 km, and a replica that hands
-    frames over one serialisation early at every hop came in under the physics bound."""
+    frames over one serialisation early at every hop came in under the physics bound (``serialise`` False:
+    as before, for comparison: ``--no-serialise``)."""
     if red not in RED_RULES:
         raise SpecError("--red", f"{red!r} is not one of: {', '.join(RED_RULES)}")
     return Overrides(link_backend=link_backend, frame_bytes=FRAME_BYTES, ecn_mode=mode,
-                     cnp_interval_s=CNP_INTERVAL_S, red_profile=(red, rtt_s or 0.0, PMAX), serialise=True)
+                     cnp_interval_s=CNP_INTERVAL_S, red_profile=(red, rtt_s or 0.0, PMAX), serialise=serialise)
 
 
 def red_rule(G, red: str) -> dict:
@@ -150,13 +151,14 @@ def describe_red(rule: dict) -> str:
             f"Kmax {rule['kmax_pkts']} frames, Pmax {rule['pmax']:g}")
 
 
-def case_plan(G, case: str, mode: str, capabilities=None, link_backend: str = "auto", red: str = "per-25g"):
+def case_plan(G, case: str, mode: str, capabilities=None, link_backend: str = "auto", red: str = "per-25g",
+              serialise: bool = True):
     """The replica plan of one case and mode: BMv2 queue rates/depths, RED and fast-CNP per port."""
     from testbed.plan import ASSUMED
 
     r = roles(G)
     rtt = path_rtt_s(G, r.senders[0], r.receivers[0])
-    return plan_replica(case_graph(G, case), capabilities or ASSUMED, overrides(mode, link_backend, red, rtt))
+    return plan_replica(case_graph(G, case), capabilities or ASSUMED, overrides(mode, link_backend, red, rtt, serialise))
 
 
 def long_haul_backend(plan, r: Roles) -> tuple[str, str]:
@@ -486,6 +488,7 @@ def run_config(G, spec, args, distances, modes, cases, long_haul: str = "userspa
             "red": red_rule(G, getattr(args, "red", "per-25g")),
             "qp_map": "learned from ACKs" if args.learn_qp else "preloaded by the control plane",
             "link_backend": getattr(args, "link_backend", "auto"), "incast": getattr(args, "incast", DEFAULT_INCAST),
+            "serialise": not getattr(args, "no_serialise", False),
             **validate_fields(G, long_haul)}
 
 

@@ -260,6 +260,12 @@ def test_several_results_folders_merge_into_one_experiment_or_are_refused_by_nam
     again = _folder(tmp_path / "again", {**doc["config"], "red": {"rule": "per-25g"}}, doc["rows"][:2])
     with pytest.raises(SpecError, match="both hold sender-dci 30 km ecn repetition 0"):
         load_all([a, again])
+    # a run whose links serialised each frame is another emulator: not merged with one that did not (a
+    # config without the key is from before serialisation existed: it did not)
+    serialised = _folder(tmp_path / "serialised", {**doc["config"], "red": {"rule": "per-25g"}, "serialise": True},
+                         near)
+    with pytest.raises(SpecError, match=r"config.serialise is True .* has False"):
+        load_all([a, serialised])
 
 
 def test_the_summary_judges_each_trial_as_the_rows_do_not_as_stored():
