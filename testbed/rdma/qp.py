@@ -403,9 +403,10 @@ class QueuePair(Responder):
             elapsed = now - self._refill
             gained, cap = self._tokens + elapsed * rate, 16.0 * (self.cfg.mtu + 100)
             lost = max(0.0, gained - cap)
-            if line is not None:   # the line's overflow, at the share of it DCQCN allowed
+            if line is not None:
                 line_gained, line_cap = self._line_tokens + elapsed * line, LINE_BURST_FRAMES * (self.cfg.mtu + 100)
-                lost = max(lost, max(0.0, line_gained - line_cap) * min(1.0, rate / line))
+                if gained >= line_gained:   # the line held it back, not DCQCN: its overflow is time lost
+                    lost = max(lost, line_gained - line_cap)   # (below the line rate it overflows by design)
                 self._line_tokens = min(line_gained, line_cap)
             if self.pace_due is not None:   # it stopped for tokens: time past the deadline is lateness
                 self.stats.pacing_late_max_s = max(self.stats.pacing_late_max_s, now - self.pace_due)

@@ -281,3 +281,21 @@ def test_the_pacer_never_hands_the_wire_more_than_two_frames_beyond_the_line_rat
         ahead = max(ahead, total - (t - t0) * line / 8)
         assert total <= (t - t0) * line / 8 + (LINE_BURST_FRAMES + 1) * frame, (t - t0, total)
     assert ahead > frame   # the bucket did let a burst go: the bound is met, not missed by a slow pacer
+
+
+def test_a_sender_held_below_the_line_rate_by_dcqcn_loses_nothing_to_the_line_bucket():
+    """Below the line rate the line-rate bucket fills and overflows by design (DCQCN, not the line, holds the
+    sender back): that overflow is no allowance lost. A sender cut by CNPs and woken on time counts none."""
+    from testbed.dilation import Dilation
+
+    params = DcqcnParams(line_rate=10e9).dilated(Dilation(2000))   # 5 Mbit/s, timers in ms as the wire's steps
+    net = Net(cfg_a=QpConfig(dcqcn=params, timeout=30.0), cfg_b=QpConfig(dcqcn=params),
+              mark=lambda d, i, b: d == "ab" and i % 4 == 0)      # CE marks: CNPs cut the rate
+    size = 40_000
+    src, dst = payload(size), bytearray(size)
+    ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
+    net.a.post_write(1, ma, 0, size, mb.addr, mb.rkey)
+    assert net.wait(net.cq_a)[0].status is WcStatus.SUCCESS and dst == src
+    ideal = (size + (size // 1024 + 1) * 42) * 8 / 5e6
+    assert net.a.stats.cnps_rx >= 1 and net.now > 1.5 * ideal         # cut: it ran below the line rate
+    assert net.a.stats.pacing_lost_bytes == 0
