@@ -25,7 +25,7 @@ from testbed.stats import nearest_rank
 
 SEND_KEYS = ("host", "test", "size", "iters", "mtu", "window", "timeout_s", "dcqcn", "connect_wait_s", "qpns",
              "series_every_s", "sizes", "dscp", "port", "duration_s",
-             "start_at", "drain_s", "rate_limit_bps", "tx_depth")
+             "start_at", "drain_s", "rate_limit_bps", "tx_depth", "line_burst_frames")
 #: The server's receive side (NIC_JSON): :class:`testbed.rdma.device.Device`'s keyword arguments.
 NIC_KEYS = ("rx_limit_pps", "rx_buffer_bytes", "nic_pfc")
 
@@ -42,6 +42,8 @@ def qp_config(doc: dict):
     extra = {"dscp": doc["dscp"]} if "dscp" in doc else {}   # default: RoCE's (wire.ROCE_DSCP)
     if doc.get("rate_limit_bps") is not None:
         extra["rate_limit"] = doc["rate_limit_bps"]
+    if doc.get("line_burst_frames") is not None:
+        extra["line_burst_frames"] = doc["line_burst_frames"]
     return QpConfig(mtu=doc.get("mtu", 1024), window=doc.get("window", 128), timeout=doc["timeout_s"], dcqcn=dcqcn,
                     **extra)
 

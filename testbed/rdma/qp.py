@@ -80,12 +80,8 @@ from testbed.roce import opcodes as ops
 
 TRANSPORTS = ("rc", "uc", "ud")
 UD_SEND_ONLY, UD_SEND_ONLY_IMM = ops.UD_SEND_ONLY, ops.UD_SEND_ONLY_IMM
-#: Frames the pacer may hand the "wire" (the socket) at once beyond the NIC's line rate (DCQCN's line_rate). A
-#: NIC's rate limiter sits in front of its serialiser: what it releases goes out at line rate, and a CNP's cut
-#: applies to the next frame. A userspace sender's socket takes any burst at once, and the link behind it
-#: queues what exceeds the line rate: behind DCQCN's 16-frame catch-up bucket (full after any idle time)
-#: that was a standing 16-frame queue at line rate that no cut could reach (14 us at 10G, against fast
-#: CNP's 0.7 us loop: docs/validation.md). Two frames absorb a late wake-up of one frame time.
+#: ``QpConfig.line_burst_frames`` of a sender that keeps to its NIC's line rate (long_haul_cnp's): two frames
+#: absorb a late wake-up of one frame time.
 LINE_BURST_FRAMES = 2
 #: Room a UD receive buffer keeps for the GRH before the payload (IBA §11.4.1.2; rxe fills it).
 GRH_LEN = 40
@@ -118,12 +114,25 @@ class QpConfig:
     seed: int | None = None
     dscp: int = wire.ROCE_DSCP   # the QP's traffic class (its priority in a PFC fabric); ECN bits apart
     rate_limit: float | None = None   # bit/s: a static per-QP limit (ibv_modify_qp_rate_limit), with or without DCQCN
+    #: Frames the pacer may hand the socket at once beyond DCQCN's line rate (None: no line-rate bucket). A NIC's
+    #: rate limiter sits in front of its serialiser: what it releases goes out at line rate and a CNP's cut
+    #: applies to the next frame. A socket takes any burst at once and the link behind it queues what exceeds
+    #: the line rate: DCQCN's 16-frame catch-up bucket (full after any idle time) left a standing 16-frame queue
+    #: at line rate that no cut reached (14 us at 10G against fast CNP's 0.7 us loop; docs/validation.md). The
+    #: price: a sender woken later than ``line_burst_frames - 1`` frame times loses line-rate time (counted in
+    #: ``pacing_lost_bytes``), so it suits replicas whose frame time is well above the CPU's wake-up precision
+    #: (long_haul_cnp: 1.7 ms), not a 0.2 ms one (validate's DCQCN experiment keeps None).
+    line_burst_frames: int | None = None
 
     def __post_init__(self):
         if self.rate_limit is not None and not (isinstance(self.rate_limit, (int, float)) and self.rate_limit > 0):
             raise RdmaError(f"rate_limit must be a positive rate in bit/s, got {self.rate_limit!r}")
         if isinstance(self.dscp, bool) or not isinstance(self.dscp, int) or not 0 <= self.dscp <= 63:
             raise RdmaError(f"dscp must be an integer 0..63, got {self.dscp!r}")
+        if self.line_burst_frames is not None and (isinstance(self.line_burst_frames, bool)
+                                                   or not isinstance(self.line_burst_frames, int)
+                                                   or self.line_burst_frames < 1):
+            raise RdmaError(f"line_burst_frames must be an integer >= 1 or None, got {self.line_burst_frames!r}")
         if self.mtu not in wire.IB_MTUS:
             raise RdmaError(f"mtu must be one of {wire.IB_MTUS}, got {self.mtu}")
         if self.window < 1 or self.ackreq_every < 1 or self.reorder < 0 or self.max_rd_atomic < 1:
@@ -251,7 +260,7 @@ class QueuePair(Responder):
         self._rnr_retries = 0
         self._pause_until = 0.0
         self._tokens = 0.0
-        self._line_tokens = 0.0   # the line-rate bucket (:data:`LINE_BURST_FRAMES`), with DCQCN only
+        self._line_tokens = 0.0   # the line-rate bucket (``line_burst_frames``), with DCQCN only
         self._refill = 0.0
         self._rd_retry: int | None = None
         self.pace_due: float | None = None
@@ -368,7 +377,9 @@ class QueuePair(Responder):
 
     def _line_rate(self) -> float | None:
         """Bytes per second of the NIC's wire: DCQCN's line rate (None without DCQCN: no line rate known)."""
-        return None if self.rp is None else self.rp.p.line_rate / 8
+        if self.rp is None or self.cfg.line_burst_frames is None:
+            return None
+        return self.rp.p.line_rate / 8
 
     def _tokens_for(self, size: int, now: float) -> bool:
         """Pacing (DCQCN, rate limit, line rate): enough tokens for a datagram of ``size``? (sets ``pace_due``
@@ -385,7 +396,7 @@ class QueuePair(Responder):
         return True
 
     def _spend(self, size: int, now: float) -> None:
-        if self.rp is not None:
+        if self._line_rate() is not None:
             self._line_tokens -= size + 42
         if self.rp is not None or self.cfg.rate_limit is not None:
             self._tokens -= size + 42
@@ -404,7 +415,7 @@ class QueuePair(Responder):
             gained, cap = self._tokens + elapsed * rate, 16.0 * (self.cfg.mtu + 100)
             lost = max(0.0, gained - cap)
             if line is not None:
-                line_gained, line_cap = self._line_tokens + elapsed * line, LINE_BURST_FRAMES * (self.cfg.mtu + 100)
+                line_gained, line_cap = self._line_tokens + elapsed * line, self.cfg.line_burst_frames * (self.cfg.mtu + 100)
                 if gained >= line_gained:   # the line held it back, not DCQCN: its overflow is time lost
                     lost = max(lost, line_gained - line_cap)   # (below the line rate it overflows by design)
                 self._line_tokens = min(line_gained, line_cap)

@@ -23,6 +23,7 @@ from pathlib import Path
 from testbed.errors import SpecError
 from testbed.plan import Overrides, plan_replica
 from testbed.plan.replica import CNP_INTERVAL_S
+from testbed.rdma.qp import LINE_BURST_FRAMES
 from testbed.roce.sample import DATA_SAMPLE_FRAMES, ROCE_FILTER
 from testbed.topo.builder import set_link
 
@@ -301,7 +302,8 @@ def sender_config(plan, sender, receiver, args, window: int, qpns=None, index: i
     ep = plan.endpoint(sender)
     doc = {"host": plan.endpoint(receiver).ip, "test": "write_lat", "size": args.size, "iters": args.iters,
            "mtu": IB_MTU, "window": window, "timeout_s": ep.emulated_qp_timeout_s, "dcqcn": ep.emulated_dcqcn,
-           "series_every_s": TIMELINE_EVERY_S * plan.scale}
+           "series_every_s": TIMELINE_EVERY_S * plan.scale,
+           "line_burst_frames": LINE_BURST_FRAMES}   # a NIC's pacer: no standing queue behind it (QpConfig)
     sizes = list(getattr(args, "sizes", None) or [args.size])
     if len(sizes) > 1:
         doc["sizes"] = message_sizes(sizes, len(sizes), index)

@@ -109,6 +109,8 @@ def test_sender_config_is_data_with_the_dilated_dcqcn(G):
     assert cfg.dcqcn.alpha_timer == pytest.approx(55e-6 * scale)
     assert cfg.timeout == pytest.approx(0.05 * scale) and cfg.window == 64
     assert doc["host"] == plan.endpoint(r.receivers[0]).ip
+    # a NIC's pacer: at most a couple of frames beyond the line rate (1.7 ms a frame at this scale)
+    assert cfg.line_burst_frames is not None and 1 <= cfg.line_burst_frames <= 4
 
 
 def test_default_window_is_two_bdps_of_the_path_at_line_rate_and_never_below_128(G):

@@ -242,7 +242,7 @@ def test_a_sender_that_wakes_late_for_its_pacing_counts_the_allowance_it_lost(ra
     nothing. At 1 Gbit/s it brings 125 kB, of which all but the cap is allowance the sender could not use:
     a CPU-bound sender's mark."""
     params = DcqcnParams(line_rate=rate)
-    net = Net(cfg_a=QpConfig(dcqcn=params), cfg_b=QpConfig(dcqcn=params))
+    net = Net(cfg_a=QpConfig(dcqcn=params, line_burst_frames=2), cfg_b=QpConfig(dcqcn=params))
     size = 40_000   # 64 ms at 5 Mbit/s: within the QP's retry timeout
     src, dst = payload(size), bytearray(size)
     ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
@@ -265,7 +265,7 @@ def test_the_pacer_never_hands_the_wire_more_than_two_frames_beyond_the_line_rat
 
     line = 10e6
     params = DcqcnParams(line_rate=line)
-    net = Net(cfg_a=QpConfig(dcqcn=params), cfg_b=QpConfig(dcqcn=params))
+    net = Net(cfg_a=QpConfig(dcqcn=params, line_burst_frames=LINE_BURST_FRAMES), cfg_b=QpConfig(dcqcn=params))
     for _ in range(500):                     # 0.5 s idle: DCQCN's bucket fills to its cap
         net.step()
     size = 60_000
@@ -289,7 +289,7 @@ def test_a_sender_held_below_the_line_rate_by_dcqcn_loses_nothing_to_the_line_bu
     from testbed.dilation import Dilation
 
     params = DcqcnParams(line_rate=10e9).dilated(Dilation(2000))   # 5 Mbit/s, timers in ms as the wire's steps
-    net = Net(cfg_a=QpConfig(dcqcn=params, timeout=30.0), cfg_b=QpConfig(dcqcn=params),
+    net = Net(cfg_a=QpConfig(dcqcn=params, timeout=30.0, line_burst_frames=2), cfg_b=QpConfig(dcqcn=params),
               mark=lambda d, i, b: d == "ab" and i % 4 == 0)      # CE marks: CNPs cut the rate
     size = 40_000
     src, dst = payload(size), bytearray(size)
@@ -299,3 +299,12 @@ def test_a_sender_held_below_the_line_rate_by_dcqcn_loses_nothing_to_the_line_bu
     ideal = (size + (size // 1024 + 1) * 42) * 8 / 5e6
     assert net.a.stats.cnps_rx >= 1 and net.now > 1.5 * ideal         # cut: it ran below the line rate
     assert net.a.stats.pacing_lost_bytes == 0
+
+
+def test_line_burst_frames_is_checked_and_off_by_default():
+    """Off by default (a replica whose frame time is near the CPU's wake-up precision would lose line-rate time
+    to it); a value that is not a positive integer is refused by name."""
+    assert QpConfig().line_burst_frames is None
+    for bad in (0, -1, 2.5, True, "2"):
+        with pytest.raises(RdmaError, match="line_burst_frames"):
+            QpConfig(line_burst_frames=bad)
