@@ -208,7 +208,8 @@ def trial(rep, plan, r, clients, case, mode, args, out: Path, nodes, servers, wi
             **{k: ev[k] for k in ("udp_rcvbuf_errors", "switch_socket_drops", "ring_drops", "ring_frames_min", "hops")},
             "switch_drops": dropped["by_switch"], "cpu": cpu.summary(), "elapsed_s": elapsed, "settled_s": watch.settled_s,
             "window_pkts": window, "saturation": sat, **checked, "senders": results,
-            "timeline": S.timeline(r.senders, results, queue, times["cnps"], plan.scale), "queue_sampler_error": sampler.error}
+            "timeline": S.timeline(r.senders, results, queue, times["cnps"], plan.scale,
+                                                       neck_doc.get("rate_pps")), "queue_sampler_error": sampler.error}
 
 
 def main(argv=None) -> int:

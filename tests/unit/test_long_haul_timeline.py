@@ -29,6 +29,16 @@ def test_timeline_in_real_world_units_from_the_first_start():
     assert tl["cnps"] == {"h0": [pytest.approx(0.4), pytest.approx(1.0)], "h1": []}
 
 
+def test_the_queue_is_drawn_when_it_had_the_depth_not_when_the_packet_left():
+    """fabric.p4 records a packet's enqueue depth at its departure: a packet that met 100 frames at a port
+    draining 500 packets/s left 0.2 s (emulated) after it entered, and that is when the queue held them."""
+    results = [_sender(10.0, [[0.0, 10e6, 10e6]])]
+    tl = S.timeline(("h0",), results, [(10.5, 100.0), (10.6, None), (10.7, 0.0)], {"h0": []}, 1000.0, drain_pps=500)
+    assert tl["queue"]["t_ms"] == [pytest.approx(0.3), pytest.approx(0.6), pytest.approx(0.7)]
+    plain = S.timeline(("h0",), results, [(10.5, 100.0)], {"h0": []}, 1000.0)
+    assert plain["queue"]["t_ms"] == [pytest.approx(0.5)]
+
+
 def test_timeline_of_a_sender_without_series_is_empty_not_an_error():
     tl = S.timeline(("h0",), [{"started_at": 1.0}], [], {"h0": []}, 1000.0)
     assert tl["rate"]["h0"] == {"t_ms": [], "rate_gbps": []}
