@@ -583,7 +583,14 @@ class QueuePair(Responder):
         if opcode == CNP:
             self.stats.cnps_rx += 1
             if self.rp is not None:
+                before = self._pace_rate()
                 self.rp.on_cnp(now)
+                # A NIC's pacer applies a cut to its next frame. Allowance saved up from late wake-ups at the
+                # old rate (up to 16 frames) is no right to send at it after the cut: kept, it sent that many
+                # frames at the old rate past every CNP (30 km, 10G: the DCI's queue peaked ~25 frames above
+                # the discrete simulation's, and each extra frame marked is another CNP). At most one
+                # frame's worth is kept, at the new rate.
+                self._tokens = min(self._tokens, self.cfg.mtu + 100.0) * (self._pace_rate() / before)
             return
         if self.state is not QpState.RTS:
             return

@@ -308,3 +308,30 @@ def test_line_burst_frames_is_checked_and_off_by_default():
     for bad in (0, -1, 2.5, True, "2"):
         with pytest.raises(RdmaError, match="line_burst_frames"):
             QpConfig(line_burst_frames=bad)
+
+
+def test_a_cnp_applies_to_the_next_frame_not_after_the_saved_up_allowance():
+    """A sender that woke late holds up to 16 frames of allowance at its old rate. After a CNP it must not
+    spend it: the frames sent after the cut are spaced at the new rate (here the CNP halves the rate: the
+    frames after it leave at least 0.9 frame times of half the line rate apart on average)."""
+    from testbed.dilation import Dilation
+
+    params = DcqcnParams(line_rate=10e9).dilated(Dilation(2000))     # 5 Mbit/s: a frame every ~1.7 ms
+    net = Net(cfg_a=QpConfig(dcqcn=params, timeout=30.0), cfg_b=QpConfig(dcqcn=params))
+    size = 60_000
+    src, dst = payload(size), bytearray(size)
+    ma, mb = net.pd_a.reg_mr(src), net.pd_b.reg_mr(dst)
+    net.a.post_write(1, ma, 0, size, mb.addr, mb.rkey)
+    for _ in range(5):
+        net.step()
+    net.a._tokens = 16.0 * (1024 + 100)     # what a sender that woke late at line rate holds
+    net.b._send_cnp()                       # the notification point's CNP, delivered now
+    data, ce = net.q["ba"].pop()
+    net.a.on_datagram(memoryview(data), len(data), ce, net.now)
+    rate = net.a.rp.rate
+    assert rate <= params.line_rate / 2 + 1
+    first = len(net.sent["ab"])
+    net.run(lambda: len(net.sent["ab"]) >= first + 6)
+    after = [t for t, _ in net.sent["ab"][first:first + 6]]
+    mean_gap = (after[-1] - after[0]) / (len(after) - 1)      # the wire's clock steps 1 ms: a mean, not each
+    assert mean_gap >= 0.9 * (1024 + 42) * 8 / rate, (mean_gap, after)
