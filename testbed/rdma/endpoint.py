@@ -25,7 +25,7 @@ from testbed.stats import nearest_rank
 
 SEND_KEYS = ("host", "test", "size", "iters", "mtu", "window", "timeout_s", "dcqcn", "connect_wait_s", "qpns",
              "series_every_s", "sizes", "dscp", "port", "duration_s",
-             "start_at", "drain_s", "rate_limit_bps", "tx_depth", "line_burst_frames")
+             "start_at", "drain_s", "rate_limit_bps", "tx_depth", "line_burst_frames", "run_timeout_s")
 #: The server's receive side (NIC_JSON): :class:`testbed.rdma.device.Device`'s keyword arguments.
 NIC_KEYS = ("rx_limit_pps", "rx_buffer_bytes", "nic_pfc")
 
@@ -57,7 +57,8 @@ def send(doc: dict) -> dict:
                       connect_wait=doc.get("connect_wait_s", 30),
                       qpns=tuple(doc["qpns"]) if doc.get("qpns") else None, series_every=doc.get("series_every_s"),
                       sizes=tuple(doc["sizes"]) if doc.get("sizes") else None, start_at=doc.get("start_at"),
-                      drain=doc.get("drain_s"), tx_depth=doc.get("tx_depth", 16))
+                      drain=doc.get("drain_s"), tx_depth=doc.get("tx_depth", 16),
+                      **({"timeout": float(doc["run_timeout_s"])} if doc.get("run_timeout_s") else {}))
 
 
 def sender_result(proc, out: Path, log: Path) -> dict:

@@ -311,7 +311,8 @@ def sender_config(plan, sender, receiver, args, window: int, qpns=None, index: i
     doc = {"host": plan.endpoint(receiver).ip, "test": "write_lat", "size": args.size, "iters": args.iters,
            "mtu": IB_MTU, "window": window, "timeout_s": ep.emulated_qp_timeout_s, "dcqcn": ep.emulated_dcqcn,
            "series_every_s": TIMELINE_EVERY_S * plan.scale,
-           "line_burst_frames": LINE_BURST_FRAMES}   # a NIC's pacer: no standing queue behind it (QpConfig)
+           "line_burst_frames": LINE_BURST_FRAMES,   # a NIC's pacer: no standing queue behind it (QpConfig)
+           "run_timeout_s": getattr(args, "trial_timeout", None)}   # the sender gives up when the trial does
     sizes = list(getattr(args, "sizes", None) or [args.size])
     if len(sizes) > 1:
         doc["sizes"] = message_sizes(sizes, len(sizes), index)

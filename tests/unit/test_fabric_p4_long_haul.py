@@ -111,6 +111,9 @@ def test_sender_config_is_data_with_the_dilated_dcqcn(G):
     assert doc["host"] == plan.endpoint(r.receivers[0]).ip
     # a NIC's pacer: at most a couple of frames beyond the line rate (1.7 ms a frame at this scale)
     assert cfg.line_burst_frames is not None and 1 <= cfg.line_burst_frames <= 4
+    # the sender's own deadline is the trial's (a 128 MB message runs ~9 min emulated; it had 300 s fixed)
+    slow = type("A", (), {"size": 1 << 20, "iters": 2, "trial_timeout": 1500.0})()
+    assert lh.sender_config(plan, r.senders[0], r.receivers[0], slow, 64)["run_timeout_s"] == 1500.0
 
 
 def test_default_window_is_two_bdps_of_the_path_at_line_rate_and_never_below_128(G):
