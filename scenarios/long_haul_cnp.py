@@ -90,7 +90,8 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
     for case in cases:
         # one replica per case, from the case's own plan: its link nodes serialise at the case's rates
         # (the bottleneck moves between cases; a node's rate is fixed while it runs)
-        plan = S.case_plan(G, case, modes[0], caps, args.link_backend, args.red, not args.no_serialise)
+        plans = {m: S.case_plan(G, case, m, caps, args.link_backend, args.red, not args.no_serialise) for m in modes}
+        plan = plans[modes[0]]
         backend, why = S.long_haul_backend(plan, r)
         window = args.window or S.default_window(G, r)
         console.print(f"[bold]{distance_km:g} km, {case}[/bold]: long haul {backend} ({why}); window {window} packets "
@@ -113,8 +114,7 @@ def run_distance(G, distance_km: float, cases, modes, args, res) -> list[dict]:
             try:
                 for mode in modes:
                     for rep_i in range(args.repetitions):
-                        trial_plan = S.case_plan(G, case, mode, caps, args.link_backend, args.red,
-                                                 not args.no_serialise)
+                        trial_plan = plans[mode]
                         tag = f"{case}-{mode}" + (f"-{rep_i}" if args.repetitions > 1 else "")
                         console.print(f"[bold]{distance_km:g} km, {case}, {mode}[/bold]"
                                       + (f", repetition {rep_i + 1}/{args.repetitions}" if args.repetitions > 1 else ""))

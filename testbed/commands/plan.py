@@ -11,6 +11,10 @@ from __future__ import annotations
 from testbed.console import console, out, print_json
 from testbed.errors import SpecError
 
+#: ``--serialise`` of ``testbed plan`` and ``testbed up`` (Overrides.serialise)
+SERIALISE_HELP = ("every link with a rate through a link node that serialises each frame at the rate (store and "
+                  "forward: BMv2 and tc HTB only pace, so a frame reaches the next hop one serialisation early); "
+                  "costs a link node per link")
 
 def register(sub) -> None:
     parser = sub.add_parser("plan", help="the replica plan of a spec: links, backends, queues (no root)",
@@ -21,7 +25,7 @@ def register(sub) -> None:
     parser.add_argument("--assume", action="store_true",
                         help="do not ask testbed doctor: plan for a machine without netem/RED/OVS kernel datapath")
     parser.add_argument("--serialise", action="store_true",
-                        help="every link with a rate through a link node that serialises each frame at the rate (store and forward: BMv2 and tc HTB only pace, so a frame reaches the next hop one serialisation early); costs a link node per link")
+                        help=SERIALISE_HELP)
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.set_defaults(func=_plan)
 

@@ -47,6 +47,8 @@ P4_EVENTS = "p4-events.jsonl"
 
 
 def register(sub) -> None:
+    from testbed.commands.plan import SERIALISE_HELP
+
     parser = sub.add_parser("up", help="build a replica of a spec and keep it up, with a shell",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("spec", metavar="SPEC", help="spec file or shipped example name (testbed topo list)")
@@ -59,7 +61,7 @@ def register(sub) -> None:
     parser.add_argument("--link-backend", choices=("auto", "netem", "userspace"), default="auto",
                         help="links with delay, loss or RED: tc netem where the kernel has it (auto), or this one")
     parser.add_argument("--serialise", action="store_true",
-                        help="every link with a rate through a link node that serialises each frame at the rate (store and forward: BMv2 and tc HTB only pace, so a frame reaches the next hop one serialisation early); costs a link node per link")
+                        help=SERIALISE_HELP)
     parser.add_argument("--out", metavar="DIR", help="logs and replica.json (default results/up/<timestamp>)")
     parser.add_argument("--wait", action="store_true", help="no shell: stay up until `testbed down` or a signal")
     parser.set_defaults(func=_up)

@@ -49,6 +49,8 @@ from testbed.topo.graph import HOST
 #: Emulated one-way delays each backend can add (below it the link is emulated without the delay).
 #: userspace: the delay line's own forwarding latency (~0.1 ms); netem: tc's time unit (1 us).
 DELAY_FLOOR_S = {"userspace": 100e-6, "netem": 1e-6}
+#: Why a link without delay, loss or RED still gets a link node under ``Overrides.serialise``.
+SERIALISE_REASON = "serialise: the link node adds each frame's serialisation"
 #: Link backends (``kernel`` is accepted as another name of ``netem``).
 LINK_BACKENDS = ("auto", "netem", "userspace")
 ECN_MODES = ("off", "ecn", "fast-cnp", "both")
@@ -551,7 +553,7 @@ def _link_draft(G, u, v, real, emulated, bmv2, roles, buffer_bytes, frame, caps,
     if pfc:
         backend, reason = "userspace", "pfc: lossless accounting and PAUSE run in the link node"
     elif serialise and not applied.needs_delay_line:
-        backend, reason = "userspace", "serialise: the link node adds each frame's serialisation"
+        backend, reason = "userspace", SERIALISE_REASON
     else:
         backend, reason = _backend(applied, caps, ov)
     floor = DELAY_FLOOR_S[backend]
@@ -560,7 +562,7 @@ def _link_draft(G, u, v, real, emulated, bmv2, roles, buffer_bytes, frame, caps,
                      f"{floor * 1e6:g} us: not emulated")
         applied = replace(applied, delay_s=0.0)
         if serialise and not applied.needs_delay_line:
-            backend, reason = "userspace", "serialise: the link node adds each frame's serialisation"
+            backend, reason = "userspace", SERIALISE_REASON
         if not applied.needs_delay_line and not node:
             if not applied.rate_bps or not shaped_ends:
                 return {"u": u, "v": v, "real": real, "emulated": emulated, "applied": applied,
