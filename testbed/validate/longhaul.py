@@ -141,7 +141,11 @@ def _valid(rows: list, config: dict, physics: bool = True) -> tuple[list, list]:
 def judged(doc: dict) -> list[dict]:
     """The rows with ``valid`` and ``validity`` as validate judges them (:func:`_verdict`, after :func:`load`
     read the captures again): what a summary of these trials shows."""
-    return [{**r, "valid": v["valid"], "validity": v} for r in doc["rows"] for v in (_verdict(doc["config"], r),)]
+    out = []
+    for r in doc["rows"]:
+        v = _verdict(doc["config"], r)
+        out.append({**r, "valid": v["valid"], "validity": v})
+    return out
 
 
 def _groups(rows: list) -> dict:
