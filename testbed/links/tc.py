@@ -9,11 +9,23 @@ Two shapes, both on the egress of one interface:
 * the full link, where the kernel has ``sch_netem`` (and ``sch_red`` for marking)::
 
       root netem 10: delay D [J] loss ... limit N     propagation delay and wire loss
-        '-- tbf 20: rate R burst B limit L            the bottleneck (serialisation)
+        '-- tbf 20: rate R burst B limit L            the bottleneck (pacing)
               '-- red 30: min max probability ecn     the egress queue with RED/ECN (else tbf's bfifo)
 
   A constant delay before or after a FIFO gives the same departures shifted by D, so delaying first and
   queueing second models "queue, then wire" exactly (jitter aside).
+
+* the full link, store and forward (``serialise``; no RED on this end)::
+
+      root netem 10: delay D [J] loss ... rate R limit N
+
+  tbf paces frames but hands each over whole at the start of its turn: the frame arrives one serialisation
+  early. netem's ``rate`` holds each frame until its last bit has left (departure = max(previous departure,
+  arrival + D) + size / R, the same as queue-then-wire), so a frame arrives as on a wire. netem's queue
+  cannot mark, so an end with kernel RED keeps tbf's (the plan notes it).
+
+netem counts every frame it holds against one limit, those on the wire included (its tfifo): N is the
+queue's limit plus the delay line's full frames at the rate, so a long link does not drop frames in flight.
 
 Which backend a link gets is decided by :func:`testbed.plan.plan_replica`, from capabilities given as data.
 """
@@ -126,8 +138,9 @@ def loss_args(loss: LossModel | None) -> list[str]:
 
 
 def netem_cmd(dev: str, params: LinkParams, parent: str | None = None, handle: str = "10:",
-              netns: str | None = None) -> list[str]:
-    """netem with the delay, jitter, loss and packet limit of (emulated) ``params``."""
+              netns: str | None = None, serialise: bool = False) -> list[str]:
+    """netem with the delay, jitter, loss and limit of (emulated) ``params`` (see the module docstring);
+    ``serialise``: netem's own ``rate`` serialises each frame at ``params.rate_bps``."""
     where = ["parent", parent] if parent else ["root"]
     argv = _tc(netns) + ["qdisc", "replace", "dev", dev, *where, "handle", handle, "netem"]
     delay = params.one_way_delay_s
@@ -136,8 +149,18 @@ def netem_cmd(dev: str, params: LinkParams, parent: str | None = None, handle: s
         if params.jitter_s:
             argv.append(_us(params.jitter_s))
     argv += loss_args(params.loss)
-    argv += ["limit", str(packet_limit(params))]
+    if serialise:
+        argv += ["rate", _rate(params.rate_bps)]
+    argv += ["limit", str(packet_limit(params) + in_flight_packets(params))]
     return argv
+
+
+def in_flight_packets(params: LinkParams) -> int:
+    """Full frames on the wire of a link at its rate for its delay (0 without a rate): what netem holds
+    beyond the queue."""
+    if not params.rate_bps:
+        return 0
+    return int(math.ceil((params.one_way_delay_s + params.jitter_s) * params.rate_bps / (8 * AVPKT)))
 
 
 def packet_limit(params: LinkParams) -> int:
@@ -186,8 +209,16 @@ def red_cmd(dev: str, red: RedParams, rate_bps: float, limit_bytes: float, paren
     return argv
 
 
-def link_cmds(dev: str, params: LinkParams, netns: str | None = None) -> list[list[str]]:
-    """Commands emulating (emulated, already scaled) ``params`` on ``dev``'s egress with the kernel.
+def serialises(params: LinkParams) -> bool:
+    """Whether :func:`link_cmds` can serialise each frame of ``params`` (netem's ``rate``): a rate and
+    no RED (kernel RED marks tbf's queue)."""
+    return bool(params.rate_bps) and params.red is None
+
+
+def link_cmds(dev: str, params: LinkParams, netns: str | None = None, serialise: bool = False
+              ) -> list[list[str]]:
+    """Commands emulating (emulated, already scaled) ``params`` on ``dev``'s egress with the kernel;
+    ``serialise``: store and forward where :func:`serialises` (else tbf paces, as without it).
 
     Raises:
         SpecError: RED without a rate (no queue can form), or a rate below tc's minimum.
@@ -196,6 +227,8 @@ def link_cmds(dev: str, params: LinkParams, netns: str | None = None) -> list[li
         raise SpecError("link.red", "RED marking needs a rate (a queue only forms at a bottleneck)")
     if not params.needs_delay_line:
         return htb_cmds(dev, params.rate_bps, netns) if params.rate_bps else []
+    if serialise and serialises(params):
+        return [netem_cmd(dev, params, netns=netns, serialise=True)]
     cmds = [netem_cmd(dev, params, netns=netns)]
     if params.rate_bps:
         cmds.append(tbf_cmd(dev, params.rate_bps, byte_limit(params), parent="10:1", netns=netns))

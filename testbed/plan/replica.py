@@ -93,7 +93,8 @@ class Overrides:
             queues and tc's HTB/TBF pace frames but hand each one over whole at the start of its turn, so
             without it every hop is one serialisation early: microseconds that matter where the feedback
             loop itself is microseconds (long_haul_cnp at 0-10 km; docs/validation.md). Costs a link node
-            per link; on netem links tbf paces as before (noted in the plan).
+            per link; a link on netem serialises with netem's own ``rate`` instead (no link node), except at
+            an end with kernel RED, where tbf paces as before (noted in the plan).
     """
 
     scale: float | None = None
@@ -387,9 +388,12 @@ def plan_replica(G: nx.Graph, capabilities: Capabilities = ASSUMED, overrides: O
                 applied = d["applied"]
                 if d["backend"] == "netem" and node in bmv2:
                     # BMv2 drains this end's egress at the rate and marks with fabric.p4's RED: its netem
-                    # carries the direction's delay and loss only, with a queue that never fills.
-                    applied = replace(applied, rate_bps=None, red=None, limit=1e6, limit_unit=PACKETS)
-                commands.append((node, tuple(tuple(a) for a in _tc_cmds(intf[node], applied, d["backend"]))))
+                    # carries the direction's delay and loss only, with a queue that never fills; with
+                    # ``serialise`` also each frame's serialisation at BMv2's drain rate.
+                    applied = replace(applied, rate_bps=applied.rate_bps if d.get("serialise") else None,
+                                      red=None, limit=1e6, limit_unit=PACKETS)
+                commands.append((node, tuple(tuple(a) for a in _tc_cmds(intf[node], applied, d["backend"],
+                                                                         d.get("serialise", False)))))
         seed = None
         if ov.seed is not None and lk.via:
             seed = derive_seed(ov.seed, f"{u}|{v}")
@@ -570,13 +574,18 @@ def _link_draft(G, u, v, real, emulated, bmv2, roles, buffer_bytes, frame, caps,
                         "shaped_ends": ()}
             return _htb(u, v, real, emulated, applied, field, notes, shaped_ends, bmv2)
     if serialise and backend == "netem":
-        notes.append("serialisation latency not emulated on a netem link: tbf or BMv2 paces frames and "
-                     "hands each over whole")
+        # netem's ``rate`` serialises (tc.link_cmds); an end with kernel RED keeps tbf, which marks
+        red_ends = [n for n in (u, v) if n not in bmv2 and not tc.serialises(applied)]
+        notes.append("netem's rate serialises each frame (store and forward)" if not red_ends else
+                     f"serialisation latency not emulated at the {' and '.join(red_ends)} end"
+                     f"{'s' if len(red_ends) > 1 else ''}: kernel RED marks tbf's queue, and tbf hands each "
+                     "frame over whole")
     if applied.rate_bps is not None and applied.rate_bps < tc.MIN_RATE_BPS and backend == "netem":
         raise SpecError(f"{field}.rate", f"emulated rate {applied.rate_bps:g} bit/s is below tc's 8 kbit/s; "
                                          "use a smaller scale")
     return {"u": u, "v": v, "real": real, "emulated": emulated, "applied": applied, "backend": backend,
-            "reason": reason, "notes": notes, "shaped_ends": (u, v) if backend == "netem" else ()}
+            "reason": reason, "notes": notes, "shaped_ends": (u, v) if backend == "netem" else (),
+            "serialise": serialise and backend == "netem"}
 
 
 def _bmv2_pps(rate_bps: float, frame: int) -> int:
@@ -600,8 +609,8 @@ def _htb(u, v, real, emulated, applied, field, notes, shaped_ends, bmv2) -> dict
             "reason": reason, "notes": notes, "shaped_ends": shaped_ends}
 
 
-def _tc_cmds(dev: str, applied: LinkParams, backend: str) -> list[list[str]]:
+def _tc_cmds(dev: str, applied: LinkParams, backend: str, serialise: bool = False) -> list[list[str]]:
     if backend == "htb":
         limit, unit = applied.queue_limit
         return tc.htb_cmds(dev, applied.rate_bps, limit=int(limit), limit_unit=unit)
-    return tc.link_cmds(dev, applied)
+    return tc.link_cmds(dev, applied, serialise=serialise)

@@ -504,8 +504,12 @@ def run_config(G, spec, args, distances, modes, cases, long_haul: str = "userspa
 
 
 def capture_lags(plan, case: str, r: Roles) -> dict:
-    """{capture name: :func:`netem_lag_s` of its port} for every capture of :func:`captures`."""
-    return {name: netem_lag_s(plan, node, nbr) for node, nbr, _way, _expr, name, _n in captures(plan.graph, case, r)}
+    """{capture name: :func:`netem_lag_s` of its port} for every capture of :func:`captures` (a CNP
+    capture's frames are CNPs, every other's full frames: what netem's rate serialises)."""
+    from testbed.validate.trials import CNP_FRAME_BYTES
+
+    return {name: netem_lag_s(plan, node, nbr, CNP_FRAME_BYTES if "cnp" in name else plan.frame_bytes)
+            for node, nbr, _way, _expr, name, _n in captures(plan.graph, case, r)}
 
 
 def graph(spec_path, scale: float | None = None, pairs: int | None = None):
@@ -527,10 +531,18 @@ def graph(spec_path, scale: float | None = None, pairs: int | None = None):
     return build_graph(spec if scale is None else replace(spec, scale=scale))
 
 
-def netem_lag_s(plan, node, neighbour) -> float:
+def netem_lag_s(plan, node, neighbour, frame_bytes: int = 0) -> float:
     """Seconds to take out of a capture's timestamps on ``node``'s port towards ``neighbour``: a port whose
     egress carries tc netem hands a frame to the capture tap only after netem's delay (the tap sits behind
     the qdisc), so a frame "leaving" the switch there is stamped one long-haul crossing late (measured in the
-    VM: ECN's feedback 0.155 ms real on the wire against 0.305 by the switch's clock). 0 without netem."""
+    VM: ECN's feedback 0.155 ms real on the wire against 0.305 by the switch's clock). With netem's ``rate``
+    (store and forward, ``Overrides.serialise``) also after the frame's own serialisation, ``frame_bytes``
+    at that rate: the tap of a link node's port stamps a frame as BMv2 hands it over. 0 without netem."""
     e = next(e for e in plan.links if {e.u, e.v} == {node, neighbour})
-    return e.applied.delay_s if any("netem" in argv for argv in dict(e.tc).get(node, ())) else 0.0
+    netem = next((argv for argv in dict(e.tc).get(node, ()) if "netem" in argv), None)
+    if netem is None:
+        return 0.0
+    if "rate" not in netem:
+        return e.applied.delay_s
+    rate = netem[netem.index("rate") + 1]
+    return e.applied.delay_s + frame_bytes * 8 / float(rate.removesuffix("bit"))

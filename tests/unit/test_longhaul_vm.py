@@ -111,6 +111,10 @@ def test_netem_lag_is_the_netem_delay_of_the_capturing_end_only():
     plan = NS(links=[haul, host])
     assert netem_lag_s(plan, "d0", "d1") == 3.0 == netem_lag_s(plan, "d1", "d0")
     assert netem_lag_s(plan, "d0", "x0") == 0.0   # no netem on d0's end of that link
+    # store and forward: netem's rate holds the frame for its serialisation too (1000 B at 8 kbit/s: 1 s)
+    serial = (netem[0] + ("rate", "8000bit", "limit", "1000"),)
+    plan = NS(links=[NS(u="d0", v="d1", applied=NS(delay_s=3.0), tc=(("d0", serial), ("d1", serial)))])
+    assert netem_lag_s(plan, "d0", "d1", 1000) == pytest.approx(4.0) and netem_lag_s(plan, "d0", "d1") == 3.0
 
 
 def test_a_netem_trial_follows_its_health_block_and_shows_the_timers(tmp_path):

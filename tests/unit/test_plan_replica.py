@@ -170,10 +170,26 @@ def test_serialise_puts_a_link_node_that_serialises_on_every_link_with_a_rate():
     assert haul.applied.rate_bps >= 10e9 / plan.scale          # never slower than BMv2 drains: its queue stays
     hosts = [e for e in plan.links if e.tier == "host"]
     assert hosts and all(e.backend == "userspace" and e.via is not None and e.applied.rate_bps for e in hosts)
-    # a netem link paces with tbf: the plan says the latency is not there
+    # on netem: no link node, netem's own rate serialises each frame, a BMv2 end at BMv2's drain rate
+    set_link(G, "d0", "d1", distance_m=30e3)
     netem = plan_replica(G, NETEM, Overrides(serialise=True))
-    assert all(any("serialisation latency not emulated" in n for n in e.notes)
-               for e in netem.links if e.backend == "netem")
+    haul = next(e for e in netem.links if e.tier == "dci")
+    assert haul.backend == "netem" and haul.via is None
+    for node in ("d0", "d1"):
+        (argv,) = dict(haul.tc)[node]
+        assert argv[argv.index("rate") + 1] == f"{pps * 8 * plan.frame_bytes}bit" and "tbf" not in argv
+    assert any("store and forward" in n for n in haul.notes)
+    assert all("tbf" not in argv for e in netem.links if e.backend == "netem" for _, argvs in e.tc for argv in argvs)
+    # without serialise: netem delays, BMv2 paces, nothing serialises
+    plain = next(e for e in plan_replica(G, NETEM).links if e.tier == "dci")
+    assert all("rate" not in argv for _, argvs in plain.tc for argv in argvs)
+
+
+def test_serialise_on_netem_keeps_tbf_where_kernel_red_marks():
+    G = _two_switches(rate_bps=1e9, delay_s=1e-3, red=RedParams(20, 60, 0.1, unit="packets"))
+    e = plan_replica(G, NETEM, Overrides(serialise=True)).links[0]
+    assert e.backend == "netem" and any("tbf" in argv for _, argvs in e.tc for argv in argvs)
+    assert any("serialisation latency not emulated at the a and b ends" in n for n in e.notes), e.notes
 
 
 def _two_switches(**link) -> nx.Graph:

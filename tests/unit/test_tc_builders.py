@@ -28,8 +28,9 @@ def test_full_link_is_netem_then_tbf_then_red():
     p = LinkParams(rate_bps=10e6, delay_s=0.05, jitter_s=0.001, loss=LossModel(rate=0.01), limit=100,
                    red=RedParams(kmin=20, kmax=60, pmax=0.2, unit="packets"))
     netem, tbf, red = tc.link_cmds("d0", p)
+    # netem's limit counts the frames on the wire too: the queue's 100 + 51 ms at 10 Mbit/s in 1514 B frames
     assert netem == ["tc", "qdisc", "replace", "dev", "d0", "root", "handle", "10:", "netem",
-                     "delay", "50000us", "1000us", "loss", "random", "1%", "limit", "100"]
+                     "delay", "50000us", "1000us", "loss", "random", "1%", "limit", str(100 + 43)]
     assert tbf[tbf.index("parent") + 1] == "10:1" and "tbf" in tbf
     assert tbf[tbf.index("rate") + 1] == "10000000bit" and tbf[tbf.index("limit") + 1] == str(100 * 1514)
     assert red[red.index("parent") + 1] == "20:1"
@@ -38,6 +39,19 @@ def test_full_link_is_netem_then_tbf_then_red():
     q = float(red[red.index("probability") + 1])
     assert q == pytest.approx(0.2 / 1.8, rel=1e-5) and 2 * q / (1 + q) == pytest.approx(0.2, rel=1e-5)
     assert red[-1] == "ecn"
+
+
+def test_serialise_is_netem_rate_alone_unless_red_needs_tbf():
+    """Store and forward: netem's own rate (a frame leaves when its last bit has), no tbf; with RED on the
+    end tbf keeps the queue (netem's cannot mark) and nothing changes."""
+    p = LinkParams(rate_bps=10e6, delay_s=0.01, limit=64)
+    (netem,) = tc.link_cmds("d0", p, serialise=True)
+    assert netem[netem.index("netem"):] == ["netem", "delay", "10000us", "rate", "10000000bit",
+                                            "limit", str(64 + 9)]   # 10 ms at 10 Mbit/s: 8.3 full frames
+    assert len(tc.link_cmds("d0", p)) == 2   # without it: netem, then tbf
+    red = LinkParams(rate_bps=10e6, delay_s=0.01, red=RedParams(kmin=20, kmax=60, pmax=0.2, unit="packets"))
+    assert not tc.serialises(red) and tc.link_cmds("d0", red, serialise=True) == tc.link_cmds("d0", red)
+    assert tc.in_flight_packets(LinkParams(delay_s=0.01)) == 0
 
 
 def test_gemodel_loss_and_byte_limit():

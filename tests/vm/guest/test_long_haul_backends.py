@@ -77,6 +77,9 @@ def test_plan_and_config_say_which_backend_carries_the_long_haul(runs, backend):
     if backend == "netem":   # picked by the plan itself (--link-backend auto) because the kernel has netem
         assert "netem" in haul["reason"] and "asked" not in haul["reason"], haul["reason"]
         assert any("netem" in argv for argv in haul["tc"]["d0"]), haul["tc"]
+        # store and forward (long_haul_cnp serialises every link): netem's own rate, no tbf behind it
+        assert config["config"]["serialise"] and all("rate" in argv and "tbf" not in argv
+                                                     for argvs in haul["tc"].values() for argv in argvs), haul["tc"]
     assert {r["long_haul_backend"] for r in runs[backend]["rows"].values()} == {backend}
 
 
