@@ -14,7 +14,7 @@ from testbed.errors import SpecError
 #: ``--serialise`` of ``testbed plan`` and ``testbed up`` (Overrides.serialise)
 SERIALISE_HELP = ("every link with a rate through a link node that serialises each frame at the rate (store and "
                   "forward: BMv2 and tc HTB only pace, so a frame reaches the next hop one serialisation early); "
-                  "costs a link node per link")
+                  "costs a link node per link; a netem link serialises with netem's own rate instead")
 
 def register(sub) -> None:
     parser = sub.add_parser("plan", help="the replica plan of a spec: links, backends, queues (no root)",
