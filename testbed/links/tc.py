@@ -24,8 +24,11 @@ Two shapes, both on the egress of one interface:
   arrival + D) + size / R, the same as queue-then-wire), so a frame arrives as on a wire. netem's queue
   cannot mark, so an end with kernel RED keeps tbf's (the plan notes it).
 
-netem counts every frame it holds against one limit, those on the wire included (its tfifo): N is the
-queue's limit plus the delay line's full frames at the rate, so a long link does not drop frames in flight.
+netem counts every frame it holds against its one limit N: those on the wire, and (Debian 12's kernel, 6.1)
+those waiting in its child qdisc. With tbf under it N is the queue's limit, so netem tail-drops before
+RED's own limit is reached and every frame RED marks is delivered (the guest tests count marks against CE
+at the receiver); frames on the wire share that limit. With ``rate`` (no child) N is the queue's limit
+plus the delay line's full frames at the rate, so the wire's frames do not eat the queue.
 
 Which backend a link gets is decided by :func:`testbed.plan.plan_replica`, from capabilities given as data.
 """
@@ -149,9 +152,10 @@ def netem_cmd(dev: str, params: LinkParams, parent: str | None = None, handle: s
         if params.jitter_s:
             argv.append(_us(params.jitter_s))
     argv += loss_args(params.loss)
-    if serialise:
-        argv += ["rate", _rate(params.rate_bps)]
-    argv += ["limit", str(packet_limit(params) + in_flight_packets(params))]
+    if serialise:   # no child queue: netem's own holds the queue and the wire
+        argv += ["rate", _rate(params.rate_bps), "limit", str(packet_limit(params) + in_flight_packets(params))]
+    else:
+        argv += ["limit", str(packet_limit(params))]
     return argv
 
 

@@ -28,9 +28,9 @@ def test_full_link_is_netem_then_tbf_then_red():
     p = LinkParams(rate_bps=10e6, delay_s=0.05, jitter_s=0.001, loss=LossModel(rate=0.01), limit=100,
                    red=RedParams(kmin=20, kmax=60, pmax=0.2, unit="packets"))
     netem, tbf, red = tc.link_cmds("d0", p)
-    # netem's limit counts the frames on the wire too: the queue's 100 + 51 ms at 10 Mbit/s in 1514 B frames
+    # netem's limit is the queue's: it counts tbf's queue too, and tail-drops before RED can drop a marked frame
     assert netem == ["tc", "qdisc", "replace", "dev", "d0", "root", "handle", "10:", "netem",
-                     "delay", "50000us", "1000us", "loss", "random", "1%", "limit", str(100 + 43)]
+                     "delay", "50000us", "1000us", "loss", "random", "1%", "limit", "100"]
     assert tbf[tbf.index("parent") + 1] == "10:1" and "tbf" in tbf
     assert tbf[tbf.index("rate") + 1] == "10000000bit" and tbf[tbf.index("limit") + 1] == str(100 * 1514)
     assert red[red.index("parent") + 1] == "20:1"
